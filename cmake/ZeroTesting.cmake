@@ -1,0 +1,50 @@
+# Test registration helpers.
+#
+#   zero_add_unit_test(NAME SOURCES a.cpp... [LIBS ...] [LABELS ...] [TIMEOUT s])
+#     one gtest binary, run once by ctest, label "unit".
+#
+#   zero_add_mpi_test(NAME SOURCES a.cpp... [LIBS ...] [NP 1 2 4] [LABELS ...] [TIMEOUT s])
+#     one gtest binary whose main (tests/support/mpi_test_main.cpp) calls
+#     MPI_Init_thread before InitGoogleTest and mutes ranks other than 0. It is
+#     registered once per NP as NAME.npN, run as `mpirun -np N --oversubscribe
+#     --bind-to none`, label "mpi". mpirun fails when any rank exits non-zero;
+#     the TIMEOUT makes a hang a failure instead of a stalled suite.
+find_package(GTest REQUIRED)
+
+set(ZERO_MPI_TEST_ENV
+    "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1;OMPI_MCA_btl_vader_single_copy_mechanism=none;OMP_NUM_THREADS=1")
+
+add_library(zero_mpi_test_main STATIC ${PROJECT_SOURCE_DIR}/tests/support/mpi_test_main.cpp)
+target_link_libraries(zero_mpi_test_main PUBLIC GTest::gtest MPI::MPI_C zero_core)
+
+function(zero_add_unit_test name)
+  cmake_parse_arguments(ARG "" "TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
+  if(NOT ARG_TIMEOUT)
+    set(ARG_TIMEOUT 300)
+  endif()
+  add_executable(${name} ${ARG_SOURCES})
+  target_link_libraries(${name} PRIVATE ${ARG_LIBS} GTest::gtest GTest::gtest_main)
+  add_test(NAME ${name} COMMAND ${name})
+  set_tests_properties(${name} PROPERTIES LABELS "unit;${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT}
+                       ENVIRONMENT "OMP_NUM_THREADS=1")
+endfunction()
+
+function(zero_add_mpi_test name)
+  cmake_parse_arguments(ARG "" "TIMEOUT" "SOURCES;LIBS;NP;LABELS" ${ARGN})
+  if(NOT ARG_NP)
+    set(ARG_NP 1 2 4)
+  endif()
+  if(NOT ARG_TIMEOUT)
+    set(ARG_TIMEOUT 300)
+  endif()
+  add_executable(${name} ${ARG_SOURCES})
+  target_link_libraries(${name} PRIVATE ${ARG_LIBS} zero_mpi_test_main)
+  foreach(np ${ARG_NP})
+    add_test(NAME ${name}.np${np}
+             COMMAND ${MPIEXEC_EXECUTABLE} -np ${np} --oversubscribe --bind-to none
+                     $<TARGET_FILE:${name}>)
+    set_tests_properties(${name}.np${np} PROPERTIES
+                         LABELS "mpi;${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT}
+                         ENVIRONMENT "${ZERO_MPI_TEST_ENV}")
+  endforeach()
+endfunction()
