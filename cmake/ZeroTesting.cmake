@@ -16,6 +16,8 @@ set(ZERO_MPI_TEST_ENV
 
 add_library(zero_mpi_test_main STATIC ${PROJECT_SOURCE_DIR}/tests/support/mpi_test_main.cpp)
 target_link_libraries(zero_mpi_test_main PUBLIC GTest::gtest MPI::MPI_C zero_core)
+# Open MPI pulls in its C++ bindings from mpi.h unless told not to; they do not link.
+target_compile_definitions(zero_mpi_test_main PRIVATE OMPI_SKIP_MPICXX=1 MPICH_SKIP_MPICXX=1)
 
 function(zero_add_unit_test name)
   cmake_parse_arguments(ARG "" "TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})

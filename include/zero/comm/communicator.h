@@ -1,0 +1,124 @@
+// Communicator: the collectives zerocpp's data parallelism is built on, on
+// flat buffers of host memory (MPI backend) or of one process (single-process
+// backend). Modelled on c10d's Backend: each op takes one options struct and
+// returns a Work (work.h).
+//
+// Rules every op follows:
+//  - Ops are asynchronous. They must be issued in the same order on every
+//    rank, with the same count, dtype and options (the MPI backend does not
+//    check this: a mismatch hangs or corrupts). Issue ops from one thread at a
+//    time; wait() may be called from any thread.
+//  - Buffers stay alive and untouched until the Work's wait() returns.
+//  - count == 0 is allowed (pointers may then be null): no data moves, the
+//    returned Work is already complete, and the call is still counted.
+//  - Buffer layouts, as NCCL documents them (N = world_size, r = rank):
+//      all_reduce      in place on data[0, count).
+//      reduce_scatter  input holds N * count_per_rank elements; output gets
+//                      count_per_rank elements: the reduction over every rank
+//                      of input[r * count_per_rank, (r + 1) * count_per_rank).
+//                      In place when output == input + r * count_per_rank;
+//                      the rest of input is then unspecified afterwards (MPI
+//                      uses it as scratch). Otherwise input and output must
+//                      not overlap.
+//      all_gather      input holds count_per_rank elements; output gets
+//                      N * count_per_rank: rank q's input at
+//                      output + q * count_per_rank. In place when
+//                      input == output + r * count_per_rank. Otherwise input
+//                      and output must not overlap.
+//      broadcast       data[0, count) of `root` is copied to every rank.
+//    A buffer partitioned with zero::shard_of (core/shard.h) fits both:
+//    reduce_scatter(padded, padded + shard.offset, shard.per_rank) leaves rank
+//    r its reduced range in place, and all_gather(padded + shard.offset,
+//    padded, shard.per_rank) rebuilds the padded buffer in place.
+//  - Errors are zero::Error: bad arguments throw from the call; a failure of
+//    the transport is stored in the Work and thrown by wait().
+//  - Byte counters: see comm_stats.h.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+
+#include "zero/comm/comm_stats.h"
+#include "zero/comm/reduce_op.h"
+#include "zero/comm/work.h"
+#include "zero/core/dtype.h"
+
+namespace zero::comm {
+
+struct AllReduceOptions {
+  ReduceOp op = ReduceOp::kSum;
+};
+
+struct ReduceScatterOptions {
+  ReduceOp op = ReduceOp::kSum;
+};
+
+struct BroadcastOptions {
+  int root = 0;
+};
+
+class Communicator {
+ public:
+  Communicator() = default;
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  // Rank among the processes of this node: from MPI's shared-memory split
+  // (MPI backend); 0 for the single-process backend.
+  virtual int local_rank() const = 0;
+  virtual std::string backend_name() const = 0;  // "mpi", "single"
+
+  virtual WorkPtr all_reduce(void* data, std::size_t count, DType dtype,
+                             const AllReduceOptions& options = {}) = 0;
+  virtual WorkPtr reduce_scatter(const void* input, void* output, std::size_t count_per_rank,
+                                 DType dtype, const ReduceScatterOptions& options = {}) = 0;
+  virtual WorkPtr all_gather(const void* input, void* output, std::size_t count_per_rank,
+                             DType dtype) = 0;
+  virtual WorkPtr broadcast(void* data, std::size_t count, DType dtype,
+                            const BroadcastOptions& options = {}) = 0;
+  virtual WorkPtr barrier() = 0;
+
+  // The counters since construction or the last reset_stats(). stats() hands
+  // out the live struct: read it while no op is being issued. stats_snapshot()
+  // copies it under the lock, safe at any time.
+  const CommStats& stats() const { return stats_; }
+  CommStats stats_snapshot() const;
+  void reset_stats();
+
+ protected:
+  // Adds one call of `kind` that sends `bytes`. Thread-safe. Backends call it
+  // once per issued op with ring_bytes_sent(...) (or 0).
+  void count(CollectiveKind kind, std::uint64_t bytes);
+
+ private:
+  mutable std::mutex stats_mutex_;
+  CommStats stats_;
+};
+
+// Picks the backend, in this order:
+//  1. ZERO_COMM_BACKEND=mpi or =single in the environment;
+//  2. MPI when launched by mpirun/mpiexec/srun (OMPI_COMM_WORLD_SIZE,
+//     PMI_SIZE, PMIX_RANK or SLURM_PROCID set) or when MPI is already
+//     initialised;
+//  3. the single-process backend.
+std::unique_ptr<Communicator> make_communicator();
+// The backend make_communicator() would pick now: "mpi" or "single".
+std::string default_backend_name();
+
+// MPI over a duplicate of MPI_COMM_WORLD. Initialises MPI with
+// MPI_THREAD_MULTIPLE unless it is already initialised (then it must have
+// been with MPI_THREAD_MULTIPLE), and finalises it at exit only if it
+// initialised it. Collective over MPI_COMM_WORLD. More options:
+// mpi_communicator.h.
+std::unique_ptr<Communicator> make_mpi_communicator();
+// World 1, rank 0: reduce ops copy (or do nothing in place); counts 0 bytes.
+std::unique_ptr<Communicator> make_single_process_communicator();
+
+}  // namespace zero::comm

@@ -1,0 +1,32 @@
+// The MPI backend's knobs. make_mpi_communicator() (communicator.h) uses the
+// defaults; this overload is for tests and tools that change them.
+#pragma once
+
+#include <climits>
+#include <cstddef>
+#include <memory>
+
+#include "zero/comm/communicator.h"
+
+namespace zero::comm {
+
+struct MpiCommunicatorOptions {
+  // MPI counts are ints. all_reduce and broadcast split a larger buffer into
+  // several MPI calls of at most this many elements (the result is the same);
+  // reduce_scatter and all_gather cannot be split that way and throw a
+  // zero::Error above it (use smaller buckets). Tests lower it to exercise
+  // the split.
+  std::size_t max_elements_per_call = INT_MAX;
+
+  // Open MPI only: an all_reduce of 64 KiB up to this many bytes on 4 or more
+  // ranks first copies its input to a scratch buffer (held until the Work
+  // completes), because Open MPI runs the in-place form as a binomial tree
+  // and only the out-of-place form as a ring (2 (N-1)/N of the buffer sent
+  // per rank instead of up to log2(N) times all of it). Larger ops stay in
+  // place rather than double their memory; 0 turns staging off.
+  std::size_t all_reduce_staging_max_bytes = std::size_t{64} << 20;
+};
+
+std::unique_ptr<Communicator> make_mpi_communicator(const MpiCommunicatorOptions& options);
+
+}  // namespace zero::comm

@@ -1,0 +1,36 @@
+// Work: the handle of an asynchronous collective, like c10d's Work.
+//
+// Every Communicator op returns one as soon as the op is issued. The buffers
+// the op was given belong to the op until wait() returns (or is_completed()
+// has returned true): do not read, write or free them before.
+#pragma once
+
+#include <chrono>
+#include <memory>
+
+namespace zero::comm {
+
+class Work {
+ public:
+  virtual ~Work() = default;
+
+  // Blocks until the op is done. Throws zero::Error:
+  //  - the stored error, every time wait() is called, if the op failed;
+  //  - an error naming the op and the timeout if it is not done in `timeout`.
+  //    The op is then still pending (a timeout cancels nothing): wait() again.
+  // The default timeout waits for ever.
+  virtual void wait(std::chrono::milliseconds timeout = std::chrono::milliseconds::max()) = 0;
+
+  // Never blocks. True once the op is done, also when it failed (wait() then
+  // throws). False while another thread is inside wait() of this Work
+  // (that thread will see the completion).
+  virtual bool is_completed() = 0;
+};
+
+using WorkPtr = std::shared_ptr<Work>;
+
+// A Work that is already done: what an op with nothing to move returns
+// (count == 0, or any op of the single-process backend).
+WorkPtr make_completed_work();
+
+}  // namespace zero::comm

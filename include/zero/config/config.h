@@ -1,0 +1,160 @@
+// The training configuration: a JSON file in DeepSpeed's key names, so that a
+// DeepSpeed user's ds_config.json works unchanged. parse_config() validates it
+// completely up front: a wrong type, an out-of-range value or an inconsistent
+// combination is a zero::Error that names the key path, the value given and
+// what is expected; keys zerocpp does not know or does not use become
+// sentences in Config::warnings. docs/config.md lists every key.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace zero::config {
+
+// "optimizer": {"type": ..., "params": {...}}.
+struct OptimizerConfig {
+  // Canonical spelling: "Adam", "AdamW" or "Adagrad" (the JSON value is
+  // matched case-insensitively, as DeepSpeed does).
+  std::string type = "AdamW";
+  float lr = 1e-3f;  // Adagrad without a given lr: 1e-2 (DeepSpeed's CPU Adagrad default)
+  float beta1 = 0.9f, beta2 = 0.999f;
+  float eps = 1e-8f;  // Adagrad without a given eps: 1e-10
+  float weight_decay = 0.0f;
+  // Decoupled weight decay. "Adam" + adam_w_mode true (DeepSpeed's default)
+  // means AdamW; type "AdamW" forces true; false for Adagrad.
+  bool adam_w_mode = true;
+  float initial_accumulator_value = 0.0f;  // Adagrad only
+
+  bool is_adam() const { return type == "Adam" || type == "AdamW"; }
+  bool is_adagrad() const { return type == "Adagrad"; }
+  // True when the update is AdamW's (weight decay applied to the weights, not
+  // added to the gradient).
+  bool decoupled_weight_decay() const { return is_adam() && adam_w_mode; }
+  bool operator==(const OptimizerConfig&) const = default;
+};
+
+// "scheduler": {"type": ..., "params": {...}}. Learning rate per step:
+//   WarmupLR:       warmup from warmup_min_lr to warmup_max_lr over
+//                   warmup_num_steps, then constant.
+//   WarmupDecayLR:  the same warmup, then linear decay to 0 at total_num_steps.
+//   WarmupCosineLR: the same warmup, then cosine decay to
+//                   cos_min_ratio * warmup_max_lr at total_num_steps.
+// Parsing fills in every value, so the engine never sees a "0 = default".
+struct SchedulerConfig {
+  std::string type;  // "" (none), "WarmupLR", "WarmupCosineLR" or "WarmupDecayLR"
+  std::int64_t warmup_num_steps = 0;  // 1000 when a scheduler is given without it
+  std::int64_t total_num_steps = 0;   // required by WarmupDecayLR and WarmupCosineLR
+  float warmup_min_lr = 0.0f;
+  float warmup_max_lr = 0.0f;  // resolved to optimizer.lr when not given
+  float cos_min_ratio = 0.0f;  // WarmupCosineLR; 1e-4 when not given (DeepSpeed's default)
+  // Warmup curve: "log" (DeepSpeed's default) or "linear".
+  std::string warmup_type = "log";
+  bool operator==(const SchedulerConfig&) const = default;
+};
+
+struct Fp16Config {
+  bool enabled = false;
+  float loss_scale = 0.0f;  // 0 = dynamic loss scaling
+  int initial_scale_power = 16;  // dynamic scaling starts at 2^initial_scale_power
+  int loss_scale_window = 1000;  // overflow-free steps before the scale doubles
+  int hysteresis = 2;            // overflows tolerated before the scale halves
+  float min_loss_scale = 1.0f;
+  bool operator==(const Fp16Config&) const = default;
+};
+
+struct Bf16Config {
+  bool enabled = false;
+  bool operator==(const Bf16Config&) const = default;
+};
+
+// "zero_optimization.offload_optimizer": ZeRO-Offload (cpu) / ZeRO-Infinity (nvme).
+struct OffloadOptimizerConfig {
+  std::string device = "none";  // "none" | "cpu" | "nvme"
+  bool pin_memory = false;
+  std::string nvme_path;  // required when device is "nvme"
+  // zerocpp extension: the ZeRO-Offload paper's one-step delayed parameter
+  // update (DPU): the CPU optimizer step of step t overlaps the forward and
+  // backward of step t+1, which then uses parameters one step stale.
+  bool delayed_param_update = false;
+  int delayed_param_update_warmup_steps = 10;  // steps run without delay first
+  int cpu_threads = 0;                         // CPU optimizer threads; 0 = all cores
+  bool operator==(const OffloadOptimizerConfig&) const = default;
+};
+
+// "zero_optimization.offload_param" (stage 3 only).
+struct OffloadParamConfig {
+  std::string device = "none";  // "none" | "cpu" | "nvme"
+  bool pin_memory = false;
+  std::string nvme_path;  // required when device is "nvme"
+  bool operator==(const OffloadParamConfig&) const = default;
+};
+
+struct ZeroOptimizationConfig {
+  int stage = 0;  // 0 (data parallel), 1 (optimizer states), 2 (+ gradients), 3 (+ parameters)
+  OffloadOptimizerConfig offload_optimizer;
+  OffloadParamConfig offload_param;
+  bool overlap_comm = true;
+  bool contiguous_gradients = true;
+  std::int64_t reduce_bucket_size = 500000000;     // elements
+  std::int64_t allgather_bucket_size = 500000000;  // elements
+  bool reduce_scatter = true;
+  std::int64_t stage3_prefetch_bucket_size = 50000000;
+  std::int64_t stage3_param_persistence_threshold = 100000;
+  std::int64_t stage3_max_live_parameters = 1000000000;
+  bool operator==(const ZeroOptimizationConfig&) const = default;
+};
+
+struct ActivationCheckpointingConfig {
+  bool partition_activations = false;
+  bool cpu_checkpointing = false;
+  bool contiguous_memory_optimization = false;
+  bool operator==(const ActivationCheckpointingConfig&) const = default;
+};
+
+struct Config {
+  // Resolved after parse: all three > 0 and
+  // train_batch_size == train_micro_batch_size_per_gpu * gradient_accumulation_steps * world_size.
+  std::int64_t train_batch_size = 0, train_micro_batch_size_per_gpu = 0,
+               gradient_accumulation_steps = 0;
+  int world_size = 1;  // the data-parallel size the batch sizes were resolved for
+  float gradient_clipping = 0.0f;  // max global gradient norm; 0 = off
+  Fp16Config fp16;
+  Bf16Config bf16;
+  OptimizerConfig optimizer;
+  SchedulerConfig scheduler;
+  ZeroOptimizationConfig zero_optimization;
+  ActivationCheckpointingConfig activation_checkpointing;
+  // zerocpp extension, bytes; 0 = no limit. JSON accepts an integer or a
+  // string such as "2GB", "512MiB", "1.5 GiB" (see byte_size.h).
+  std::int64_t device_memory_limit = 0;
+  std::int64_t steps_per_print = 10;
+  std::int64_t seed = 42;
+  bool wall_clock_breakdown = false;
+  // Unknown keys, ignored DeepSpeed keys, "auto" values...: each a full
+  // sentence starting with the source name. The caller prints them.
+  std::vector<std::string> warnings;
+
+  // e.g. "train_batch_size=32 = micro_batch 4 x accumulation 2 x world 4"
+  std::string batch_summary() const;
+  bool operator==(const Config&) const = default;
+};
+
+// Parses and validates. world_size = number of data-parallel ranks (>= 1).
+// source names the file in messages. Throws zero::Error.
+Config parse_config(std::string_view json_text, int world_size,
+                    std::string_view source = "<config>");
+
+// Reads and parses a file; an unreadable file is a zero::Error naming the path.
+Config load_config(const std::filesystem::path& path, int world_size);
+
+// The resolved config in DeepSpeed's layout, every value filled in (for
+// reports and checkpoints). parse_config(to_json(c).dump(), c.world_size)
+// gives back c, warnings aside.
+nlohmann::json to_json(const Config& config);
+
+}  // namespace zero::config

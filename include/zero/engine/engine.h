@@ -1,0 +1,122 @@
+// zero::Engine: trains any torch::nn::Module with ZeRO stage 0/1/2, mixed
+// precision, gradient accumulation and clipping, CPU offload of the optimizer
+// and the one-step delayed parameter update (DPU) of ZeRO-Offload.
+//
+//   zero::Engine engine(model, config, *comm);
+//   for (each micro-batch) {
+//     auto loss = loss_fn(model->forward(x), y);   // the module's own forward
+//     engine.backward(loss);
+//     engine.step();             // steps only on the accumulation boundary
+//   }
+//   engine.flush();              // DPU: apply the last, still pending update
+//
+// What the engine does to the module (DESIGN.md "One training step"):
+//  - Trainable parameters become views into one flat buffer in the training
+//    precision (bf16 / fp16 / fp32), laid out as zero/flat_layout.h says.
+//    Rank 0's initial values are broadcast so that all ranks start equal.
+//    Floating-point buffers are cast to the training precision; inputs must be
+//    given in it too (integer inputs such as token ids are unaffected).
+//  - Frozen parameters (requires_grad false) are left alone. A parameter that
+//    appears twice (tied weights) is trained once. A parameter that gets no
+//    gradient in a step is treated as having a zero gradient, as DeepSpeed's
+//    ZeRO does: momentum and weight decay still move it.
+//  - The fp32 master weights and optimizer moments exist only for the rank's
+//    partition (stage >= 1), on the host when offload_optimizer.device="cpu".
+//  - Gradients are released as soon as autograd hands them over
+//    (grad_reducer.h); p.grad() is undefined outside backward.
+//
+// Loss scaling: backward() multiplies the loss by the current scale (fp16);
+// the optimizer step divides by it. The gradient average over ranks and
+// micro-batches (1 / (world * accumulation)) is applied at the step too, so
+// give backward() the mean loss of the micro-batch, as with DDP.
+//
+// Delayed parameter update (offload_optimizer.delayed_param_update): after
+// delayed_param_update_warmup_steps ordinary steps, the CPU optimizer step of
+// step t runs on a worker thread while the forward and backward of step t+1
+// run on the parameters produced by step t-1 (ZeRO-Offload, section 5.2). The
+// update of step t reaches the model at the next step() (or flush()), after
+// step t+1's backward. Exactness: the master weights follow
+// m_t = Adam(m_{t-1}, g(m_{t-2}, batch_t)) exactly; overflow checks, the
+// gradient norm and clipping are computed on the main thread from step t's
+// own gradients before the worker starts, so a skipped step never reaches the
+// worker; gradient accumulation is unaffected (the delay is per optimizer
+// step). Gradients are double-buffered on the host while the worker runs.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/Tensor.h>
+#include <torch/nn/module.h>
+
+#include "zero/comm/communicator.h"
+#include "zero/config/config.h"
+#include "zero/engine/loss_scaler.h"
+#include "zero/memory/memory_ledger.h"
+
+namespace zero {
+
+struct StepStats {
+  std::int64_t step = 0;          // optimizer steps taken (skipped ones excluded)
+  std::int64_t skipped = 0;       // steps skipped for non-finite gradients
+  float loss_scale = 1.0f;
+  float grad_norm = 0.0f;         // global norm of the averaged gradient, before clipping
+  float clipped_grad_norm = 0.0f; // after clipping
+  bool last_step_skipped = false;
+  float lr = 0.0f;
+};
+
+class Engine {
+ public:
+  Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
+         comm::Communicator& comm);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Backward of one micro-batch's (mean) loss.
+  void backward(const at::Tensor& loss);
+  // Counts the micro-batch; on the accumulation boundary reduces what is left,
+  // checks for overflow, clips and steps. Returns true when an optimizer step
+  // was taken (false off the boundary and for a skipped step).
+  bool step();
+  // Delayed update: waits for the pending CPU step and applies it to the model.
+  void flush();
+
+  bool is_accumulation_boundary() const;
+  const StepStats& stats() const { return stats_; }
+  float lr() const { return lr_; }
+  void set_lr(float lr) { lr_ = lr; }
+  c10::ScalarType dtype() const;
+  const config::Config& config() const { return config_; }
+  comm::Communicator& communicator() { return comm_; }
+
+  std::int64_t num_parameters() const;  // Psi: trainable elements
+  const memory::MemoryLedger& ledger() const { return ledger_; }
+  // Bytes this rank sent in the last optimizer step (all its micro-batches
+  // and the parameter all-gather), by collective; see comm/communicator.h.
+  const comm::CommStats& last_step_comm() const { return last_step_comm_; }
+  std::uint64_t last_step_offload_bytes() const { return last_step_offload_bytes_; }
+
+  // The full fp32 master weights, one tensor per trainable parameter in the
+  // module's order (all ranks must call it: it all-gathers the partitions).
+  std::vector<at::Tensor> gather_master_params();
+
+  // A human-readable summary: memory per tier and kind, communication, steps.
+  std::string summary() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  config::Config config_;
+  comm::Communicator& comm_;
+  memory::MemoryLedger ledger_;
+  StepStats stats_;
+  float lr_ = 0.0f;
+  comm::CommStats last_step_comm_;
+  std::uint64_t last_step_offload_bytes_ = 0;
+};
+
+}  // namespace zero

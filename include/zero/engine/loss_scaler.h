@@ -1,0 +1,50 @@
+// Loss scaling for fp16 training, with DeepSpeed's semantics
+// (deepspeed/runtime/fp16/loss_scaler.py, DynamicLossScaler):
+//
+//  - static: loss_scale > 0 keeps that scale forever; an overflow still skips
+//    the step.
+//  - dynamic (loss_scale == 0): start at 2^initial_scale_power. On an overflow
+//    the step is skipped; if `hysteresis` overflows have been tolerated the
+//    scale is divided by 2 (never below min_loss_scale), otherwise one unit of
+//    hysteresis is spent. After `loss_scale_window` steps without overflow
+//    since the last one, the scale doubles and the hysteresis is refilled.
+// bf16 and fp32 training use a scale of 1 that never changes; a non-finite
+// gradient there still skips the step (counted and logged), so a bad batch
+// never poisons the weights.
+#pragma once
+
+#include <cstdint>
+
+namespace zero {
+
+struct LossScalerOptions {
+  bool dynamic = false;
+  float static_scale = 1.0f;     // used when !dynamic
+  int initial_scale_power = 16;  // dynamic: initial scale 2^power
+  int loss_scale_window = 1000;
+  int hysteresis = 2;
+  float min_loss_scale = 1.0f;
+};
+
+class LossScaler {
+ public:
+  explicit LossScaler(const LossScalerOptions& opts = {});
+
+  float scale() const { return scale_; }
+  // Call once per optimizer step with whether any rank saw a non-finite
+  // gradient. Returns true when the step must be skipped.
+  bool update(bool overflow);
+
+  std::int64_t skipped_steps() const { return skipped_; }
+  int hysteresis_left() const { return hysteresis_left_; }
+
+ private:
+  LossScalerOptions opts_;
+  float scale_;
+  int hysteresis_left_;
+  std::int64_t iter_ = 0;
+  std::int64_t last_overflow_iter_ = -1;
+  std::int64_t skipped_ = 0;
+};
+
+}  // namespace zero

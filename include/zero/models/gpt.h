@@ -1,0 +1,77 @@
+// A GPT-2 style decoder in LibTorch: token + position embeddings, pre-LayerNorm
+// blocks of causal self-attention and a GELU MLP, a final LayerNorm and an
+// output head tied to the token embedding.
+//
+// Presets keep GPT-2's shapes (layers, heads, width, context) with the
+// vocabulary of the tokenizer in use (256 for zerocpp's byte-level one), so
+// the parameter counts are GPT-2's minus the smaller embedding.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <ATen/Tensor.h>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+
+namespace zero::models {
+
+struct GptConfig {
+  std::int64_t vocab_size = 256;
+  std::int64_t block_size = 128;  // longest sequence
+  std::int64_t n_layer = 2;
+  std::int64_t n_head = 2;
+  std::int64_t n_embd = 64;
+
+  std::int64_t num_parameters() const;  // with the tied head counted once
+  // Training FLOPs per token: 6 * params + attention (6 * n_layer * block * n_embd, PaLM's formula
+  // with the causal half: 6 * n_layer * seq * n_embd).
+  double flops_per_token(std::int64_t seq_len) const;
+};
+
+// "gpt2-tiny", "gpt2" (124M shapes), "gpt2-medium", "gpt2-large", "gpt2-xl".
+GptConfig gpt_preset(const std::string& name, std::int64_t vocab_size = 256);
+std::vector<std::string> gpt_preset_names();
+
+class CausalSelfAttention : public torch::nn::Module {
+ public:
+  explicit CausalSelfAttention(const GptConfig& c);
+  at::Tensor forward(const at::Tensor& x);
+
+ private:
+  std::int64_t n_head_;
+  torch::nn::Linear qkv_{nullptr}, proj_{nullptr};
+};
+
+class Block : public torch::nn::Module {
+ public:
+  explicit Block(const GptConfig& c);
+  at::Tensor forward(const at::Tensor& x);
+
+ private:
+  torch::nn::LayerNorm ln1_{nullptr}, ln2_{nullptr};
+  std::shared_ptr<CausalSelfAttention> attn_;
+  torch::nn::Linear fc_{nullptr}, proj_{nullptr};
+};
+
+class Gpt : public torch::nn::Module {
+ public:
+  explicit Gpt(const GptConfig& c);
+  // idx: [B, T] token ids (int64), T <= block_size -> logits [B, T, vocab].
+  at::Tensor forward(const at::Tensor& idx);
+  // Mean cross-entropy of next-token prediction, computed in fp32.
+  at::Tensor loss(const at::Tensor& idx, const at::Tensor& targets);
+  const GptConfig& config() const { return config_; }
+
+ private:
+  GptConfig config_;
+  torch::nn::Embedding wte_{nullptr}, wpe_{nullptr};
+  std::vector<std::shared_ptr<Block>> blocks_;
+  torch::nn::LayerNorm ln_f_{nullptr};
+};
+
+}  // namespace zero::models

@@ -1,0 +1,93 @@
+// Gradient reduction in buckets while backward goes on (ZeRO stages 0-2).
+//
+// The engine hands every parameter's gradient to on_grad() as soon as autograd
+// has finished it (a post-accumulate-grad hook). The gradient is added into
+// its bucket, the parameter's own .grad is released by the caller, and a
+// bucket whose parameters have all arrived is reduced asynchronously while
+// backward continues (overlap_comm). Buckets are launched strictly in bucket
+// order, so every rank issues the same collectives in the same order even if
+// autograd finishes parameters in a different order (or never, for a
+// parameter that got no gradient: its slot stays zero and its bucket goes at
+// end_backward()).
+//
+// Three modes:
+//  - kAllReduceFull (stage 0) and kReduceScatterFull (stage 1): buckets are
+//    ranges of one persistent full gradient buffer, which also accumulates
+//    micro-batches; on the micro-batch that ends the accumulation they are
+//    all-reduced (stage 0) or reduce-scattered in place (stage 1: only the
+//    rank's own chunk is needed, so ZeRO-1 sends 2 Psi in all, not 3 Psi; the
+//    rest of the bucket is left as scratch and zeroed after the step).
+//  - kReduceScatter (stage 2, and every offloaded stage): each bucket is a
+//    transient buffer, reduce-scattered on every micro-batch; the rank's chunk
+//    is handed to `consume` (which accumulates it into the gradient partition
+//    on the device or the host) and the bucket is freed at once. At most
+//    `max_in_flight` buckets exist at a time (ZeRO-R's constant-size buffers).
+// Sums, not means: the engine folds 1/(world * accumulation) into the
+// optimizer's grad_scale.
+#pragma once
+
+#include <deque>
+#include <functional>
+#include <vector>
+
+#include <ATen/Tensor.h>
+
+#include "zero/comm/communicator.h"
+#include "zero/memory/memory_ledger.h"
+#include "zero/zero/flat_layout.h"
+
+namespace zero {
+
+enum class GradReduceMode { kAllReduceFull, kReduceScatterFull, kReduceScatter };
+
+class GradReducer {
+ public:
+  // consume(bucket, chunk): kReduceScatter only; chunk is this rank's reduced
+  // chunk of the bucket (bucket.chunk elements, gradient dtype), valid only
+  // during the call.
+  using Consumer = std::function<void(int bucket, const at::Tensor& chunk)>;
+
+  struct Options {
+    GradReduceMode mode = GradReduceMode::kAllReduceFull;
+    bool overlap_comm = true;
+    int max_in_flight = 2;
+  };
+
+  // full_grads: k*Full modes only, the flat gradient buffer
+  // (layout.padded_numel() elements); for kReduceScatter, pass an undefined
+  // tensor and a `like` tensor giving dtype and device of the buckets.
+  GradReducer(const FlatLayout& layout, comm::Communicator& comm, memory::MemoryLedger& ledger,
+              Options opts, at::Tensor full_grads, const at::Tensor& like, Consumer consume);
+
+  // reduce: whether this backward communicates (kReduceScatter always does).
+  void begin_backward(bool reduce);
+  void on_grad(int param, const at::Tensor& grad);
+  void end_backward();
+
+ private:
+  struct InFlight {
+    int bucket;
+    comm::WorkPtr work;
+  };
+  at::Tensor bucket_storage(int b);
+  void launch_ready();
+  void launch(int b);
+  void finish_oldest();
+  void poll();
+
+  const FlatLayout& layout_;
+  comm::Communicator& comm_;
+  memory::MemoryLedger& ledger_;
+  Options opts_;
+  at::Tensor full_grads_;
+  at::Tensor like_;
+  Consumer consume_;
+  bool reducing_ = false;
+  int next_launch_ = 0;
+  std::vector<int> pending_;  // parameters not yet arrived, per bucket
+  std::vector<at::Tensor> storage_;
+  std::vector<memory::MemoryLedger::Registration> storage_reg_;
+  std::deque<InFlight> in_flight_;
+};
+
+}  // namespace zero

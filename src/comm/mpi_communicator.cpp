@@ -1,0 +1,241 @@
+// The MPI backend: host buffers, MPI's non-blocking collectives on a
+// duplicate of MPI_COMM_WORLD.
+#include "zero/comm/mpi_communicator.h"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collective_args.h"
+#include "mpi_reduce_ops.h"
+#include "mpi_runtime.h"
+#include "mpi_work.h"
+#include "zero/comm/mpi_check.h"
+#include "zero/core/error.h"
+
+namespace zero::comm {
+namespace {
+
+using detail::MpiOpInfo;
+using detail::MpiWork;
+
+#if defined(OPEN_MPI)
+constexpr bool kOpenMpi = true;
+#else
+constexpr bool kOpenMpi = false;
+#endif
+// Below this, libnbc's all-reduce is binomial even out of place.
+constexpr std::size_t kLibnbcRingMinBytes = 64 * 1024;
+
+// What in-flight Works need after the communicator is gone: the MPI
+// communicator and the user ops. Shared by the communicator and its Works.
+struct MpiResources {
+  MPI_Comm comm = MPI_COMM_NULL;
+  detail::MpiReduceOps ops;
+
+  MpiResources() = default;
+  MpiResources(const MpiResources&) = delete;
+  MpiResources& operator=(const MpiResources&) = delete;
+  ~MpiResources() {
+    if (comm != MPI_COMM_NULL && !detail::mpi_finalized()) MPI_Comm_free(&comm);
+  }
+};
+
+class MpiCommunicator final : public Communicator {
+ public:
+  explicit MpiCommunicator(const MpiCommunicatorOptions& options) : options_(options) {
+    ZERO_CHECK(options_.max_elements_per_call > 0 &&
+                   options_.max_elements_per_call <= static_cast<std::size_t>(INT_MAX),
+               "MpiCommunicatorOptions::max_elements_per_call must be in [1, INT_MAX], got ",
+               options_.max_elements_per_call);
+    detail::ensure_mpi_initialized();
+    resources_ = std::make_shared<MpiResources>();
+    // Our own communicator, so that our collectives never match a caller's
+    // on MPI_COMM_WORLD, and so that errors come back as codes
+    // (MPI_ERRORS_RETURN) instead of aborting: MPI_CHECK turns them into
+    // zero::Error.
+    MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &resources_->comm));
+    MPI_CHECK(MPI_Comm_set_errhandler(resources_->comm, MPI_ERRORS_RETURN));
+    MPI_CHECK(MPI_Comm_rank(resources_->comm, &rank_));
+    MPI_CHECK(MPI_Comm_size(resources_->comm, &world_size_));
+    MPI_Comm node = MPI_COMM_NULL;
+    MPI_CHECK(
+        MPI_Comm_split_type(resources_->comm, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
+    MPI_CHECK(MPI_Comm_rank(node, &local_rank_));
+    MPI_CHECK(MPI_Comm_free(&node));
+  }
+
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_size_; }
+  int local_rank() const override { return local_rank_; }
+  std::string backend_name() const override { return "mpi"; }
+
+  WorkPtr all_reduce(void* data, std::size_t count, DType dtype,
+                     const AllReduceOptions& options) override {
+    detail::check_buffer(data, count, "all_reduce", "data");
+    std::vector<MPI_Request> requests;
+    const MPI_Op op = resources_->ops.get(options.op, dtype);
+    const std::size_t bytes = detail::checked_mul(count, element_size(dtype), "all_reduce");
+    // Open MPI's non-blocking all-reduce (libnbc) runs the in-place form as a
+    // binomial reduce + broadcast whatever the size: the root then sends and
+    // receives the whole buffer log2(N) times. Only the out-of-place form may
+    // use its ring (N >= 4, >= 64 KiB, commutative op), which sends
+    // 2 (N-1)/N of it. A scratch copy of the input buys the ring for one
+    // memcpy.
+    const bool stage = kOpenMpi && world_size_ >= 4 && bytes >= kLibnbcRingMinBytes &&
+                       bytes <= options_.all_reduce_staging_max_bytes;
+    std::shared_ptr<unsigned char> scratch;
+    if (stage) {
+      scratch.reset(new unsigned char[bytes], std::default_delete<unsigned char[]>());
+      std::memcpy(scratch.get(), data, bytes);
+    }
+    auto* base = static_cast<unsigned char*>(data);
+    for_each_chunk(data, count, dtype, [&](void* chunk, int n) {
+      const void* send = MPI_IN_PLACE;
+      if (stage) send = scratch.get() + (static_cast<unsigned char*>(chunk) - base);
+      requests.emplace_back(MPI_REQUEST_NULL);
+      MPI_CHECK(MPI_Iallreduce(send, chunk, n, detail::mpi_datatype(dtype), op, resources_->comm,
+                               &requests.back()));
+    });
+    return issued(CollectiveKind::kAllReduce, count, dtype, std::move(requests), {},
+                  std::move(scratch));
+  }
+
+  WorkPtr reduce_scatter(const void* input, void* output, std::size_t count_per_rank, DType dtype,
+                         const ReduceScatterOptions& options) override {
+    const char* name = "reduce_scatter";
+    detail::check_buffer(input, count_per_rank, name, "input");
+    detail::check_buffer(output, count_per_rank, name, "output");
+    const bool in_place =
+        detail::is_in_place(input, output, count_per_rank, dtype, world_size_, rank_, name);
+    const int n = checked_int_count(count_per_rank, name);
+    std::vector<MPI_Request> requests;
+    std::function<void()> on_complete;
+    if (count_per_rank > 0) {
+      requests.emplace_back(MPI_REQUEST_NULL);
+      const MPI_Op op = resources_->ops.get(options.op, dtype);
+      if (in_place) {
+        // MPI's in-place form reads the whole buffer and leaves this rank's
+        // result at its start; our contract (NCCL's) wants it at the rank's
+        // slot, so move it there once MPI is done.
+        void* whole = const_cast<void*>(input);
+        MPI_CHECK(MPI_Ireduce_scatter_block(MPI_IN_PLACE, whole, n, detail::mpi_datatype(dtype), op,
+                                            resources_->comm, &requests.back()));
+        if (rank_ != 0) {
+          const std::size_t bytes = count_per_rank * element_size(dtype);
+          on_complete = [whole, output, bytes] { std::memmove(output, whole, bytes); };
+        }
+      } else {
+        MPI_CHECK(MPI_Ireduce_scatter_block(input, output, n, detail::mpi_datatype(dtype), op,
+                                            resources_->comm, &requests.back()));
+      }
+    }
+    return issued(CollectiveKind::kReduceScatter, count_per_rank, dtype, std::move(requests),
+                  std::move(on_complete));
+  }
+
+  WorkPtr all_gather(const void* input, void* output, std::size_t count_per_rank,
+                     DType dtype) override {
+    const char* name = "all_gather";
+    detail::check_buffer(input, count_per_rank, name, "input");
+    detail::check_buffer(output, count_per_rank, name, "output");
+    const bool in_place =
+        detail::is_in_place(output, input, count_per_rank, dtype, world_size_, rank_, name);
+    const int n = checked_int_count(count_per_rank, name);
+    std::vector<MPI_Request> requests;
+    if (count_per_rank > 0) {
+      requests.emplace_back(MPI_REQUEST_NULL);
+      const MPI_Datatype type = detail::mpi_datatype(dtype);
+      // In place, MPI takes this rank's contribution from its slot of output,
+      // exactly where our contract has it.
+      MPI_CHECK(MPI_Iallgather(in_place ? MPI_IN_PLACE : input, in_place ? 0 : n,
+                               in_place ? MPI_DATATYPE_NULL : type, output, n, type,
+                               resources_->comm, &requests.back()));
+    }
+    return issued(CollectiveKind::kAllGather, count_per_rank, dtype, std::move(requests));
+  }
+
+  WorkPtr broadcast(void* data, std::size_t count, DType dtype,
+                    const BroadcastOptions& options) override {
+    detail::check_buffer(data, count, "broadcast", "data");
+    ZERO_CHECK(options.root >= 0 && options.root < world_size_, "broadcast: root ", options.root,
+               " is not a rank of this communicator (world size ", world_size_, ")");
+    std::vector<MPI_Request> requests;
+    for_each_chunk(data, count, dtype, [&](void* chunk, int n) {
+      requests.emplace_back(MPI_REQUEST_NULL);
+      MPI_CHECK(MPI_Ibcast(chunk, n, detail::mpi_datatype(dtype), options.root, resources_->comm,
+                           &requests.back()));
+    });
+    return issued(CollectiveKind::kBroadcast, count, dtype, std::move(requests));
+  }
+
+  WorkPtr barrier() override {
+    std::vector<MPI_Request> requests(1, MPI_REQUEST_NULL);
+    MPI_CHECK(MPI_Ibarrier(resources_->comm, &requests.back()));
+    return issued(CollectiveKind::kBarrier, 0, DType::kFloat32, std::move(requests));
+  }
+
+ private:
+  // Splits [data, data + count) into MPI calls of at most
+  // max_elements_per_call elements (MPI counts are ints).
+  template <typename Issue>
+  void for_each_chunk(void* data, std::size_t count, DType dtype, Issue issue) {
+    const std::size_t step = options_.max_elements_per_call;
+    auto* bytes = static_cast<unsigned char*>(data);
+    for (std::size_t offset = 0; offset < count; offset += step) {
+      const std::size_t n = std::min(step, count - offset);
+      issue(bytes + offset * element_size(dtype), static_cast<int>(n));
+    }
+  }
+
+  int checked_int_count(std::size_t count_per_rank, const char* op) const {
+    detail::checked_mul(count_per_rank, static_cast<std::size_t>(world_size_), op);
+    ZERO_CHECK(count_per_rank <= options_.max_elements_per_call, op, " of ", count_per_rank,
+               " elements per rank is more than one MPI call can carry (",
+               options_.max_elements_per_call,
+               "; MPI counts are ints): split the buffer into smaller buckets "
+               "(e.g. lower reduce_bucket_size / allgather_bucket_size)");
+    return static_cast<int>(count_per_rank);
+  }
+
+  // Counts the op (identically on every rank: count is the same everywhere)
+  // and wraps its requests in a Work.
+  WorkPtr issued(CollectiveKind kind, std::size_t count, DType dtype,
+                 std::vector<MPI_Request> requests, std::function<void()> on_complete = {},
+                 std::shared_ptr<const void> scratch = {}) {
+    count_op(kind, count, dtype);
+    if (requests.empty() && !on_complete) return make_completed_work();
+    std::vector<std::shared_ptr<const void>> keepalive{resources_};
+    if (scratch) keepalive.push_back(std::move(scratch));
+    return std::make_shared<MpiWork>(MpiOpInfo{kind, count, dtype, rank_, world_size_},
+                                     std::move(requests), std::move(keepalive),
+                                     std::move(on_complete));
+  }
+
+  void count_op(CollectiveKind kind, std::size_t n, DType dtype) {
+    count(kind, ring_bytes_sent(kind, n, element_size(dtype), world_size_));
+  }
+
+  MpiCommunicatorOptions options_;
+  std::shared_ptr<MpiResources> resources_;
+  int rank_ = 0;
+  int world_size_ = 1;
+  int local_rank_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_mpi_communicator(const MpiCommunicatorOptions& options) {
+  return std::make_unique<MpiCommunicator>(options);
+}
+
+std::unique_ptr<Communicator> make_mpi_communicator() {
+  return make_mpi_communicator(MpiCommunicatorOptions{});
+}
+
+}  // namespace zero::comm

@@ -1,0 +1,368 @@
+// parse_config: DeepSpeed-style JSON to a validated Config. Each section is
+// read by its own function; the rules that span sections come after, then the
+// batch sizes, so that a type error is reported before a consequence of it.
+#include "zero/config/config.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "batch_size.h"
+#include "section_reader.h"
+#include "value_text.h"
+#include "zero/config/json_error.h"
+#include "zero/core/error.h"
+
+namespace zero::config {
+namespace {
+
+using detail::IntRange;
+using detail::Json;
+using detail::kNonNegative;
+using detail::kNonNegativeReal;
+using detail::kPositive;
+using detail::kPositiveReal;
+using detail::kUnitInterval;
+using detail::ParseContext;
+using detail::RealRange;
+using detail::SectionReader;
+
+constexpr RealRange kBetaRange{0.0, false, 1.0, true};
+constexpr std::string_view kEnabledExample = "{\"enabled\": true}";
+
+void read_fp16(SectionReader& top, Fp16Config& fp16) {
+  SectionReader r(top.context(), "fp16", top.read_object("fp16", kEnabledExample));
+  if (auto v = r.read_bool("enabled")) fp16.enabled = *v;
+  if (auto v = r.read_float("loss_scale", kNonNegativeReal)) fp16.loss_scale = *v;
+  // 2^127 is the largest power of two a float holds.
+  if (auto v = r.read_int32("initial_scale_power", {0, 127})) fp16.initial_scale_power = *v;
+  if (auto v = r.read_int32("loss_scale_window", kPositive)) fp16.loss_scale_window = *v;
+  if (auto v = r.read_int32("hysteresis", kPositive)) fp16.hysteresis = *v;
+  if (auto v = r.read_float("min_loss_scale", kPositiveReal)) fp16.min_loss_scale = *v;
+}
+
+void read_bf16(SectionReader& top, Bf16Config& bf16) {
+  const Json* current = top.read_object("bf16", kEnabledExample);
+  const Json* old = top.read_object("bfloat16", kEnabledExample);
+  if (current && old) {
+    top.fail("bfloat16",
+             "both 'bf16' and 'bfloat16' (DeepSpeed's older name for it) are given; keep 'bf16'");
+  }
+  if (old) {
+    top.context().warn(
+        "'bfloat16' is DeepSpeed's older name for 'bf16'; it is read as 'bf16'.");
+  }
+  SectionReader r(top.context(), old ? "bfloat16" : "bf16", old ? old : current, "bf16");
+  if (auto v = r.read_bool("enabled")) bf16.enabled = *v;
+}
+
+void read_optimizer(SectionReader& top, OptimizerConfig& opt) {
+  const Json* section = top.read_object(
+      "optimizer", "{\"type\": \"AdamW\", \"params\": {\"lr\": 0.001}}");
+  if (!section) return;  // AdamW with the defaults
+  SectionReader r(top.context(), "optimizer", section);
+  auto type = r.read_choice("type", {"Adam", "AdamW", "Adagrad"});
+  if (!type) r.fail("type", "required when 'optimizer' is given: one of \"Adam\", \"AdamW\", \"Adagrad\"");
+  opt.type = *type;
+  SectionReader p(top.context(), "optimizer.params",
+                  r.read_object("params", "{\"lr\": 0.001, \"weight_decay\": 0.01}"));
+
+  // DeepSpeed's CPU Adagrad defaults differ from Adam's.
+  const bool adagrad = opt.is_adagrad();
+  opt.lr = p.read_float("lr", kNonNegativeReal).value_or(adagrad ? 1e-2f : 1e-3f);
+  opt.eps = p.read_float("eps", kPositiveReal).value_or(adagrad ? 1e-10f : 1e-8f);
+  if (auto v = p.read_float("weight_decay", kNonNegativeReal)) opt.weight_decay = *v;
+
+  if (const Json* betas = p.find_unless_auto("betas")) {
+    if (adagrad) {
+      p.note_ignored("betas", "Adagrad has no betas");
+    } else {
+      const std::string expected = "two numbers [beta1, beta2], each " + kBetaRange.describe();
+      if (!betas->is_array() || betas->size() != 2) p.fail_expected("betas", expected, *betas);
+      float b[2];
+      for (std::size_t i = 0; i < 2; ++i) {
+        const Json& e = (*betas)[i];
+        std::string key = "betas[" + std::to_string(i) + "]";
+        if (!e.is_number()) p.fail_expected(key, kBetaRange.describe(), e);
+        auto f = static_cast<float>(std::clamp(e.get<double>(), -1e30, 1e30));
+        if (!kBetaRange.contains(f)) p.fail_expected(key, kBetaRange.describe(), e);
+        b[i] = f;
+      }
+      opt.beta1 = b[0];
+      opt.beta2 = b[1];
+    }
+  }
+
+  auto adam_w_mode = p.read_bool("adam_w_mode");
+  if (adagrad) {
+    if (adam_w_mode) p.note_ignored("adam_w_mode", "it applies to Adam only");
+    opt.adam_w_mode = false;
+  } else if (opt.type == "AdamW") {
+    if (adam_w_mode == false) {
+      p.note_ignored("adam_w_mode",
+                     "type \"AdamW\" always decouples weight decay, as in DeepSpeed");
+    }
+    opt.adam_w_mode = true;
+  } else {
+    opt.adam_w_mode = adam_w_mode.value_or(true);  // DeepSpeed's default: Adam means AdamW
+  }
+
+  auto accumulator = p.read_float("initial_accumulator_value", kNonNegativeReal);
+  if (adagrad) {
+    if (accumulator) opt.initial_accumulator_value = *accumulator;
+  } else if (accumulator) {
+    p.note_ignored("initial_accumulator_value", "it applies to Adagrad only");
+  }
+}
+
+void read_scheduler(SectionReader& top, const OptimizerConfig& opt, SchedulerConfig& sched) {
+  const Json* section = top.read_object(
+      "scheduler", "{\"type\": \"WarmupLR\", \"params\": {\"warmup_num_steps\": 1000}}");
+  if (!section) return;
+  SectionReader r(top.context(), "scheduler", section);
+  auto type = r.read_choice("type", {"WarmupLR", "WarmupDecayLR", "WarmupCosineLR"});
+  if (!type) {
+    r.fail("type", "required when 'scheduler' is given: one of \"WarmupLR\", \"WarmupDecayLR\", "
+                   "\"WarmupCosineLR\"");
+  }
+  sched.type = *type;
+  const bool cosine = sched.type == "WarmupCosineLR";
+  const bool decays = sched.type != "WarmupLR";
+  SectionReader p(top.context(), "scheduler.params",
+                  r.read_object("params", "{\"warmup_num_steps\": 1000}"));
+
+  // Defaults are DeepSpeed's, except warmup_max_lr: the optimizer's lr rather
+  // than a fixed 0.001, so that changing lr alone does what is meant.
+  sched.warmup_num_steps = p.read_int("warmup_num_steps", kNonNegative).value_or(1000);
+  sched.warmup_type = p.read_choice("warmup_type", {"log", "linear"}).value_or("log");
+  sched.warmup_max_lr = p.read_float("warmup_max_lr", kNonNegativeReal).value_or(opt.lr);
+
+  auto min_lr = p.read_float("warmup_min_lr", kNonNegativeReal);
+  auto min_ratio = p.read_float("warmup_min_ratio", kUnitInterval);
+  if (min_ratio && !cosine) {
+    p.note_ignored("warmup_min_ratio", "it applies to WarmupCosineLR (use warmup_min_lr)");
+    min_ratio.reset();
+  }
+  if (min_lr && min_ratio) {
+    p.fail("warmup_min_ratio", "give either warmup_min_lr or warmup_min_ratio, not both");
+  }
+  sched.warmup_min_lr = min_ratio ? *min_ratio * sched.warmup_max_lr : min_lr.value_or(0.0f);
+
+  auto cos_min_ratio = p.read_float("cos_min_ratio", kUnitInterval);
+  if (cosine) {
+    sched.cos_min_ratio = cos_min_ratio.value_or(1e-4f);
+  } else if (cos_min_ratio) {
+    p.note_ignored("cos_min_ratio", "it applies to WarmupCosineLR");
+  }
+
+  auto total = p.read_int("total_num_steps", kPositive);
+  if (decays) {
+    if (!total) {
+      p.fail("total_num_steps", "required by " + sched.type +
+                                    ": the step at which the decay ends (a positive integer)");
+    }
+    sched.total_num_steps = *total;
+    if (sched.total_num_steps < sched.warmup_num_steps) {
+      top.context().warn("'scheduler.params.total_num_steps' (" + std::to_string(*total) +
+                         ") is less than warmup_num_steps (" +
+                         std::to_string(sched.warmup_num_steps) +
+                         "): the learning rate never decays.");
+    }
+  } else if (total) {
+    p.note_ignored("total_num_steps", "WarmupLR keeps the rate constant after warmup");
+  }
+}
+
+void read_offload_optimizer(SectionReader& zero, OffloadOptimizerConfig& off) {
+  SectionReader r(zero.context(), "zero_optimization.offload_optimizer",
+                  zero.read_object("offload_optimizer", "{\"device\": \"cpu\", \"pin_memory\": true}"));
+  if (auto v = r.read_choice("device", {"none", "cpu", "nvme"})) off.device = *v;
+  if (auto v = r.read_bool("pin_memory")) off.pin_memory = *v;
+  if (auto v = r.read_string("nvme_path")) off.nvme_path = *v;
+  if (auto v = r.read_bool("delayed_param_update")) off.delayed_param_update = *v;
+  if (auto v = r.read_int32("delayed_param_update_warmup_steps", kNonNegative)) {
+    off.delayed_param_update_warmup_steps = *v;
+  }
+  if (auto v = r.read_int32("cpu_threads", kNonNegative)) off.cpu_threads = *v;
+}
+
+void read_offload_param(SectionReader& zero, OffloadParamConfig& off) {
+  SectionReader r(zero.context(), "zero_optimization.offload_param",
+                  zero.read_object("offload_param", "{\"device\": \"cpu\"}"));
+  if (auto v = r.read_choice("device", {"none", "cpu", "nvme"})) off.device = *v;
+  if (auto v = r.read_bool("pin_memory")) off.pin_memory = *v;
+  if (auto v = r.read_string("nvme_path")) off.nvme_path = *v;
+}
+
+// DeepSpeed's pre-0.5 spellings of offload, still found in older configs.
+void read_deprecated_offload(SectionReader& z, ZeroOptimizationConfig& zero) {
+  ParseContext& ctx = z.context();
+  if (auto v = z.read_bool("cpu_offload")) {
+    if (z.given("offload_optimizer")) {
+      z.note_ignored("cpu_offload", "'offload_optimizer' is given and takes precedence");
+    } else {
+      ctx.warn("'zero_optimization.cpu_offload' is deprecated in DeepSpeed; it is read as "
+               "offload_optimizer.device \"cpu\" (write \"offload_optimizer\": "
+               "{\"device\": \"cpu\"} instead).");
+      if (*v) zero.offload_optimizer.device = "cpu";
+    }
+  }
+  if (auto v = z.read_bool("cpu_offload_params")) {
+    if (z.given("offload_param")) {
+      z.note_ignored("cpu_offload_params", "'offload_param' is given and takes precedence");
+    } else {
+      ctx.warn("'zero_optimization.cpu_offload_params' is deprecated in DeepSpeed; it is read "
+               "as offload_param.device \"cpu\".");
+      if (*v) zero.offload_param.device = "cpu";
+    }
+  }
+  if (auto v = z.read_bool("cpu_offload_use_pin_memory")) {
+    if (z.given("offload_optimizer") || z.given("offload_param")) {
+      z.note_ignored("cpu_offload_use_pin_memory",
+                     "'offload_optimizer'/'offload_param' are given and take precedence");
+    } else {
+      ctx.warn("'zero_optimization.cpu_offload_use_pin_memory' is deprecated in DeepSpeed; it "
+               "is read as pin_memory of offload_optimizer and offload_param.");
+      zero.offload_optimizer.pin_memory = *v;
+      zero.offload_param.pin_memory = *v;
+    }
+  }
+}
+
+void read_zero_optimization(SectionReader& top, ZeroOptimizationConfig& zero) {
+  SectionReader z(top.context(), "zero_optimization",
+                  top.read_object("zero_optimization", "{\"stage\": 2}"));
+  if (auto v = z.read_int32("stage", {0, 3})) zero.stage = *v;
+  read_offload_optimizer(z, zero.offload_optimizer);
+  read_offload_param(z, zero.offload_param);
+  read_deprecated_offload(z, zero);
+  if (auto v = z.read_bool("overlap_comm")) zero.overlap_comm = *v;
+  if (auto v = z.read_bool("contiguous_gradients")) zero.contiguous_gradients = *v;
+  if (auto v = z.read_int("reduce_bucket_size", kPositive)) zero.reduce_bucket_size = *v;
+  if (auto v = z.read_int("allgather_bucket_size", kPositive)) zero.allgather_bucket_size = *v;
+  if (auto v = z.read_bool("reduce_scatter")) zero.reduce_scatter = *v;
+  if (auto v = z.read_int("stage3_prefetch_bucket_size", kPositive)) {
+    zero.stage3_prefetch_bucket_size = *v;
+  }
+  if (auto v = z.read_int("stage3_param_persistence_threshold", kNonNegative)) {
+    zero.stage3_param_persistence_threshold = *v;
+  }
+  if (auto v = z.read_int("stage3_max_live_parameters", kPositive)) {
+    zero.stage3_max_live_parameters = *v;
+  }
+}
+
+void read_activation_checkpointing(SectionReader& top, ActivationCheckpointingConfig& ac) {
+  SectionReader r(top.context(), "activation_checkpointing",
+                  top.read_object("activation_checkpointing", "{\"partition_activations\": false}"));
+  if (auto v = r.read_bool("partition_activations")) ac.partition_activations = *v;
+  if (auto v = r.read_bool("cpu_checkpointing")) ac.cpu_checkpointing = *v;
+  if (auto v = r.read_bool("contiguous_memory_optimization")) {
+    ac.contiguous_memory_optimization = *v;
+  }
+}
+
+std::string quoted(const std::string& s) { return "\"" + s + "\""; }
+
+// Rules between keys; each message names both keys and the way out.
+void check_combinations(const ParseContext& ctx, const Config& c) {
+  const ZeroOptimizationConfig& z = c.zero_optimization;
+  if (c.fp16.enabled && c.bf16.enabled) {
+    ctx.fail("", "fp16.enabled and bf16.enabled are both true; enable at most one of them");
+  }
+  const auto& oo = z.offload_optimizer;
+  const auto& op = z.offload_param;
+  if (oo.device == "nvme" && oo.nvme_path.empty()) {
+    ctx.fail("zero_optimization.offload_optimizer.nvme_path",
+             "required when offload_optimizer.device is \"nvme\": the directory for the "
+             "optimizer state files");
+  }
+  if (op.device == "nvme" && op.nvme_path.empty()) {
+    ctx.fail("zero_optimization.offload_param.nvme_path",
+             "required when offload_param.device is \"nvme\": the directory for the "
+             "parameter files");
+  }
+  if (oo.device != "none" && z.stage == 0) {
+    ctx.fail("zero_optimization.offload_optimizer.device",
+             "is " + quoted(oo.device) +
+                 " but zero_optimization.stage is 0: ZeRO-Offload needs a partitioned "
+                 "optimizer; set zero_optimization.stage to 1 or 2 (or 3), or set "
+                 "offload_optimizer.device to \"none\"");
+  }
+  if (oo.delayed_param_update && oo.device != "cpu") {
+    ctx.fail("zero_optimization.offload_optimizer.delayed_param_update",
+             "needs offload_optimizer.device \"cpu\" (it overlaps the CPU optimizer step with "
+             "the next step), but the device is " +
+                 quoted(oo.device) +
+                 "; set offload_optimizer.device to \"cpu\" or delayed_param_update to false");
+  }
+  if (op.device != "none" && z.stage != 3) {
+    ctx.fail("zero_optimization.offload_param.device",
+             "is " + quoted(op.device) + " but zero_optimization.stage is " +
+                 std::to_string(z.stage) +
+                 ": parameter offload needs stage 3 (partitioned parameters); set "
+                 "zero_optimization.stage to 3, or offload_param.device to \"none\"");
+  }
+}
+
+}  // namespace
+
+Config parse_config(std::string_view json_text, int world_size, std::string_view source) {
+  ZERO_CHECK(world_size >= 1, source, ": the world size (data-parallel ranks) must be at least 1, got ",
+             world_size);
+  Config c;
+  c.world_size = world_size;
+  Json root = parse_json(json_text, source, &c.warnings);
+  ParseContext ctx(source, &c.warnings);
+  if (!root.is_object()) {
+    ctx.fail("", "expected a JSON object ({...}) at the top level, got " +
+                     detail::describe_value(root));
+  }
+  SectionReader top(ctx, "", &root);
+
+  detail::GivenBatchSizes given;
+  given.train_batch_size = top.read_int("train_batch_size", kPositive);
+  given.micro_batch_per_gpu = top.read_int("train_micro_batch_size_per_gpu", kPositive);
+  given.gradient_accumulation_steps = top.read_int("gradient_accumulation_steps", kPositive);
+  if (auto v = top.read_float("gradient_clipping", kNonNegativeReal)) c.gradient_clipping = *v;
+
+  read_fp16(top, c.fp16);
+  read_bf16(top, c.bf16);
+  read_optimizer(top, c.optimizer);
+  read_scheduler(top, c.optimizer, c.scheduler);
+  read_zero_optimization(top, c.zero_optimization);
+  read_activation_checkpointing(top, c.activation_checkpointing);
+
+  if (auto v = top.read_byte_size("device_memory_limit")) c.device_memory_limit = *v;
+  if (auto v = top.read_int("steps_per_print", kPositive)) c.steps_per_print = *v;
+  if (auto v = top.read_int("seed", IntRange{})) c.seed = *v;
+  if (auto v = top.read_bool("wall_clock_breakdown")) c.wall_clock_breakdown = *v;
+
+  check_combinations(ctx, c);
+
+  detail::BatchSizes batch = detail::resolve_batch_sizes(given, world_size, source);
+  c.train_batch_size = batch.train_batch_size;
+  c.train_micro_batch_size_per_gpu = batch.micro_batch_per_gpu;
+  c.gradient_accumulation_steps = batch.gradient_accumulation_steps;
+  return c;
+}
+
+Config load_config(const std::filesystem::path& path, int world_size) {
+  std::error_code ec;
+  ZERO_CHECK(!std::filesystem::is_directory(path, ec), "cannot read config file '", path.string(),
+             "': it is a directory");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    int err = errno;
+    ZERO_CHECK(false, "cannot read config file '", path.string(), "': ",
+               err ? std::strerror(err) : "cannot open it");
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  ZERO_CHECK(!in.bad(), "cannot read config file '", path.string(), "': read error");
+  return parse_config(text.str(), world_size, path.string());
+}
+
+}  // namespace zero::config

@@ -1,0 +1,102 @@
+// to_json: the resolved Config in DeepSpeed's layout. Written so that
+// parse_config(to_json(c).dump()) gives c back, which the tests and the fuzzer
+// check.
+#include <charconv>
+
+#include "zero/config/config.h"
+
+namespace zero::config {
+namespace {
+
+using nlohmann::json;
+
+// A float as the double with its shortest decimal form, so that reports show
+// 0.001 rather than 0.0010000000474974513; the check keeps the round trip
+// exact should double rounding ever pick a different float.
+double shown(float f) {
+  char buf[32];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, f);
+  double d = 0;
+  std::from_chars(buf, end, d);
+  return static_cast<float>(d) == f ? d : static_cast<double>(f);
+}
+
+json optimizer_json(const OptimizerConfig& o) {
+  json params = {{"lr", shown(o.lr)}, {"eps", shown(o.eps)}, {"weight_decay", shown(o.weight_decay)}};
+  if (o.is_adagrad()) {
+    params["initial_accumulator_value"] = shown(o.initial_accumulator_value);
+  } else {
+    params["betas"] = {shown(o.beta1), shown(o.beta2)};
+    params["adam_w_mode"] = o.adam_w_mode;
+  }
+  return {{"type", o.type}, {"params", params}};
+}
+
+json scheduler_json(const SchedulerConfig& s) {
+  json params = {{"warmup_num_steps", s.warmup_num_steps},
+                 {"warmup_min_lr", shown(s.warmup_min_lr)},
+                 {"warmup_max_lr", shown(s.warmup_max_lr)},
+                 {"warmup_type", s.warmup_type}};
+  if (s.type != "WarmupLR") params["total_num_steps"] = s.total_num_steps;
+  if (s.type == "WarmupCosineLR") params["cos_min_ratio"] = shown(s.cos_min_ratio);
+  return {{"type", s.type}, {"params", params}};
+}
+
+json zero_json(const ZeroOptimizationConfig& z) {
+  const auto& oo = z.offload_optimizer;
+  const auto& op = z.offload_param;
+  return {
+      {"stage", z.stage},
+      {"offload_optimizer",
+       {{"device", oo.device},
+        {"pin_memory", oo.pin_memory},
+        {"nvme_path", oo.nvme_path},
+        {"delayed_param_update", oo.delayed_param_update},
+        {"delayed_param_update_warmup_steps", oo.delayed_param_update_warmup_steps},
+        {"cpu_threads", oo.cpu_threads}}},
+      {"offload_param",
+       {{"device", op.device}, {"pin_memory", op.pin_memory}, {"nvme_path", op.nvme_path}}},
+      {"overlap_comm", z.overlap_comm},
+      {"contiguous_gradients", z.contiguous_gradients},
+      {"reduce_bucket_size", z.reduce_bucket_size},
+      {"allgather_bucket_size", z.allgather_bucket_size},
+      {"reduce_scatter", z.reduce_scatter},
+      {"stage3_prefetch_bucket_size", z.stage3_prefetch_bucket_size},
+      {"stage3_param_persistence_threshold", z.stage3_param_persistence_threshold},
+      {"stage3_max_live_parameters", z.stage3_max_live_parameters},
+  };
+}
+
+}  // namespace
+
+json to_json(const Config& c) {
+  json out = {
+      {"train_batch_size", c.train_batch_size},
+      {"train_micro_batch_size_per_gpu", c.train_micro_batch_size_per_gpu},
+      {"gradient_accumulation_steps", c.gradient_accumulation_steps},
+      {"gradient_clipping", shown(c.gradient_clipping)},
+      {"fp16",
+       {{"enabled", c.fp16.enabled},
+        {"loss_scale", shown(c.fp16.loss_scale)},
+        {"initial_scale_power", c.fp16.initial_scale_power},
+        {"loss_scale_window", c.fp16.loss_scale_window},
+        {"hysteresis", c.fp16.hysteresis},
+        {"min_loss_scale", shown(c.fp16.min_loss_scale)}}},
+      {"bf16", {{"enabled", c.bf16.enabled}}},
+      {"optimizer", optimizer_json(c.optimizer)},
+      {"zero_optimization", zero_json(c.zero_optimization)},
+      {"activation_checkpointing",
+       {{"partition_activations", c.activation_checkpointing.partition_activations},
+        {"cpu_checkpointing", c.activation_checkpointing.cpu_checkpointing},
+        {"contiguous_memory_optimization",
+         c.activation_checkpointing.contiguous_memory_optimization}}},
+      {"device_memory_limit", c.device_memory_limit},
+      {"steps_per_print", c.steps_per_print},
+      {"seed", c.seed},
+      {"wall_clock_breakdown", c.wall_clock_breakdown},
+  };
+  if (!c.scheduler.type.empty()) out["scheduler"] = scheduler_json(c.scheduler);
+  return out;
+}
+
+}  // namespace zero::config

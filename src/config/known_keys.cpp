@@ -1,0 +1,209 @@
+#include "known_keys.h"
+
+#include <array>
+
+namespace zero::config::detail {
+namespace {
+
+constexpr KeyKind R = KeyKind::kRead;
+constexpr KeyKind I = KeyKind::kIgnored;
+constexpr KeyKind U = KeyKind::kUnsupported;
+
+constexpr std::string_view kMonitoring = "it configures DeepSpeed's logging and monitoring";
+constexpr std::string_view kMemoryOnly =
+    "it tunes DeepSpeed's memory layout, which zerocpp manages itself";
+
+// docs/config.md lists these too; keep the two in step.
+constexpr KnownKey kKeys[] = {
+    // Top level.
+    {"", "train_batch_size", R},
+    {"", "train_micro_batch_size_per_gpu", R},
+    {"", "gradient_accumulation_steps", R},
+    {"", "gradient_clipping", R},
+    {"", "fp16", R},
+    {"", "bf16", R},
+    {"", "bfloat16", R},  // DeepSpeed's older name for bf16
+    {"", "optimizer", R},
+    {"", "scheduler", R},
+    {"", "zero_optimization", R},
+    {"", "activation_checkpointing", R},
+    {"", "device_memory_limit", R},
+    {"", "steps_per_print", R},
+    {"", "seed", R},
+    {"", "wall_clock_breakdown", R},
+    {"", "zero_allow_untested_optimizer", I, "zerocpp only offers ZeRO-aware optimizers"},
+    {"", "prescale_gradients", I, "gradient pre-scaling is not configurable in zerocpp"},
+    {"", "gradient_predivide_factor", I, "gradient pre-division is not configurable in zerocpp"},
+    {"", "communication_data_type", I, "the communication dtype is not configurable in zerocpp"},
+    {"", "sparse_gradients", I, "zerocpp reduces all gradients densely"},
+    {"", "zero_force_ds_cpu_optimizer", I, "the CPU optimizer is always zerocpp's own"},
+    {"", "disable_allgather", I, "zerocpp chooses its collectives itself"},
+    {"", "dump_state", I, kMonitoring},
+    {"", "memory_breakdown", I, kMonitoring},
+    {"", "flops_profiler", I, kMonitoring},
+    {"", "tensorboard", I, kMonitoring},
+    {"", "wandb", I, kMonitoring},
+    {"", "csv_monitor", I, kMonitoring},
+    {"", "comet", I, kMonitoring},
+    {"", "comms_logger", I, kMonitoring},
+    {"", "timers", I, kMonitoring},
+    {"", "checkpoint", I, "checkpointing is configured separately in zerocpp"},
+    {"", "aio", I, "zerocpp's NVMe tier has its own I/O settings"},
+    {"", "autotuning", I, "zerocpp has no autotuner"},
+    {"", "compile", I, "zerocpp does not use torch.compile"},
+    {"", "amp", U, "Apex AMP", "{\"enabled\": false}"},
+    {"", "torch_autocast", U, "torch autocast", "{\"enabled\": false}"},
+    {"", "data_types", U, "a separate gradient-accumulation dtype"},
+    {"", "elasticity", U, "elastic training", "{\"enabled\": false}"},
+    {"", "pipeline", U, "pipeline parallelism"},
+    {"", "tensor_parallel", U, "tensor parallelism"},
+    {"", "sparse_attention", U, "sparse attention"},
+    {"", "compression_training", U, "compression training"},
+    {"", "data_efficiency", U, "data efficiency", "{\"enabled\": false}"},
+    {"", "curriculum_learning", U, "curriculum learning", "{\"enabled\": false}"},
+    {"", "progressive_layer_drop", U, "progressive layer dropping", "{\"enabled\": false}"},
+    {"", "eigenvalue", U, "eigenvalue computation", "{\"enabled\": false}"},
+    {"", "quantize_training", U, "quantized training", "{\"enabled\": false}"},
+    {"", "hybrid_engine", U, "the hybrid engine", "{\"enabled\": false}"},
+
+    {"fp16", "enabled", R},
+    {"fp16", "loss_scale", R},
+    {"fp16", "initial_scale_power", R},
+    {"fp16", "loss_scale_window", R},
+    {"fp16", "hysteresis", R},
+    {"fp16", "min_loss_scale", R},
+    {"fp16", "auto_cast", I, "the model's forward decides its own casts"},
+    {"fp16", "consecutive_hysteresis", I, "the hysteresis counting is not configurable in zerocpp"},
+    {"fp16", "fp16_master_weights_and_grads", U, "fp16 master weights", "false"},
+
+    {"bf16", "enabled", R},
+    {"bf16", "immediate_grad_update", I, "the gradient update timing is not configurable in zerocpp"},
+    {"bf16", "bf16_master_weights_and_grads", U, "bf16 master weights", "false"},
+    {"bf16", "bf16_optimizer_states", U, "bf16 optimizer states", "false"},
+
+    {"optimizer", "type", R},
+    {"optimizer", "params", R},
+    {"optimizer", "legacy_fusion", I, "zerocpp's optimizers are always fused"},
+    {"optimizer.params", "lr", R},
+    {"optimizer.params", "betas", R},
+    {"optimizer.params", "eps", R},
+    {"optimizer.params", "weight_decay", R},
+    {"optimizer.params", "adam_w_mode", R},
+    {"optimizer.params", "initial_accumulator_value", R},
+    {"optimizer.params", "torch_adam", I, "zerocpp's optimizers are its own"},
+    {"optimizer.params", "fused", I, "zerocpp's optimizers are its own"},
+    {"optimizer.params", "fp32_optimizer_states", I, "zerocpp keeps optimizer states in fp32"},
+    {"optimizer.params", "bias_correction", U, "Adam without bias correction", "true"},
+    {"optimizer.params", "amsgrad", U, "AMSGrad", "false"},
+
+    {"scheduler", "type", R},
+    {"scheduler", "params", R},
+    {"scheduler.params", "warmup_num_steps", R},
+    {"scheduler.params", "total_num_steps", R},
+    {"scheduler.params", "warmup_min_lr", R},
+    {"scheduler.params", "warmup_max_lr", R},
+    {"scheduler.params", "warmup_min_ratio", R},
+    {"scheduler.params", "cos_min_ratio", R},
+    {"scheduler.params", "warmup_type", R},
+    {"scheduler.params", "last_batch_iteration", I, "a resumed run takes the step from its checkpoint"},
+
+    {"zero_optimization", "stage", R},
+    {"zero_optimization", "offload_optimizer", R},
+    {"zero_optimization", "offload_param", R},
+    {"zero_optimization", "overlap_comm", R},
+    {"zero_optimization", "contiguous_gradients", R},
+    {"zero_optimization", "reduce_bucket_size", R},
+    {"zero_optimization", "allgather_bucket_size", R},
+    {"zero_optimization", "reduce_scatter", R},
+    {"zero_optimization", "stage3_prefetch_bucket_size", R},
+    {"zero_optimization", "stage3_param_persistence_threshold", R},
+    {"zero_optimization", "stage3_max_live_parameters", R},
+    {"zero_optimization", "cpu_offload", R},  // deprecated DeepSpeed spellings
+    {"zero_optimization", "cpu_offload_params", R},
+    {"zero_optimization", "cpu_offload_use_pin_memory", R},
+    {"zero_optimization", "round_robin_gradients", I, kMemoryOnly},
+    {"zero_optimization", "sub_group_size", I, kMemoryOnly},
+    {"zero_optimization", "stage3_max_reuse_distance", I, kMemoryOnly},
+    {"zero_optimization", "memory_efficient_linear", I, kMemoryOnly},
+    {"zero_optimization", "stage3_gather_16bit_weights_on_model_save", I,
+     "zerocpp's checkpoints are consolidated by a separate step"},
+    {"zero_optimization", "stage3_gather_fp16_weights_on_model_save", I,
+     "zerocpp's checkpoints are consolidated by a separate step"},
+    {"zero_optimization", "gather_16bit_weights_on_model_save", I,
+     "zerocpp's checkpoints are consolidated by a separate step"},
+    {"zero_optimization", "allgather_partitions", I, "zerocpp chooses its collectives itself"},
+    {"zero_optimization", "load_from_fp32_weights", I, "checkpoint loading is configured separately in zerocpp"},
+    {"zero_optimization", "elastic_checkpoint", I, "checkpoint resharding is a separate step in zerocpp"},
+    {"zero_optimization", "ignore_unused_parameters", I, "it controls a check in DeepSpeed's Python hooks"},
+    {"zero_optimization", "legacy_stage1", I, "zerocpp has a single stage 1 implementation"},
+    {"zero_optimization", "stage3_module_granularity_threshold", I, kMemoryOnly},
+    {"zero_optimization", "use_multi_rank_bucket_allreduce", I, "zerocpp chooses its collectives itself"},
+    {"zero_optimization", "stage3_use_all_reduce_for_fetch_params", I,
+     "zerocpp chooses its collectives itself"},
+    {"zero_optimization", "pipeline_loading_checkpoint", I, "it applies to pipeline parallelism"},
+    {"zero_optimization", "override_module_apply", I, "it applies to Python modules"},
+    {"zero_optimization", "log_trace_cache_warnings", I, kMonitoring},
+    {"zero_optimization", "zero_hpz_partition_size", U, "ZeRO++ hierarchical partitioning", "1"},
+    {"zero_optimization", "zero_quantized_weights", U, "ZeRO++ quantized weights", "false"},
+    {"zero_optimization", "zero_quantized_nontrainable_weights", U, "ZeRO++ quantized weights", "false"},
+    {"zero_optimization", "zero_quantized_gradients", U, "ZeRO++ quantized gradients", "false"},
+    {"zero_optimization", "zeropp_loco_param", U, "ZeRO++ LoCo", "null"},
+    {"zero_optimization", "mics_shard_size", U, "MiCS", "-1"},
+    {"zero_optimization", "mics_hierarchical_params_gather", U, "MiCS", "false"},
+
+    {"zero_optimization.offload_optimizer", "device", R},
+    {"zero_optimization.offload_optimizer", "pin_memory", R},
+    {"zero_optimization.offload_optimizer", "nvme_path", R},
+    {"zero_optimization.offload_optimizer", "delayed_param_update", R},
+    {"zero_optimization.offload_optimizer", "delayed_param_update_warmup_steps", R},
+    {"zero_optimization.offload_optimizer", "cpu_threads", R},
+    {"zero_optimization.offload_optimizer", "buffer_count", I, "the NVMe tier sizes its own buffers"},
+    {"zero_optimization.offload_optimizer", "pipeline_read", I, "the NVMe tier schedules its own I/O"},
+    {"zero_optimization.offload_optimizer", "pipeline_write", I, "the NVMe tier schedules its own I/O"},
+    {"zero_optimization.offload_optimizer", "pipeline", I, "the NVMe tier schedules its own I/O"},
+    {"zero_optimization.offload_optimizer", "fast_init", I, "it tunes DeepSpeed's NVMe initialisation"},
+    {"zero_optimization.offload_optimizer", "ratio", U, "partial optimizer offload", "1"},
+
+    {"zero_optimization.offload_param", "device", R},
+    {"zero_optimization.offload_param", "pin_memory", R},
+    {"zero_optimization.offload_param", "nvme_path", R},
+    {"zero_optimization.offload_param", "buffer_count", I, "the NVMe tier sizes its own buffers"},
+    {"zero_optimization.offload_param", "buffer_size", I, "the NVMe tier sizes its own buffers"},
+    {"zero_optimization.offload_param", "max_in_cpu", I, "the NVMe tier sizes its own buffers"},
+
+    {"activation_checkpointing", "partition_activations", R},
+    {"activation_checkpointing", "cpu_checkpointing", R},
+    {"activation_checkpointing", "contiguous_memory_optimization", R},
+    {"activation_checkpointing", "number_checkpoints", I, "the model decides where to checkpoint"},
+    {"activation_checkpointing", "synchronize_checkpoint_boundary", I, "it is a profiling aid"},
+    {"activation_checkpointing", "profile", I, kMonitoring},
+};
+
+}  // namespace
+
+std::span<const KnownKey> known_keys() { return kKeys; }
+
+const KnownKey* find_known_key(std::string_view section, std::string_view name) {
+  for (const KnownKey& k : kKeys) {
+    if (k.section == section && k.name == name) return &k;
+  }
+  return nullptr;
+}
+
+std::vector<std::string_view> names_in_section(std::string_view section) {
+  std::vector<std::string_view> out;
+  for (const KnownKey& k : kKeys) {
+    if (k.section == section) out.push_back(k.name);
+  }
+  return out;
+}
+
+std::vector<std::string_view> sections_reading(std::string_view name, std::string_view section) {
+  std::vector<std::string_view> out;
+  for (const KnownKey& k : kKeys) {
+    if (k.kind == KeyKind::kRead && k.name == name && k.section != section) out.push_back(k.section);
+  }
+  return out;
+}
+
+}  // namespace zero::config::detail

@@ -1,0 +1,41 @@
+// Every key zerocpp recognises, per section: the ones it reads, and the
+// DeepSpeed keys it accepts without using them. This table is what the
+// "unknown key" warnings and their suggestions are computed from; the parser
+// asserts that it reads only keys listed here as kRead.
+#pragma once
+
+#include <optional>
+#include <span>
+#include <string_view>
+#include <vector>
+
+namespace zero::config::detail {
+
+enum class KeyKind {
+  kRead,         // parsed into Config
+  kIgnored,      // a DeepSpeed key that does not change training here: a note
+  kUnsupported,  // a DeepSpeed feature zerocpp lacks: a warning, unless the
+                 // value is `neutral` (the feature turned off)
+};
+
+struct KnownKey {
+  std::string_view section;  // "" for the top level, else a dotted path
+  std::string_view name;
+  KeyKind kind;
+  std::string_view why = {};      // for kIgnored / kUnsupported: the reason, a clause
+  std::string_view neutral = {};  // for kUnsupported: JSON of the "off" value
+};
+
+std::span<const KnownKey> known_keys();
+
+// The entry for section.name, or nullptr.
+const KnownKey* find_known_key(std::string_view section, std::string_view name);
+
+// All names known in a section, in table order.
+std::vector<std::string_view> names_in_section(std::string_view section);
+
+// Sections other than `section` that read a key called `name` (for "it
+// belongs under ..." hints).
+std::vector<std::string_view> sections_reading(std::string_view name, std::string_view section);
+
+}  // namespace zero::config::detail

@@ -1,0 +1,551 @@
+#include "zero/engine/engine.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <sstream>
+#include <unordered_set>
+
+#include <ATen/ops/empty.h>
+#include <ATen/ops/linalg_vector_norm.h>
+#include <ATen/ops/zeros.h>
+#include <c10/core/GradMode.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include "zero/core/error.h"
+#include "zero/offload/background_worker.h"
+#include "zero/optim/cpu_adam.h"
+#include "zero/zero/flat_layout.h"
+#include "zero/zero/grad_reducer.h"
+#include "zero/zero/torch_dtype.h"
+
+namespace zero {
+
+using memory::Kind;
+using memory::Tier;
+
+namespace {
+
+// Partitions are padded so that every rank's chunk starts on a 64-byte line.
+constexpr std::size_t kAlignElements = 32;
+
+std::int64_t i64(std::size_t n) { return static_cast<std::int64_t>(n); }
+
+}  // namespace
+
+struct Engine::Impl {
+  Engine& e;
+  std::shared_ptr<torch::nn::Module> module;
+  std::vector<at::Tensor> params;  // trainable, unique, in the module's order
+  FlatLayout layout;
+  int world = 1, rank = 0, shard_rank = 0;
+  int stage = 0;
+  bool offload = false, dpu = false;
+  int dpu_warmup = 0;
+  bool adagrad = false;
+  c10::ScalarType dtype = c10::ScalarType::Float;
+  LossScaler scaler;
+
+  at::Tensor flat_params;                // device, training precision, layout.padded_numel()
+  at::Tensor full_grads;                 // stage 0/1 without offload: device, like flat_params
+  at::Tensor part_grads;                 // stage 2 without offload: device, training precision
+  std::array<at::Tensor, 2> host_grads;  // offload: host fp32 partition (two with DPU)
+  int host_cur = 0;
+  at::Tensor master, exp_avg, exp_avg_sq;  // the rank's partition, fp32
+  at::Tensor staging;                      // offload, half precision: CPU Adam's copy-out
+  std::vector<memory::MemoryLedger::Registration> regs;
+
+  std::unique_ptr<GradReducer> reducer;
+  std::unique_ptr<optim::ThreadPool> pool;
+  std::unique_ptr<offload::BackgroundWorker> worker;
+  bool update_pending = false;
+  std::int64_t micro_step = 0;
+  std::int64_t optimizer_step = 0;  // the optimizer's own step count (bias correction)
+  comm::CommStats comm_at_step_start;
+
+  std::uint64_t offload_bytes = 0;  // D2H + H2D copies since the last step
+
+  explicit Impl(Engine& engine) : e(engine) {}
+
+  // Fires once per backward for each parameter, after autograd has
+  // accumulated its gradient (also for a parameter used twice).
+  struct GradHook : torch::autograd::PostAccumulateGradHook {
+    GradHook(Impl* impl, int index) : impl_(impl), index_(index) {}
+    void operator()(const at::Tensor& p) override { impl_->on_grad(index_, p); }
+    Impl* impl_;
+    int index_;
+  };
+
+  void register_split(Tier tier, Kind kind, std::size_t valid, std::size_t total,
+                      std::size_t elsize, const char* what) {
+    regs.push_back(e.ledger_.add(tier, kind, i64(valid * elsize), what));
+    regs.push_back(e.ledger_.add(tier, Kind::kPadding, i64((total - valid) * elsize), what));
+  }
+
+  std::size_t chunk_flat_offset(const Bucket& b) const {
+    return b.offset + static_cast<std::size_t>(shard_rank) * b.chunk;
+  }
+
+  void on_grad(int index, const at::Tensor& p) {
+    reducer->on_grad(index, p.grad());
+    // The gradient now lives in its bucket; release the tensor at once.
+    p.mutable_grad().reset();
+  }
+
+  // Accumulates this rank's reduced chunk of bucket b into the partition.
+  void consume_chunk(int b, const at::Tensor& chunk) {
+    const Bucket& bucket = layout.buckets()[static_cast<std::size_t>(b)];
+    if (offload) {
+      host_grads[host_cur]
+          .narrow(0, i64(bucket.partition_offset), i64(bucket.chunk))
+          .add_(chunk.to(at::kFloat));
+      offload_bytes += bucket.chunk * chunk.element_size();  // D2H
+    } else {
+      part_grads.narrow(0, i64(bucket.partition_offset), i64(bucket.chunk)).add_(chunk);
+    }
+  }
+
+  // The gradient of this rank's chunk of bucket b, as the optimizer reads it.
+  at::Tensor grad_chunk(const Bucket& b, int host_index) const {
+    if (offload) return host_grads[host_index].narrow(0, i64(b.partition_offset), i64(b.chunk));
+    if (full_grads.defined()) return full_grads.narrow(0, i64(chunk_flat_offset(b)), i64(b.chunk));
+    return part_grads.narrow(0, i64(b.partition_offset), i64(b.chunk));
+  }
+
+  void zero_grads(int host_index) {
+    if (offload) host_grads[host_index].zero_();
+    if (full_grads.defined()) full_grads.zero_();
+    if (part_grads.defined()) part_grads.zero_();
+  }
+
+  // Squared L2 norm of this rank's (summed, still scaled) gradient partition;
+  // inf or NaN when any element is not finite.
+  double local_grad_sq_norm(int host_index) const {
+    double sq = 0.0;
+    for (const Bucket& b : layout.buckets()) {
+      const float n = at::linalg_vector_norm(grad_chunk(b, host_index), 2, c10::nullopt, false,
+                                             at::kFloat)
+                          .item<float>();
+      sq += static_cast<double>(n) * n;
+    }
+    return sq;
+  }
+
+  // The optimizer on this rank's partition; runs on the main thread or on
+  // the DPU worker. No collectives in here.
+  void run_optimizer(int host_index, float grad_scale, float lr, std::int64_t step) {
+    const config::OptimizerConfig& o = e.config_.optimizer;
+    for (const Bucket& b : layout.buckets()) {
+      at::Tensor g = grad_chunk(b, host_index);
+      const std::size_t po = b.partition_offset;
+      void* half_out = nullptr;
+      if (dtype != at::kFloat) {
+        half_out = offload ? static_cast<char*>(staging.data_ptr()) + po * staging.element_size()
+                           : static_cast<char*>(flat_params.data_ptr()) +
+                                 chunk_flat_offset(b) * flat_params.element_size();
+      }
+      float* p = master.data_ptr<float>() + po;
+      if (adagrad) {
+        optim::AdagradHyper h;
+        h.lr = lr;
+        h.eps = o.eps;
+        h.weight_decay = o.weight_decay;
+        h.step = step;
+        optim::AdagradBuffers buf{p, g.data_ptr(), to_dtype(g.scalar_type()),
+                                  exp_avg.data_ptr<float>() + po, b.chunk, grad_scale, half_out,
+                                  to_dtype(dtype)};
+        optim::adagrad_step(h, buf, pool.get());
+      } else {
+        optim::AdamHyper h;
+        h.lr = lr;
+        h.beta1 = o.beta1;
+        h.beta2 = o.beta2;
+        h.eps = o.eps;
+        h.weight_decay = o.weight_decay;
+        h.decoupled_weight_decay = o.decoupled_weight_decay();
+        h.step = step;
+        optim::AdamBuffers buf;
+        buf.params = p;
+        buf.grads = g.data_ptr();
+        buf.grad_dtype = to_dtype(g.scalar_type());
+        buf.exp_avg = exp_avg.data_ptr<float>() + po;
+        buf.exp_avg_sq = exp_avg_sq.data_ptr<float>() + po;
+        buf.n = b.chunk;
+        buf.grad_scale = grad_scale;
+        buf.half_out = half_out;
+        buf.half_dtype = to_dtype(dtype);
+        optim::adam_step(h, buf, pool.get());
+      }
+    }
+  }
+
+  // Brings the updated partition to the model: offload copies the half
+  // partition host -> device, then the chunks are all-gathered (stage >= 1).
+  void apply_update() {
+    for (const Bucket& b : layout.buckets()) {
+      at::Tensor dst = flat_params.narrow(0, i64(chunk_flat_offset(b)), i64(b.chunk));
+      if (dtype == at::kFloat) {
+        dst.copy_(master.narrow(0, i64(b.partition_offset), i64(b.chunk)));
+      } else if (offload) {
+        dst.copy_(staging.narrow(0, i64(b.partition_offset), i64(b.chunk)));
+      }
+      if (offload) offload_bytes += b.chunk * flat_params.element_size();  // H2D
+    }
+    if (layout.shard_world() > 1) {
+      std::vector<comm::WorkPtr> works;
+      for (const Bucket& b : layout.buckets()) {
+        auto* base = static_cast<char*>(flat_params.data_ptr()) + b.offset * flat_params.element_size();
+        auto* mine = base + static_cast<std::size_t>(rank) * b.chunk * flat_params.element_size();
+        works.push_back(e.comm_.all_gather(mine, base, b.chunk, to_dtype(dtype)));
+      }
+      for (auto& w : works) w->wait();
+    }
+  }
+};
+
+Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
+               comm::Communicator& comm)
+    : impl_(std::make_unique<Impl>(*this)), config_(std::move(config)), comm_(comm) {
+  Impl& m = *impl_;
+  ZERO_CHECK(module != nullptr, "zero::Engine needs a module, got a null pointer");
+  m.module = std::move(module);
+  m.world = comm_.world_size();
+  m.rank = comm_.rank();
+  const auto& z = config_.zero_optimization;
+  m.stage = z.stage;
+  ZERO_CHECK(m.stage <= 2, "zero_optimization.stage=", m.stage,
+             " is not available in this build of the engine: use stage 0, 1 or 2");
+  m.offload = z.offload_optimizer.device == "cpu";
+  ZERO_CHECK(z.offload_optimizer.device != "nvme",
+             "offload_optimizer.device=\"nvme\" is not available yet: use \"cpu\" or \"none\"");
+  ZERO_CHECK(!m.offload || m.stage >= 1,
+             "offload_optimizer.device=\"cpu\" needs zero_optimization.stage 1 or 2 (ZeRO-Offload "
+             "offloads the rank's optimizer partition)");
+  m.dpu = m.offload && z.offload_optimizer.delayed_param_update;
+  m.dpu_warmup = z.offload_optimizer.delayed_param_update_warmup_steps;
+  m.adagrad = config_.optimizer.is_adagrad();
+  m.dtype = config_.bf16.enabled   ? at::kBFloat16
+            : config_.fp16.enabled ? at::kHalf
+                                   : at::kFloat;
+  LossScalerOptions so;
+  if (config_.fp16.enabled) {
+    so.dynamic = config_.fp16.loss_scale == 0.0f;
+    so.static_scale = so.dynamic ? 1.0f : config_.fp16.loss_scale;
+    so.initial_scale_power = config_.fp16.initial_scale_power;
+    so.loss_scale_window = config_.fp16.loss_scale_window;
+    so.hysteresis = config_.fp16.hysteresis;
+    so.min_loss_scale = config_.fp16.min_loss_scale;
+  }
+  m.scaler = LossScaler(so);
+  lr_ = config_.optimizer.lr;
+  ledger_.set_device_limit(config_.device_memory_limit);
+
+  // Trainable parameters, each once (tied weights appear twice in the module).
+  std::unordered_set<const void*> seen;
+  std::int64_t frozen = 0;
+  for (const at::Tensor& p : m.module->parameters(/*recurse=*/true)) {
+    if (!p.requires_grad()) {
+      ++frozen;
+      continue;
+    }
+    if (!seen.insert(p.unsafeGetTensorImpl()).second) continue;
+    ZERO_CHECK(p.scalar_type() == at::kFloat, "parameter ", m.params.size(), " is ",
+               c10::toString(p.scalar_type()),
+               ": give zero::Engine an fp32 module; it makes the bf16/fp16 copy itself");
+    m.params.push_back(p);
+  }
+  ZERO_CHECK(!m.params.empty(), "the module has no trainable parameters (", frozen,
+             " frozen): nothing to train. Check requires_grad on its parameters.");
+  const at::Device device = m.params.front().device();
+
+  std::vector<std::size_t> numels;
+  for (const auto& p : m.params) numels.push_back(static_cast<std::size_t>(p.numel()));
+  const int shard_world = m.stage == 0 ? 1 : m.world;
+  m.shard_rank = m.stage == 0 ? 0 : m.rank;
+  ZERO_CHECK(z.reduce_bucket_size > 0, "zero_optimization.reduce_bucket_size must be positive");
+  m.layout = FlatLayout(numels, static_cast<std::size_t>(z.reduce_bucket_size), m.world,
+                        shard_world, kAlignElements);
+  const FlatLayout& L = m.layout;
+  const std::size_t psi = L.numel(), padded = L.padded_numel();
+  const std::size_t part = L.partition_numel(), part_valid = L.partition_valid(m.shard_rank);
+  const std::size_t es = c10::elementSize(m.dtype);
+  const Tier opt_tier = m.offload ? Tier::kHost : Tier::kDevice;
+
+  at::NoGradGuard no_grad;
+  // fp32 copy of all parameters, identical on every rank (rank 0's values).
+  at::Tensor flat32 = at::zeros({i64(padded)}, at::TensorOptions().dtype(at::kFloat).device(device));
+  for (std::size_t i = 0; i < m.params.size(); ++i) {
+    const ParamSlot& s = L.params()[i];
+    flat32.narrow(0, i64(s.offset), i64(s.numel)).copy_(m.params[i].reshape({-1}));
+  }
+  if (m.world > 1) comm_.broadcast(flat32.data_ptr(), padded, DType::kFloat32)->wait();
+
+  // fp32 master partition and moments.
+  m.regs.push_back(ledger_.add(opt_tier, Kind::kFp32Master, i64(part_valid * 4), "fp32 master weights"));
+  m.regs.push_back(ledger_.add(opt_tier, Kind::kPadding, i64((part - part_valid) * 4), "fp32 master padding"));
+  const int n_moments = m.adagrad ? 1 : 2;
+  m.regs.push_back(ledger_.add(opt_tier, Kind::kMoments, i64(part_valid * 4 * n_moments), "optimizer moments"));
+  m.regs.push_back(ledger_.add(opt_tier, Kind::kPadding, i64((part - part_valid) * 4 * n_moments), "moment padding"));
+  const at::Device opt_device = m.offload ? at::Device(at::kCPU) : device;
+  auto opt32 = at::TensorOptions().dtype(at::kFloat).device(opt_device);
+  m.master = at::empty({i64(part)}, opt32);
+  for (const Bucket& b : L.buckets()) {
+    m.master.narrow(0, i64(b.partition_offset), i64(b.chunk))
+        .copy_(flat32.narrow(0, i64(m.chunk_flat_offset(b)), i64(b.chunk)));
+  }
+  m.exp_avg = at::zeros({i64(part)}, opt32);
+  if (m.adagrad) {
+    m.exp_avg.fill_(config_.optimizer.initial_accumulator_value);
+  } else {
+    m.exp_avg_sq = at::zeros({i64(part)}, opt32);
+  }
+
+  // The model's parameters: views into one flat buffer in the training precision.
+  m.register_split(Tier::kDevice, Kind::kHalfParams, psi, padded, es, "the flat parameter buffer");
+  m.flat_params = m.dtype == at::kFloat ? flat32 : flat32.to(m.dtype);
+  flat32 = at::Tensor();
+  for (std::size_t i = 0; i < m.params.size(); ++i) {
+    const ParamSlot& s = L.params()[i];
+    m.params[i].set_data(m.flat_params.narrow(0, i64(s.offset), i64(s.numel)).view(m.params[i].sizes()));
+    m.params[i].mutable_grad().reset();
+    torch::autograd::impl::set_post_acc_grad_hooks(m.params[i],
+                                                   std::make_unique<Impl::GradHook>(&m, static_cast<int>(i)));
+  }
+  for (at::Tensor b : m.module->buffers(/*recurse=*/true)) {
+    if (b.is_floating_point() && b.scalar_type() != m.dtype) b.set_data(b.to(m.dtype));
+  }
+
+  // Gradients.
+  GradReducer::Options ro;
+  ro.overlap_comm = z.overlap_comm;
+  at::Tensor like = at::empty({0}, m.flat_params.options());
+  if (m.offload || m.stage == 2) {
+    ro.mode = GradReduceMode::kReduceScatter;
+    if (m.offload) {
+      const int copies = m.dpu ? 2 : 1;
+      for (int c = 0; c < copies; ++c) {
+        m.register_split(Tier::kHost, Kind::kGrads, part_valid, part, 4, "the host gradient partition");
+        m.host_grads[c] = at::zeros({i64(part)}, at::TensorOptions().dtype(at::kFloat));
+      }
+      if (m.dtype != at::kFloat) {
+        m.regs.push_back(ledger_.add(Tier::kHost, Kind::kStaging, i64(part * es), "the host parameter staging buffer"));
+        m.staging = at::empty({i64(part)}, at::TensorOptions().dtype(m.dtype));
+      }
+    } else {
+      m.register_split(Tier::kDevice, Kind::kGrads, part_valid, part, es, "the gradient partition");
+      m.part_grads = at::zeros({i64(part)}, m.flat_params.options());
+    }
+  } else {
+    ro.mode = m.stage == 0 ? GradReduceMode::kAllReduceFull : GradReduceMode::kReduceScatterFull;
+    m.register_split(Tier::kDevice, Kind::kGrads, psi, padded, es, "the flat gradient buffer");
+    m.full_grads = at::zeros({i64(padded)}, m.flat_params.options());
+  }
+  m.reducer = std::make_unique<GradReducer>(
+      L, comm_, ledger_, ro, m.full_grads, like,
+      [impl = &m](int b, const at::Tensor& chunk) { impl->consume_chunk(b, chunk); });
+
+  m.pool = std::make_unique<optim::ThreadPool>(z.offload_optimizer.cpu_threads);
+  if (m.dpu) m.worker = std::make_unique<offload::BackgroundWorker>();
+
+  comm_.reset_stats();
+  m.comm_at_step_start = comm_.stats();
+  stats_.loss_scale = m.scaler.scale();
+  stats_.lr = lr_;
+  if (m.rank == 0) {
+    std::fprintf(stderr,
+                 "zerocpp: stage %d, %s, %d rank%s, %zu parameters in %zu bucket%s (%zu frozen), "
+                 "optimizer %s%s%s\n",
+                 m.stage, c10::toString(m.dtype), m.world, m.world == 1 ? "" : "s", psi,
+                 L.buckets().size(), L.buckets().size() == 1 ? "" : "s", static_cast<std::size_t>(frozen),
+                 config_.optimizer.type.c_str(), m.offload ? ", offload cpu" : "",
+                 m.dpu ? (", delayed update after " + std::to_string(m.dpu_warmup) + " steps").c_str() : "");
+  }
+}
+
+Engine::~Engine() {
+  // A pending delayed update is finished (not applied) so that the worker
+  // never outlives the buffers it writes.
+  if (impl_ && impl_->worker) {
+    try {
+      impl_->worker->wait();
+    } catch (...) {
+    }
+  }
+}
+
+c10::ScalarType Engine::dtype() const { return impl_->dtype; }
+std::int64_t Engine::num_parameters() const { return i64(impl_->layout.numel()); }
+
+bool Engine::is_accumulation_boundary() const {
+  return (impl_->micro_step + 1) % config_.gradient_accumulation_steps == 0;
+}
+
+void Engine::backward(const at::Tensor& loss) {
+  Impl& m = *impl_;
+  ZERO_CHECK(loss.defined() && loss.numel() == 1,
+             "engine.backward() needs a scalar loss (the mean over the micro-batch)");
+  ZERO_CHECK(loss.requires_grad(),
+             "the loss does not require grad: was it computed from the engine's module under "
+             "torch::NoGradGuard?");
+  m.reducer->begin_backward(is_accumulation_boundary());
+  const float scale = m.scaler.scale();
+  if (scale != 1.0f) {
+    (loss.to(at::kFloat) * scale).backward();
+  } else {
+    loss.backward();
+  }
+  at::NoGradGuard no_grad;
+  m.reducer->end_backward();
+}
+
+bool Engine::step() {
+  Impl& m = *impl_;
+  const bool boundary = is_accumulation_boundary();
+  ++m.micro_step;
+  if (!boundary) return false;
+  at::NoGradGuard no_grad;
+  if (m.update_pending) {
+    m.worker->wait();
+    m.apply_update();
+    m.update_pending = false;
+  }
+  const int grads_index = m.host_cur;
+  double sq = m.local_grad_sq_norm(grads_index);
+  if (m.layout.shard_world() > 1) {
+    float v = static_cast<float>(sq);
+    comm_.all_reduce(&v, 1, DType::kFloat32)->wait();
+    sq = v;
+  }
+  // Sum over ranks and micro-batches, times the loss scale -> the mean gradient.
+  const double inv = 1.0 / (static_cast<double>(m.world) * config_.gradient_accumulation_steps *
+                            m.scaler.scale());
+  const double norm = std::sqrt(sq) * inv;
+  const bool overflow = !std::isfinite(norm);
+  auto finish_step_stats = [&] {
+    const comm::CommStats now = comm_.stats();
+    for (std::size_t i = 0; i < now.bytes_sent.size(); ++i) {
+      last_step_comm_.bytes_sent[i] = now.bytes_sent[i] - m.comm_at_step_start.bytes_sent[i];
+      last_step_comm_.calls[i] = now.calls[i] - m.comm_at_step_start.calls[i];
+    }
+    m.comm_at_step_start = now;
+    last_step_offload_bytes_ = m.offload_bytes;
+    m.offload_bytes = 0;
+  };
+  stats_.grad_norm = static_cast<float>(norm);
+  if (m.scaler.update(overflow)) {
+    stats_.skipped = m.scaler.skipped_steps();
+    stats_.last_step_skipped = true;
+    stats_.loss_scale = m.scaler.scale();
+    if (m.rank == 0) {
+      std::fprintf(stderr,
+                   "zerocpp: step %lld skipped: non-finite gradient (overflow); loss scale now %g, "
+                   "%lld step(s) skipped so far\n",
+                   static_cast<long long>(stats_.step + 1), m.scaler.scale(),
+                   static_cast<long long>(stats_.skipped));
+    }
+    m.zero_grads(grads_index);
+    finish_step_stats();
+    return false;
+  }
+  double clip = 1.0;
+  if (config_.gradient_clipping > 0.0f) {
+    // torch.nn.utils.clip_grad_norm_: coefficient max_norm / (norm + 1e-6), capped at 1.
+    clip = std::min(1.0, config_.gradient_clipping / (norm + 1e-6));
+  }
+  stats_.clipped_grad_norm = static_cast<float>(norm * clip);
+  const float grad_scale = static_cast<float>(inv * clip);
+  const std::int64_t opt_step = ++m.optimizer_step;
+  const float lr = lr_;
+  if (m.dpu && stats_.step >= m.dpu_warmup) {
+    m.worker->submit([impl = impl_.get(), grads_index, grad_scale, lr, opt_step] {
+      impl->run_optimizer(grads_index, grad_scale, lr, opt_step);
+    });
+    m.update_pending = true;
+    m.host_cur ^= 1;  // the next step's gradients go to the other buffer
+    m.zero_grads(m.host_cur);
+  } else {
+    m.run_optimizer(grads_index, grad_scale, lr, opt_step);
+    m.apply_update();
+    m.zero_grads(grads_index);
+  }
+  ++stats_.step;
+  stats_.last_step_skipped = false;
+  stats_.loss_scale = m.scaler.scale();
+  stats_.lr = lr;
+  finish_step_stats();
+  return true;
+}
+
+void Engine::flush() {
+  Impl& m = *impl_;
+  if (!m.update_pending) return;
+  at::NoGradGuard no_grad;
+  m.worker->wait();
+  m.apply_update();
+  m.update_pending = false;
+}
+
+std::vector<at::Tensor> Engine::gather_master_params() {
+  Impl& m = *impl_;
+  at::NoGradGuard no_grad;
+  if (m.worker) m.worker->wait();
+  const FlatLayout& L = m.layout;
+  at::Tensor full = at::zeros({i64(L.padded_numel())}, at::TensorOptions().dtype(at::kFloat));
+  at::Tensor master = m.master.to(at::kCPU);
+  for (const Bucket& b : L.buckets()) {
+    full.narrow(0, i64(m.chunk_flat_offset(b)), i64(b.chunk))
+        .copy_(master.narrow(0, i64(b.partition_offset), i64(b.chunk)));
+    if (L.shard_world() > 1) {
+      auto* base = static_cast<char*>(full.data_ptr()) + b.offset * 4;
+      comm_.all_gather(base + static_cast<std::size_t>(m.rank) * b.chunk * 4, base, b.chunk,
+                       DType::kFloat32)
+          ->wait();
+    }
+  }
+  std::vector<at::Tensor> out;
+  for (std::size_t i = 0; i < m.params.size(); ++i) {
+    const ParamSlot& s = L.params()[i];
+    out.push_back(full.narrow(0, i64(s.offset), i64(s.numel)).view(m.params[i].sizes()).clone());
+  }
+  return out;
+}
+
+std::string Engine::summary() const {
+  const memory::LedgerSnapshot s = ledger_.snapshot();
+  std::ostringstream os;
+  os << "zerocpp summary (rank " << impl_->rank << " of " << impl_->world << ", stage "
+     << impl_->stage << (impl_->offload ? ", offload cpu" : "") << (impl_->dpu ? ", DPU" : "")
+     << ", " << c10::toString(impl_->dtype) << ", " << num_parameters() << " parameters)\n";
+  for (int t = 0; t < memory::kNumTiers; ++t) {
+    if (s.tier_peak[t] == 0) continue;
+    os << "  " << memory::tier_name(static_cast<Tier>(t)) << ": "
+       << memory::format_bytes(s.tier_current[t]) << " now, "
+       << memory::format_bytes(s.tier_peak[t]) << " peak;";
+    for (int k = 0; k < memory::kNumKinds; ++k) {
+      if (s.peak[t][k] == 0) continue;
+      os << " " << memory::kind_name(static_cast<Kind>(k)) << " "
+         << memory::format_bytes(s.current[t][k]);
+    }
+    os << "\n";
+  }
+  os << "  last step sent " << memory::format_bytes(static_cast<std::int64_t>(last_step_comm_.total_bytes()))
+     << " (";
+  const char* names[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "barrier"};
+  bool first = true;
+  for (std::size_t i = 0; i < 5; ++i) {
+    if (last_step_comm_.calls[i] == 0) continue;
+    os << (first ? "" : ", ") << names[i] << " "
+       << memory::format_bytes(static_cast<std::int64_t>(last_step_comm_.bytes_sent[i]));
+    first = false;
+  }
+  os << ")";
+  if (impl_->offload) {
+    os << ", offload copies " << memory::format_bytes(static_cast<std::int64_t>(last_step_offload_bytes_));
+  }
+  os << "\n  steps " << stats_.step << ", skipped " << stats_.skipped << ", loss scale "
+     << stats_.loss_scale << "\n";
+  return os.str();
+}
+
+}  // namespace zero

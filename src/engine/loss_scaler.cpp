@@ -1,0 +1,33 @@
+#include "zero/engine/loss_scaler.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace zero {
+
+LossScaler::LossScaler(const LossScalerOptions& opts)
+    : opts_(opts),
+      scale_(opts.dynamic ? std::ldexp(1.0f, opts.initial_scale_power) : opts.static_scale),
+      hysteresis_left_(opts.hysteresis) {}
+
+bool LossScaler::update(bool overflow) {
+  if (overflow) {
+    ++skipped_;
+    if (opts_.dynamic) {
+      if (hysteresis_left_ <= 1) {
+        scale_ = std::max(scale_ / 2.0f, opts_.min_loss_scale);
+      } else {
+        --hysteresis_left_;
+      }
+    }
+    last_overflow_iter_ = iter_;
+  } else if (opts_.dynamic && (iter_ - last_overflow_iter_) % opts_.loss_scale_window == 0) {
+    // DeepSpeed counts the window from the last overflow (or from the start).
+    hysteresis_left_ = opts_.hysteresis;
+    scale_ *= 2.0f;
+  }
+  ++iter_;
+  return overflow;
+}
+
+}  // namespace zero

@@ -1,0 +1,121 @@
+#include "zero/models/gpt.h"
+
+#include <ATen/ops/arange.h>
+#include <ATen/ops/cross_entropy_loss.h>
+#include <ATen/ops/gelu.h>
+#include <ATen/ops/scaled_dot_product_attention.h>
+#include <torch/nn/init.h>
+
+#include "zero/core/error.h"
+
+namespace zero::models {
+
+std::int64_t GptConfig::num_parameters() const {
+  const std::int64_t d = n_embd;
+  const std::int64_t block = 2 * d /*ln1*/ + d * 3 * d + 3 * d /*qkv*/ + d * d + d /*proj*/ +
+                             2 * d /*ln2*/ + d * 4 * d + 4 * d /*fc*/ + 4 * d * d + d /*proj*/;
+  return vocab_size * d + block_size * d + n_layer * block + 2 * d;
+}
+
+double GptConfig::flops_per_token(std::int64_t seq_len) const {
+  return 6.0 * static_cast<double>(num_parameters()) +
+         6.0 * static_cast<double>(n_layer * seq_len * n_embd);
+}
+
+std::vector<std::string> gpt_preset_names() {
+  return {"gpt2-tiny", "gpt2-small-test", "gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"};
+}
+
+GptConfig gpt_preset(const std::string& name, std::int64_t vocab_size) {
+  GptConfig c;
+  c.vocab_size = vocab_size;
+  if (name == "gpt2-tiny") {
+    c.n_layer = 2, c.n_head = 2, c.n_embd = 64, c.block_size = 64;
+  } else if (name == "gpt2-small-test") {
+    c.n_layer = 4, c.n_head = 4, c.n_embd = 128, c.block_size = 128;
+  } else if (name == "gpt2") {
+    c.n_layer = 12, c.n_head = 12, c.n_embd = 768, c.block_size = 1024;
+  } else if (name == "gpt2-medium") {
+    c.n_layer = 24, c.n_head = 16, c.n_embd = 1024, c.block_size = 1024;
+  } else if (name == "gpt2-large") {
+    c.n_layer = 36, c.n_head = 20, c.n_embd = 1280, c.block_size = 1024;
+  } else if (name == "gpt2-xl") {
+    c.n_layer = 48, c.n_head = 25, c.n_embd = 1600, c.block_size = 1024;
+  } else {
+    std::string known;
+    for (const auto& n : gpt_preset_names()) known += (known.empty() ? "" : ", ") + n;
+    ZERO_CHECK(false, "unknown model preset '", name, "': use one of ", known,
+               ", or give n_layer/n_head/n_embd/block_size");
+  }
+  return c;
+}
+
+CausalSelfAttention::CausalSelfAttention(const GptConfig& c) : n_head_(c.n_head) {
+  ZERO_CHECK(c.n_embd % c.n_head == 0, "n_embd (", c.n_embd, ") must be a multiple of n_head (",
+             c.n_head, ")");
+  qkv_ = register_module("qkv", torch::nn::Linear(c.n_embd, 3 * c.n_embd));
+  proj_ = register_module("proj", torch::nn::Linear(c.n_embd, c.n_embd));
+}
+
+at::Tensor CausalSelfAttention::forward(const at::Tensor& x) {
+  const auto B = x.size(0), T = x.size(1), C = x.size(2);
+  auto qkv = qkv_->forward(x).view({B, T, 3, n_head_, C / n_head_}).permute({2, 0, 3, 1, 4});
+  at::Tensor y = at::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], /*attn_mask=*/{},
+                                                  /*dropout_p=*/0.0, /*is_causal=*/true);
+  return proj_->forward(y.transpose(1, 2).reshape({B, T, C}));
+}
+
+Block::Block(const GptConfig& c) {
+  ln1_ = register_module("ln1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.n_embd})));
+  attn_ = register_module("attn", std::make_shared<CausalSelfAttention>(c));
+  ln2_ = register_module("ln2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.n_embd})));
+  fc_ = register_module("fc", torch::nn::Linear(c.n_embd, 4 * c.n_embd));
+  proj_ = register_module("proj", torch::nn::Linear(4 * c.n_embd, c.n_embd));
+}
+
+at::Tensor Block::forward(const at::Tensor& x) {
+  at::Tensor h = x + attn_->forward(ln1_->forward(x));
+  return h + proj_->forward(at::gelu(fc_->forward(ln2_->forward(h)), "tanh"));
+}
+
+Gpt::Gpt(const GptConfig& c) : config_(c) {
+  ZERO_CHECK(c.vocab_size > 0 && c.block_size > 0 && c.n_layer > 0 && c.n_head > 0 && c.n_embd > 0,
+             "GPT dimensions must be positive: vocab ", c.vocab_size, ", block_size ", c.block_size,
+             ", n_layer ", c.n_layer, ", n_head ", c.n_head, ", n_embd ", c.n_embd);
+  wte_ = register_module("wte", torch::nn::Embedding(c.vocab_size, c.n_embd));
+  wpe_ = register_module("wpe", torch::nn::Embedding(c.block_size, c.n_embd));
+  for (std::int64_t i = 0; i < c.n_layer; ++i) {
+    blocks_.push_back(register_module("h" + std::to_string(i), std::make_shared<Block>(c)));
+  }
+  ln_f_ = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.n_embd})));
+  // GPT-2's initialisation: N(0, 0.02), residual projections scaled by 1/sqrt(2 * n_layer).
+  torch::NoGradGuard no_grad;
+  for (auto& item : named_parameters()) {
+    const std::string& name = item.key();
+    at::Tensor& p = item.value();
+    if (p.dim() == 2) {
+      const bool residual = name.find("proj.weight") != std::string::npos;
+      p.normal_(0.0, residual ? 0.02 / std::sqrt(2.0 * c.n_layer) : 0.02);
+    } else if (name.find("ln") == std::string::npos) {
+      p.zero_();  // biases
+    }
+  }
+}
+
+at::Tensor Gpt::forward(const at::Tensor& idx) {
+  const auto T = idx.size(1);
+  ZERO_CHECK(T <= config_.block_size, "sequence of ", T, " tokens is longer than the model's block_size ",
+             config_.block_size, ": use a shorter --seq-len or a model with a larger block_size");
+  at::Tensor pos = at::arange(T, idx.options());
+  at::Tensor x = wte_->forward(idx) + wpe_->forward(pos);
+  for (auto& b : blocks_) x = b->forward(x);
+  return ln_f_->forward(x).matmul(wte_->weight.t());  // tied head
+}
+
+at::Tensor Gpt::loss(const at::Tensor& idx, const at::Tensor& targets) {
+  at::Tensor logits = forward(idx);
+  return at::cross_entropy_loss(logits.to(at::kFloat).reshape({-1, config_.vocab_size}),
+                                targets.reshape({-1}));
+}
+
+}  // namespace zero::models

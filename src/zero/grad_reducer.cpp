@@ -1,0 +1,122 @@
+#include "zero/zero/grad_reducer.h"
+
+#include <ATen/ops/zeros.h>
+
+#include "zero/core/error.h"
+#include "zero/zero/torch_dtype.h"
+
+namespace zero {
+
+GradReducer::GradReducer(const FlatLayout& layout, comm::Communicator& comm,
+                         memory::MemoryLedger& ledger, Options opts, at::Tensor full_grads,
+                         const at::Tensor& like, Consumer consume)
+    : layout_(layout),
+      comm_(comm),
+      ledger_(ledger),
+      opts_(opts),
+      full_grads_(std::move(full_grads)),
+      like_(like),
+      consume_(std::move(consume)),
+      pending_(layout.buckets().size(), 0),
+      storage_(layout.buckets().size()),
+      storage_reg_(layout.buckets().size()) {
+  ZERO_INTERNAL_ASSERT(opts_.mode == GradReduceMode::kReduceScatter || full_grads_.defined());
+  ZERO_INTERNAL_ASSERT(opts_.mode != GradReduceMode::kReduceScatter || (like_.defined() && consume_));
+  ZERO_INTERNAL_ASSERT(opts_.max_in_flight >= 1);
+}
+
+void GradReducer::begin_backward(bool reduce) {
+  ZERO_INTERNAL_ASSERT(in_flight_.empty());
+  reducing_ = reduce || opts_.mode == GradReduceMode::kReduceScatter;
+  next_launch_ = 0;
+  for (std::size_t b = 0; b < pending_.size(); ++b) {
+    pending_[b] = static_cast<int>(layout_.buckets()[b].params.size());
+  }
+}
+
+at::Tensor GradReducer::bucket_storage(int b) {
+  const Bucket& bucket = layout_.buckets()[static_cast<std::size_t>(b)];
+  if (opts_.mode != GradReduceMode::kReduceScatter) {
+    return full_grads_.narrow(0, static_cast<std::int64_t>(bucket.offset),
+                              static_cast<std::int64_t>(bucket.padded));
+  }
+  auto& s = storage_[static_cast<std::size_t>(b)];
+  if (!s.defined()) {
+    storage_reg_[static_cast<std::size_t>(b)] = ledger_.add(
+        memory::Tier::kDevice, memory::Kind::kBuckets,
+        static_cast<std::int64_t>(bucket.padded * like_.element_size()), "a gradient bucket");
+    s = at::zeros({static_cast<std::int64_t>(bucket.padded)}, like_.options());
+  }
+  return s;
+}
+
+void GradReducer::on_grad(int param, const at::Tensor& grad) {
+  const ParamSlot& slot = layout_.params()[static_cast<std::size_t>(param)];
+  const Bucket& bucket = layout_.buckets()[static_cast<std::size_t>(slot.bucket)];
+  at::Tensor dst = bucket_storage(slot.bucket)
+                       .narrow(0, static_cast<std::int64_t>(slot.offset - bucket.offset),
+                               static_cast<std::int64_t>(slot.numel));
+  dst.add_(grad.reshape({-1}));
+  int& pending = pending_[static_cast<std::size_t>(slot.bucket)];
+  ZERO_INTERNAL_ASSERT(pending > 0, "parameter ", param, " produced two gradients in one backward");
+  --pending;
+  if (reducing_ && opts_.overlap_comm) {
+    poll();
+    launch_ready();
+  }
+}
+
+void GradReducer::launch_ready() {
+  const int n = static_cast<int>(pending_.size());
+  while (next_launch_ < n && pending_[static_cast<std::size_t>(next_launch_)] == 0) {
+    launch(next_launch_++);
+  }
+}
+
+void GradReducer::launch(int b) {
+  while (static_cast<int>(in_flight_.size()) >= opts_.max_in_flight) finish_oldest();
+  const Bucket& bucket = layout_.buckets()[static_cast<std::size_t>(b)];
+  at::Tensor s = bucket_storage(b);
+  const DType dt = to_dtype(s.scalar_type());
+  comm::WorkPtr work;
+  if (opts_.mode == GradReduceMode::kAllReduceFull) {
+    work = comm_.all_reduce(s.data_ptr(), bucket.padded, dt);
+  } else {
+    // In place: this rank's chunk of the bucket receives the reduced chunk.
+    auto* base = static_cast<char*>(s.data_ptr());
+    void* out = base + static_cast<std::size_t>(comm_.rank()) * bucket.chunk * s.element_size();
+    work = comm_.reduce_scatter(base, out, bucket.chunk, dt);
+  }
+  in_flight_.push_back({b, std::move(work)});
+}
+
+void GradReducer::finish_oldest() {
+  InFlight f = std::move(in_flight_.front());
+  in_flight_.pop_front();
+  f.work->wait();
+  if (opts_.mode == GradReduceMode::kReduceScatter) {
+    const Bucket& bucket = layout_.buckets()[static_cast<std::size_t>(f.bucket)];
+    at::Tensor& s = storage_[static_cast<std::size_t>(f.bucket)];
+    consume_(f.bucket, s.narrow(0, static_cast<std::int64_t>(comm_.rank() * bucket.chunk),
+                                static_cast<std::int64_t>(bucket.chunk)));
+    s = at::Tensor();
+    storage_reg_[static_cast<std::size_t>(f.bucket)].release();
+  }
+}
+
+void GradReducer::poll() {
+  // Non-blocking MPI collectives progress only inside MPI calls: testing the
+  // oldest one from the hook keeps them moving while backward computes.
+  while (!in_flight_.empty() && in_flight_.front().work->is_completed()) finish_oldest();
+}
+
+void GradReducer::end_backward() {
+  if (reducing_) {
+    const int n = static_cast<int>(pending_.size());
+    while (next_launch_ < n) launch(next_launch_++);
+    while (!in_flight_.empty()) finish_oldest();
+  }
+  reducing_ = false;
+}
+
+}  // namespace zero

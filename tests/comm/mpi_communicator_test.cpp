@@ -1,0 +1,415 @@
+// The MPI backend on 1, 2 and 4 ranks (ctest runs this binary under mpirun
+// once per NP). Expected values are closed forms of rank and world size,
+// chosen exactly representable in bf16 and fp16 so that every sum is exact.
+#include "zero/comm/mpi_communicator.h"
+
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "typed_buffer.h"
+#include "zero/comm/communicator.h"
+#include "zero/comm/mpi_check.h"
+#include "zero/core/error.h"
+#include "zero/core/shard.h"
+
+namespace {
+
+using namespace std::chrono_literals;
+using zero::DType;
+using zero::ShardInfo;
+using zero::comm::CollectiveKind;
+using zero::comm::Communicator;
+using zero::comm::ReduceOp;
+using zero::comm::testing::kAllDTypes;
+using zero::comm::testing::TypedBuffer;
+
+constexpr std::size_t kSizes[] = {0, 1, 7, 1000, 1001};
+
+// Element i of rank r for sums: multiples of 1/4 below 4 in magnitude, so
+// every partial sum over up to 4 ranks is exact in bf16 (8 significant bits).
+float f(int r, std::size_t i) {
+  return 0.5f * static_cast<float>(r + 1) + (static_cast<float>(i % 9) - 4.0f) * 0.25f;
+}
+float sum_f(int n, std::size_t i) {
+  return 0.25f * static_cast<float>(n * (n + 1)) +
+         static_cast<float>(n) * (static_cast<float>(i % 9) - 4.0f) * 0.25f;
+}
+// For max: not monotonic in r, so the winner changes with i.
+float g(int r, std::size_t i) {
+  return static_cast<float>((i * 7 + static_cast<std::size_t>(r) * 3) % 11) * 0.5f - 2.0f;
+}
+float max_g(int n, std::size_t i) {
+  float m = g(0, i);
+  for (int r = 1; r < n; ++r) m = std::max(m, g(r, i));
+  return m;
+}
+// What rank r contributes at global index k of a gathered buffer.
+float h(int r, std::size_t k) { return static_cast<float>(r) + static_cast<float>(k % 5) * 0.5f; }
+// What root broadcasts.
+float b(int root, std::size_t i) {
+  return static_cast<float>(root * 2) + static_cast<float>(i % 7) * 0.25f - 1.0f;
+}
+
+std::string trace(DType dtype, std::size_t n) {
+  return std::string(zero::dtype_name(dtype)) + " n=" + std::to_string(n);
+}
+
+class MpiCommunicatorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    comm_ = zero::comm::make_mpi_communicator();
+    r_ = comm_->rank();
+    n_ = comm_->world_size();
+  }
+  // Bytes the last ops added, to compare with the closed forms.
+  std::uint64_t bytes_since(std::uint64_t before) const {
+    return comm_->stats().total_bytes() - before;
+  }
+  std::uint64_t un() const { return static_cast<std::uint64_t>(n_); }
+
+  std::unique_ptr<Communicator> comm_;
+  int r_ = 0;
+  int n_ = 1;
+};
+
+TEST_F(MpiCommunicatorTest, Identity) {
+  int world_rank = -1, world_size = -1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  EXPECT_EQ(r_, world_rank);
+  EXPECT_EQ(n_, world_size);
+  EXPECT_EQ(comm_->backend_name(), "mpi");
+  // ctest runs every rank on this one node.
+  EXPECT_EQ(comm_->local_rank(), r_);
+}
+
+TEST_F(MpiCommunicatorTest, MakeCommunicatorPicksMpiUnderTheLauncher) {
+  EXPECT_EQ(zero::comm::default_backend_name(), "mpi");
+  auto comm = zero::comm::make_communicator();
+  EXPECT_EQ(comm->backend_name(), "mpi");
+  EXPECT_EQ(comm->world_size(), n_);
+}
+
+TEST_F(MpiCommunicatorTest, AllReduceSum) {
+  for (DType dtype : kAllDTypes) {
+    for (std::size_t n : kSizes) {
+      SCOPED_TRACE(trace(dtype, n));
+      TypedBuffer buf(dtype, n);
+      for (std::size_t i = 0; i < n; ++i) buf.set(i, f(r_, i));
+      const auto before = comm_->stats().total_bytes();
+      comm_->all_reduce(buf.data(), n, dtype)->wait();
+      for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(buf.get(i), sum_f(n_, i)) << "i=" << i;
+      EXPECT_EQ(bytes_since(before),
+                2 * (un() - 1) * ((n + un() - 1) / un()) * element_size(dtype));
+    }
+  }
+  EXPECT_EQ(comm_->stats().calls_of(CollectiveKind::kAllReduce),
+            std::size(kAllDTypes) * std::size(kSizes));
+}
+
+TEST_F(MpiCommunicatorTest, AllReduceMax) {
+  for (DType dtype : kAllDTypes) {
+    for (std::size_t n : kSizes) {
+      SCOPED_TRACE(trace(dtype, n));
+      TypedBuffer buf(dtype, n);
+      for (std::size_t i = 0; i < n; ++i) buf.set(i, g(r_, i));
+      comm_->all_reduce(buf.data(), n, dtype, {ReduceOp::kMax})->wait();
+      for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(buf.get(i), max_g(n_, i)) << "i=" << i;
+    }
+  }
+}
+
+TEST_F(MpiCommunicatorTest, AllReduceMaxPropagatesNaNFromAnyRank) {
+  for (DType dtype : kAllDTypes) {
+    SCOPED_TRACE(zero::dtype_name(dtype));
+    TypedBuffer buf(dtype, 4);
+    for (std::size_t i = 0; i < 4; ++i) buf.set(i, g(r_, i));
+    if (r_ == n_ - 1) buf.set(2, std::numeric_limits<float>::quiet_NaN());
+    comm_->all_reduce(buf.data(), 4, dtype, {ReduceOp::kMax})->wait();
+    EXPECT_TRUE(std::isnan(buf.get(2)));
+    EXPECT_EQ(buf.get(3), max_g(n_, 3));
+  }
+}
+
+// Sums that do round must still give every rank the same bits.
+TEST_F(MpiCommunicatorTest, RoundedSixteenBitSumsAgreeOnEveryRank) {
+  constexpr std::size_t n = 1001;
+  for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+    SCOPED_TRACE(zero::dtype_name(dtype));
+    TypedBuffer buf(dtype, n);
+    for (std::size_t i = 0; i < n; ++i)
+      buf.set(i, 1.0f + 0.001f * static_cast<float>(i * (r_ + 3)));
+    comm_->all_reduce(buf.data(), n, dtype)->wait();
+    TypedBuffer everyone(dtype, n * static_cast<std::size_t>(n_));
+    comm_->all_gather(buf.data(), everyone.data(), n, dtype)->wait();
+    for (int q = 0; q < n_; ++q) {
+      for (std::size_t i = 0; i < n; ++i)
+        ASSERT_EQ(everyone.bits(static_cast<std::size_t>(q) * n + i), buf.bits(i))
+            << "rank " << q << " i=" << i;
+    }
+  }
+}
+
+// reduce_scatter of a buffer padded by shard_of: out of place, then in place
+// (output == input + rank * per_rank), for sum and max.
+TEST_F(MpiCommunicatorTest, ReduceScatterPaddedBuffer) {
+  for (DType dtype : kAllDTypes) {
+    for (std::size_t numel : kSizes) {
+      for (bool in_place : {false, true}) {
+        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
+          SCOPED_TRACE(trace(dtype, numel) + (in_place ? " in place" : " out of place") +
+                       (op == ReduceOp::kSum ? " sum" : " max"));
+          const ShardInfo s = zero::shard_of(numel, n_, r_);
+          TypedBuffer input(dtype, s.padded_numel);
+          for (std::size_t i = 0; i < numel; ++i)
+            input.set(i, op == ReduceOp::kSum ? f(r_, i) : g(r_, i));
+          TypedBuffer separate(dtype, s.per_rank);
+          void* output = in_place ? input.at(s.offset) : separate.data();
+          const auto before = comm_->stats().total_bytes();
+          comm_
+              ->reduce_scatter(input.data(), s.per_rank == 0 ? nullptr : output, s.per_rank, dtype,
+                               {op})
+              ->wait();
+          EXPECT_EQ(bytes_since(before), (un() - 1) * s.per_rank * element_size(dtype));
+          const TypedBuffer& result = in_place ? input : separate;
+          const std::size_t base = in_place ? s.offset : 0;
+          for (std::size_t j = 0; j < s.per_rank; ++j) {
+            const std::size_t k = s.offset + j;
+            const float want =
+                k >= numel ? 0.0f : (op == ReduceOp::kSum ? sum_f(n_, k) : max_g(n_, k));
+            ASSERT_EQ(result.get(base + j), want) << "j=" << j;
+          }
+        }
+      }
+    }
+  }
+}
+
+// all_gather of every rank's shard rebuilds the padded buffer: out of place,
+// then in place (input == output + rank * per_rank).
+TEST_F(MpiCommunicatorTest, AllGatherPaddedBuffer) {
+  for (DType dtype : kAllDTypes) {
+    for (std::size_t numel : kSizes) {
+      for (bool in_place : {false, true}) {
+        SCOPED_TRACE(trace(dtype, numel) + (in_place ? " in place" : " out of place"));
+        const ShardInfo s = zero::shard_of(numel, n_, r_);
+        TypedBuffer output(dtype, s.padded_numel);
+        output.fill(-99.0f);  // what other ranks' slots hold before
+        TypedBuffer separate(dtype, s.per_rank);
+        TypedBuffer& shard_owner = in_place ? output : separate;
+        const std::size_t base = in_place ? s.offset : 0;
+        for (std::size_t j = 0; j < s.per_rank; ++j) {
+          shard_owner.set(base + j, j < s.valid ? h(r_, s.offset + j) : 0.0f);
+        }
+        const void* input =
+            s.per_rank == 0 ? nullptr : (in_place ? output.at(s.offset) : separate.data());
+        const auto before = comm_->stats().total_bytes();
+        comm_->all_gather(input, output.data(), s.per_rank, dtype)->wait();
+        EXPECT_EQ(bytes_since(before), (un() - 1) * s.per_rank * element_size(dtype));
+        for (std::size_t k = 0; k < s.padded_numel; ++k) {
+          const int owner = static_cast<int>(k / s.per_rank);
+          ASSERT_EQ(output.get(k), k < numel ? h(owner, k) : 0.0f) << "k=" << k;
+        }
+      }
+    }
+  }
+}
+
+TEST_F(MpiCommunicatorTest, BroadcastFromEveryRoot) {
+  for (DType dtype : kAllDTypes) {
+    for (std::size_t n : kSizes) {
+      for (int root = 0; root < n_; ++root) {
+        SCOPED_TRACE(trace(dtype, n) + " root=" + std::to_string(root));
+        TypedBuffer buf(dtype, n);
+        for (std::size_t i = 0; i < n; ++i) buf.set(i, r_ == root ? b(root, i) : -99.0f);
+        const auto before = comm_->stats().total_bytes();
+        comm_->broadcast(buf.data(), n, dtype, {root})->wait();
+        EXPECT_EQ(bytes_since(before), (un() - 1) * ((n + un() - 1) / un()) * element_size(dtype));
+        for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(buf.get(i), b(root, i)) << "i=" << i;
+      }
+    }
+  }
+}
+
+TEST_F(MpiCommunicatorTest, BarrierCountsACallAndNoBytes) {
+  comm_->barrier()->wait();
+  comm_->barrier()->wait(10s);
+  EXPECT_EQ(comm_->stats().calls_of(CollectiveKind::kBarrier), 2u);
+  EXPECT_EQ(comm_->stats().total_bytes(), 0u);
+  comm_->reset_stats();
+  EXPECT_EQ(comm_->stats().total_calls(), 0u);
+}
+
+TEST_F(MpiCommunicatorTest, StatsFollowTheRingConventionForAZeroStep) {
+  // One "step" of stage 2 on a padded buffer: reduce-scatter + all-gather
+  // of per_rank elements each; ZeRO's 2 (N-1)/N Psi elements, plus padding.
+  const std::size_t psi = 1001;
+  const ShardInfo s = zero::shard_of(psi, n_, r_);
+  TypedBuffer buf(DType::kBFloat16, s.padded_numel);
+  comm_->reduce_scatter(buf.data(), buf.at(s.offset), s.per_rank, DType::kBFloat16)->wait();
+  comm_->all_gather(buf.at(s.offset), buf.data(), s.per_rank, DType::kBFloat16)->wait();
+  EXPECT_EQ(comm_->stats().total_bytes(), 2 * (un() - 1) * (s.padded_numel / un()) * 2);
+  EXPECT_EQ(comm_->stats().total_bytes(),
+            zero::comm::ring_bytes_sent(CollectiveKind::kAllReduce, s.padded_numel, 2, n_));
+}
+
+TEST_F(MpiCommunicatorTest, ManyOpsInFlightWaitedInReverseOrder) {
+  std::vector<TypedBuffer> bufs;
+  std::vector<zero::comm::WorkPtr> works;
+  for (int k = 0; k < 6; ++k) {
+    const DType dtype = kAllDTypes[k % 3];
+    bufs.emplace_back(dtype, 1000 + static_cast<std::size_t>(k));
+  }
+  for (auto& buf : bufs) {
+    for (std::size_t i = 0; i < buf.size(); ++i) buf.set(i, f(r_, i));
+    works.push_back(comm_->all_reduce(buf.data(), buf.size(), buf.dtype()));
+  }
+  for (auto it = works.rbegin(); it != works.rend(); ++it) (*it)->wait();
+  for (auto& buf : bufs) {
+    for (std::size_t i = 0; i < buf.size(); ++i) ASSERT_EQ(buf.get(i), sum_f(n_, i));
+  }
+}
+
+TEST_F(MpiCommunicatorTest, IsCompletedBecomesTrueWhileAnotherThreadWaits) {
+  TypedBuffer buf(DType::kFloat32, 1000);
+  for (std::size_t i = 0; i < buf.size(); ++i) buf.set(i, f(r_, i));
+  auto work = comm_->all_reduce(buf.data(), buf.size(), DType::kFloat32);
+  std::thread waiter([&] { work->wait(); });
+  while (!work->is_completed()) std::this_thread::yield();
+  waiter.join();
+  for (std::size_t i = 0; i < buf.size(); ++i) ASSERT_EQ(buf.get(i), sum_f(n_, i));
+}
+
+TEST_F(MpiCommunicatorTest, DroppedWorkCompletesAndWorkOutlivesItsCommunicator) {
+  TypedBuffer a(DType::kBFloat16, 7), c(DType::kBFloat16, 7);
+  for (std::size_t i = 0; i < 7; ++i) {
+    a.set(i, f(r_, i));
+    c.set(i, f(r_, i));
+  }
+  { auto dropped = comm_->all_reduce(a.data(), 7, DType::kBFloat16); }  // destructor completes it
+  for (std::size_t i = 0; i < 7; ++i) EXPECT_EQ(a.get(i), sum_f(n_, i));
+  auto work = comm_->all_reduce(c.data(), 7, DType::kBFloat16);
+  comm_.reset();
+  work->wait();
+  for (std::size_t i = 0; i < 7; ++i) EXPECT_EQ(c.get(i), sum_f(n_, i));
+}
+
+// Rank 0 enters a barrier the others join only after a sleep: its short wait
+// times out with an error naming the op, and the op stays usable.
+TEST_F(MpiCommunicatorTest, WaitTimesOutAndTheOpCanStillBeWaited) {
+  comm_->barrier()->wait();  // line everyone up
+  if (r_ == 0) {
+    auto work = comm_->barrier();
+    if (n_ > 1) {
+      EXPECT_FALSE(work->is_completed());
+      try {
+        work->wait(20ms);
+        FAIL() << "expected a timeout";
+      } catch (const zero::Error& e) {
+        const std::string what = e.what();
+        EXPECT_NE(what.find("barrier"), std::string::npos) << what;
+        EXPECT_NE(what.find("20 ms"), std::string::npos) << what;
+      }
+    }
+    work->wait(30s);
+    EXPECT_TRUE(work->is_completed());
+  } else {
+    std::this_thread::sleep_for(500ms);
+    comm_->barrier()->wait();
+  }
+}
+
+// Large enough (>= 64 KiB) that on 4 ranks Open MPI's ring is used when the
+// backend stages the input; the result must not depend on it.
+TEST(MpiCommunicatorStaging, LargeAllReduceWithAndWithoutStaging) {
+  for (std::size_t staging_max : {std::size_t{0}, std::size_t{64} << 20}) {
+    zero::comm::MpiCommunicatorOptions options;
+    options.all_reduce_staging_max_bytes = staging_max;
+    auto comm = zero::comm::make_mpi_communicator(options);
+    const int r = comm->rank(), n = comm->world_size();
+    for (DType dtype : kAllDTypes) {
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
+        constexpr std::size_t size = 40000;  // 80 KiB in 16 bits
+        SCOPED_TRACE(trace(dtype, size) + " staging_max=" + std::to_string(staging_max));
+        TypedBuffer buf(dtype, size);
+        for (std::size_t i = 0; i < size; ++i) buf.set(i, op == ReduceOp::kSum ? f(r, i) : g(r, i));
+        comm->all_reduce(buf.data(), size, dtype, {op})->wait();
+        for (std::size_t i = 0; i < size; ++i) {
+          ASSERT_EQ(buf.get(i), op == ReduceOp::kSum ? sum_f(n, i) : max_g(n, i)) << "i=" << i;
+        }
+      }
+    }
+  }
+}
+
+// MPI counts are ints: all_reduce and broadcast split a larger buffer into
+// several MPI calls; reduce_scatter and all_gather refuse it.
+TEST(MpiCommunicatorChunking, SplitsAllReduceAndBroadcast) {
+  auto comm = zero::comm::make_mpi_communicator(
+      zero::comm::MpiCommunicatorOptions{.max_elements_per_call = 3});
+  const int r = comm->rank(), n = comm->world_size();
+  for (DType dtype : kAllDTypes) {
+    for (std::size_t size : kSizes) {
+      SCOPED_TRACE(trace(dtype, size));
+      TypedBuffer buf(dtype, size);
+      for (std::size_t i = 0; i < size; ++i) buf.set(i, f(r, i));
+      comm->all_reduce(buf.data(), size, dtype)->wait();
+      for (std::size_t i = 0; i < size; ++i) ASSERT_EQ(buf.get(i), sum_f(n, i));
+      const int root = n - 1;
+      for (std::size_t i = 0; i < size; ++i) buf.set(i, r == root ? b(root, i) : 0.0f);
+      comm->broadcast(buf.data(), size, dtype, {root})->wait();
+      for (std::size_t i = 0; i < size; ++i) ASSERT_EQ(buf.get(i), b(root, i));
+    }
+  }
+  // One op each, whatever the number of MPI calls.
+  EXPECT_EQ(comm->stats().calls_of(CollectiveKind::kAllReduce),
+            std::size(kAllDTypes) * std::size(kSizes));
+  std::vector<float> in(4 * static_cast<std::size_t>(n)), out(4);
+  try {
+    comm->reduce_scatter(in.data(), out.data(), 4, DType::kFloat32);
+    FAIL() << "expected an error";
+  } catch (const zero::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("smaller buckets"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(comm->all_gather(out.data(), in.data(), 4, DType::kFloat32), zero::Error);
+  comm->all_gather(out.data(), in.data(), 3, DType::kFloat32)->wait();  // still in step
+}
+
+TEST_F(MpiCommunicatorTest, BadArgumentsThrowBeforeAnythingIsSent) {
+  std::vector<float> v(4 * static_cast<std::size_t>(n_) + 4);
+  EXPECT_THROW(comm_->broadcast(v.data(), 4, DType::kFloat32, {n_}), zero::Error);
+  EXPECT_THROW(comm_->broadcast(v.data(), 4, DType::kFloat32, {-1}), zero::Error);
+  EXPECT_THROW(comm_->all_reduce(nullptr, 4, DType::kFloat32), zero::Error);
+  // Overlapping, but not at this rank's slot.
+  EXPECT_THROW(comm_->reduce_scatter(v.data(), v.data() + 4 * r_ + 1, 4, DType::kFloat32),
+               zero::Error);
+  EXPECT_THROW(comm_->all_gather(v.data() + 4 * r_ + 1, v.data(), 4, DType::kFloat32), zero::Error);
+  EXPECT_EQ(comm_->stats().total_calls(), 0u);
+  comm_->barrier()->wait();  // every rank is still in step
+}
+
+TEST(MpiCheck, TurnsAnErrorCodeIntoZeroErrorWithCallAndLocation) {
+  MPI_Comm comm = MPI_COMM_NULL;
+  MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+  int x = 0;
+  try {
+    MPI_CHECK(MPI_Send(&x, -1, MPI_INT, 0, 0, comm));  // a negative count fails locally
+    FAIL() << "expected an error";
+  } catch (const zero::Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("MPI_Send(&x, -1, MPI_INT, 0, 0, comm)"), std::string::npos) << what;
+    EXPECT_NE(what.find("MPI_ERR_COUNT"), std::string::npos) << what;
+    EXPECT_NE(what.find("mpi_communicator_test.cpp:"), std::string::npos) << what;
+  }
+  MPI_Comm_free(&comm);
+}
+
+}  // namespace

@@ -1,0 +1,582 @@
+// parse_config: key names, types, ranges, cross-key rules and warnings.
+#include <cstdio>
+#include <fstream>
+
+#include "config_test_util.h"
+
+namespace {
+
+using zero::config::Config;
+using zero::config::load_config;
+using zero::config::parse_config;
+using zero::config::to_json;
+using zero::config::testing::all_warnings;
+using zero::config::testing::error_of;
+using zero::config::testing::parse;
+
+// The smallest valid config, with `extra` members added at the top level.
+std::string with(std::string_view extra) {
+  return "{\"train_batch_size\": 8" + std::string(extra.empty() ? "" : ", ") + std::string(extra) + "}";
+}
+
+TEST(Config, DefaultsMatchTheHeader) {
+  Config c = parse(with(""));
+  EXPECT_TRUE(c.warnings.empty()) << all_warnings(c);
+  Config want;
+  want.train_batch_size = 8;
+  want.train_micro_batch_size_per_gpu = 8;
+  want.gradient_accumulation_steps = 1;
+  EXPECT_EQ(c, want);
+  EXPECT_EQ(c.optimizer.type, "AdamW");
+  EXPECT_TRUE(c.optimizer.decoupled_weight_decay());
+  EXPECT_EQ(c.zero_optimization.stage, 0);
+  EXPECT_EQ(c.zero_optimization.offload_optimizer.device, "none");
+  EXPECT_EQ(c.scheduler.type, "");
+}
+
+TEST(Config, ReadsADeepSpeedConfig) {
+  Config c = parse(R"({
+    "train_batch_size": 64,
+    "gradient_accumulation_steps": 2,
+    "gradient_clipping": 1.0,
+    "steps_per_print": 100,
+    "wall_clock_breakdown": true,
+    "seed": 1234,
+    "fp16": {"enabled": true, "loss_scale": 0, "initial_scale_power": 12,
+             "loss_scale_window": 500, "hysteresis": 3, "min_loss_scale": 0.5},
+    "optimizer": {"type": "AdamW",
+                  "params": {"lr": 3e-4, "betas": [0.8, 0.95], "eps": 1e-6, "weight_decay": 0.1}},
+    "scheduler": {"type": "WarmupDecayLR",
+                  "params": {"warmup_min_lr": 0, "warmup_max_lr": 3e-4, "warmup_num_steps": 100,
+                             "total_num_steps": 5000, "warmup_type": "linear"}},
+    "zero_optimization": {
+      "stage": 2,
+      "offload_optimizer": {"device": "cpu", "pin_memory": true,
+                            "delayed_param_update": true, "delayed_param_update_warmup_steps": 5,
+                            "cpu_threads": 6},
+      "overlap_comm": false, "contiguous_gradients": false,
+      "reduce_bucket_size": 5e8, "allgather_bucket_size": 200000000, "reduce_scatter": false},
+    "activation_checkpointing": {"partition_activations": true, "cpu_checkpointing": true,
+                                 "contiguous_memory_optimization": true},
+    "device_memory_limit": "40GiB"
+  })", 8);
+  EXPECT_TRUE(c.warnings.empty()) << all_warnings(c);
+  EXPECT_EQ(c.train_micro_batch_size_per_gpu, 4);
+  EXPECT_EQ(c.gradient_clipping, 1.0f);
+  EXPECT_EQ(c.steps_per_print, 100);
+  EXPECT_TRUE(c.wall_clock_breakdown);
+  EXPECT_EQ(c.seed, 1234);
+  EXPECT_TRUE(c.fp16.enabled);
+  EXPECT_EQ(c.fp16.loss_scale, 0.0f);
+  EXPECT_EQ(c.fp16.initial_scale_power, 12);
+  EXPECT_EQ(c.fp16.loss_scale_window, 500);
+  EXPECT_EQ(c.fp16.hysteresis, 3);
+  EXPECT_EQ(c.fp16.min_loss_scale, 0.5f);
+  EXPECT_EQ(c.optimizer.lr, 3e-4f);
+  EXPECT_EQ(c.optimizer.beta1, 0.8f);
+  EXPECT_EQ(c.optimizer.beta2, 0.95f);
+  EXPECT_EQ(c.optimizer.eps, 1e-6f);
+  EXPECT_EQ(c.optimizer.weight_decay, 0.1f);
+  EXPECT_EQ(c.scheduler.type, "WarmupDecayLR");
+  EXPECT_EQ(c.scheduler.warmup_num_steps, 100);
+  EXPECT_EQ(c.scheduler.total_num_steps, 5000);
+  EXPECT_EQ(c.scheduler.warmup_max_lr, 3e-4f);
+  EXPECT_EQ(c.scheduler.warmup_type, "linear");
+  const auto& z = c.zero_optimization;
+  EXPECT_EQ(z.stage, 2);
+  EXPECT_EQ(z.offload_optimizer.device, "cpu");
+  EXPECT_TRUE(z.offload_optimizer.pin_memory);
+  EXPECT_TRUE(z.offload_optimizer.delayed_param_update);
+  EXPECT_EQ(z.offload_optimizer.delayed_param_update_warmup_steps, 5);
+  EXPECT_EQ(z.offload_optimizer.cpu_threads, 6);
+  EXPECT_FALSE(z.overlap_comm);
+  EXPECT_FALSE(z.contiguous_gradients);
+  EXPECT_EQ(z.reduce_bucket_size, 500000000);
+  EXPECT_EQ(z.allgather_bucket_size, 200000000);
+  EXPECT_FALSE(z.reduce_scatter);
+  EXPECT_TRUE(c.activation_checkpointing.partition_activations);
+  EXPECT_TRUE(c.activation_checkpointing.cpu_checkpointing);
+  EXPECT_TRUE(c.activation_checkpointing.contiguous_memory_optimization);
+  EXPECT_EQ(c.device_memory_limit, 40LL << 30);
+}
+
+// --- Unknown and ignored keys ---------------------------------------------
+
+TEST(Config, MisspeltNestedKeyWarnsWithTheFullPathAndASuggestion) {
+  Config c = parse(with(R"("zero_optimization": {"stage": 3, "stage3_prefech_bucket_size": 1000})"));
+  ASSERT_EQ(c.warnings.size(), 1u) << all_warnings(c);
+  EXPECT_EQ(c.warnings[0],
+            "test.json: unknown key 'zero_optimization.stage3_prefech_bucket_size' is ignored; "
+            "did you mean 'stage3_prefetch_bucket_size'?");
+  // The misspelt value was not used.
+  EXPECT_EQ(c.zero_optimization.stage3_prefetch_bucket_size, 50000000);
+}
+
+TEST(Config, MisspeltKeysAtEveryLevel) {
+  Config c = parse(R"({"train_batch_size": 8, "gradient_acumulation_steps": 1,
+                       "optimizer": {"type": "Adam", "params": {"lr": 0.1, "weight_decy": 0.1}},
+                       "fp16": {"enabeld": true}})");
+  std::string w = all_warnings(c);
+  EXPECT_CONTAINS(w, "'gradient_acumulation_steps' is ignored; did you mean 'gradient_accumulation_steps'?");
+  EXPECT_CONTAINS(w, "'optimizer.params.weight_decy' is ignored; did you mean 'weight_decay'?");
+  EXPECT_CONTAINS(w, "'fp16.enabeld' is ignored; did you mean 'enabled'?");
+  EXPECT_FALSE(c.fp16.enabled);
+}
+
+TEST(Config, KeyAtTheWrongLevelSaysWhereItBelongs) {
+  Config c = parse(with(R"("offload_optimizer": {"device": "cpu"})"));
+  ASSERT_EQ(c.warnings.size(), 1u);
+  EXPECT_CONTAINS(c.warnings[0], "unknown key 'offload_optimizer' is ignored; it belongs inside "
+                                 "'zero_optimization' ('zero_optimization.offload_optimizer')");
+  c = parse(with(R"("zero_optimization": {"train_batch_size": 4})"));
+  EXPECT_CONTAINS(all_warnings(c), "it belongs at the top level");
+}
+
+TEST(Config, UnknownKeyWithoutAGuess) {
+  Config c = parse(with(R"("my_private_setting": {"x": 1})"));
+  ASSERT_EQ(c.warnings.size(), 1u);
+  EXPECT_EQ(c.warnings[0], "test.json: unknown key 'my_private_setting' is ignored");
+}
+
+TEST(Config, HarmlessDeepSpeedKeysAreIgnoredWithANote) {
+  Config c = parse(R"({
+    "train_batch_size": 8,
+    "zero_allow_untested_optimizer": true, "prescale_gradients": false,
+    "gradient_predivide_factor": 1.0, "communication_data_type": "fp32",
+    "fp16": {"enabled": true, "auto_cast": false, "consecutive_hysteresis": false},
+    "zero_optimization": {"stage": 2, "round_robin_gradients": true, "sub_group_size": 1e9,
+                          "stage3_gather_16bit_weights_on_model_save": true,
+                          "allgather_partitions": true, "load_from_fp32_weights": true}
+  })");
+  const std::vector<std::string> ignored = {
+      "'zero_allow_untested_optimizer'", "'prescale_gradients'", "'gradient_predivide_factor'",
+      "'communication_data_type'", "'fp16.auto_cast'", "'fp16.consecutive_hysteresis'",
+      "'zero_optimization.round_robin_gradients'", "'zero_optimization.sub_group_size'",
+      "'zero_optimization.stage3_gather_16bit_weights_on_model_save'",
+      "'zero_optimization.allgather_partitions'", "'zero_optimization.load_from_fp32_weights'"};
+  ASSERT_EQ(c.warnings.size(), ignored.size()) << all_warnings(c);
+  for (std::size_t i = 0; i < ignored.size(); ++i) {
+    EXPECT_CONTAINS(c.warnings[i], "test.json: " + ignored[i] + " is a DeepSpeed key that zerocpp ignores: ");
+    EXPECT_EQ(c.warnings[i].back(), '.') << c.warnings[i];
+  }
+  EXPECT_TRUE(c.fp16.enabled);
+  EXPECT_EQ(c.zero_optimization.stage, 2);
+
+  c = parse(with(R"("bf16": {"enabled": true, "immediate_grad_update": true})"));
+  ASSERT_EQ(c.warnings.size(), 1u);
+  EXPECT_CONTAINS(c.warnings[0], "'bf16.immediate_grad_update' is a DeepSpeed key that zerocpp ignores");
+}
+
+TEST(Config, UnsupportedFeaturesWarnUnlessTurnedOff) {
+  Config c = parse(with(R"("amp": {"enabled": true, "opt_level": "O1"})"));
+  ASSERT_EQ(c.warnings.size(), 1u);
+  EXPECT_CONTAINS(c.warnings[0], "'amp' asks for Apex AMP, which zerocpp does not support");
+  c = parse(with(R"("amp": {"enabled": false, "opt_level": "O1"})"));
+  ASSERT_EQ(c.warnings.size(), 1u);
+  EXPECT_CONTAINS(c.warnings[0], "'amp' turns off Apex AMP, which zerocpp does not have; it is ignored.");
+  c = parse(with(R"("zero_optimization": {"zero_hpz_partition_size": 1, "zero_quantized_weights": true})"));
+  ASSERT_EQ(c.warnings.size(), 2u);
+  EXPECT_CONTAINS(c.warnings[0], "turns off ZeRO++ hierarchical partitioning");
+  EXPECT_CONTAINS(c.warnings[1], "asks for ZeRO++ quantized weights");
+}
+
+TEST(Config, AutoValuesMeanNotGivenWithANote) {
+  Config c = parse(with(R"("gradient_clipping": "auto", "fp16": {"enabled": "auto"},
+                           "optimizer": {"type": "AdamW", "params": {"lr": "auto", "weight_decay": "auto",
+                                                                     "betas": "auto"}})"));
+  EXPECT_EQ(c.gradient_clipping, 0.0f);
+  EXPECT_FALSE(c.fp16.enabled);
+  EXPECT_EQ(c.optimizer.lr, 1e-3f);
+  EXPECT_EQ(c.optimizer.beta2, 0.999f);
+  ASSERT_EQ(c.warnings.size(), 5u) << all_warnings(c);
+  EXPECT_CONTAINS(c.warnings[2], "'optimizer.params.lr' is \"auto\", which zerocpp reads as not given");
+  // Strings that are not "auto" stay errors.
+  EXPECT_CONTAINS(error_of(with(R"("gradient_clipping": "1.0")")),
+                  "gradient_clipping: expected a number >= 0, got \"1.0\"");
+}
+
+TEST(Config, NullMeansNotGiven) {
+  Config c = parse(with(R"("gradient_clipping": null, "fp16": null,
+                           "zero_optimization": {"stage": 1, "offload_optimizer": null,
+                                                 "reduce_bucket_size": null})"));
+  EXPECT_TRUE(c.warnings.empty()) << all_warnings(c);
+  EXPECT_EQ(c.zero_optimization.stage, 1);
+  EXPECT_EQ(c.zero_optimization.reduce_bucket_size, 500000000);
+}
+
+TEST(Config, WarningsAreSentencesNamingTheSource) {
+  Config c = parse(with(R"("trian_batch_size": 8, "prescale_gradients": true)"));
+  for (const std::string& w : c.warnings) EXPECT_EQ(w.rfind("test.json: ", 0), 0u) << w;
+}
+
+TEST(Config, DuplicateKeysWarn) {
+  Config c = parse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 1},
+                       "zero_optimization": {"stage": 2}})");
+  EXPECT_EQ(c.zero_optimization.stage, 2);
+  ASSERT_EQ(c.warnings.size(), 1u);
+  EXPECT_CONTAINS(c.warnings[0], "key 'zero_optimization' is given twice");
+}
+
+// --- Types and ranges -------------------------------------------------------
+
+TEST(Config, WrongTypeNamesKeyValueAndExpectation) {
+  EXPECT_EQ(error_of(with(R"("zero_optimization": {"stage": "two"})")),
+            "test.json: zero_optimization.stage: expected an integer 0..3, got \"two\"");
+  EXPECT_EQ(error_of(with(R"("zero_optimization": {"overlap_comm": "yes"})")),
+            "test.json: zero_optimization.overlap_comm: expected true or false, got \"yes\"");
+  EXPECT_EQ(error_of(with(R"("fp16": true)")),
+            "test.json: fp16: expected an object such as {\"enabled\": true}, got true");
+  EXPECT_EQ(error_of(with(R"("zero_optimization": {"offload_optimizer": {"nvme_path": 7}})")),
+            "test.json: zero_optimization.offload_optimizer.nvme_path: expected a string, got 7");
+  EXPECT_EQ(error_of(R"([{"train_batch_size": 8}])"),
+            "test.json: expected a JSON object ({...}) at the top level, got [{\"train_batch_size\": 8}]");
+}
+
+TEST(Config, LongValuesAreCutInMessages) {
+  std::string e = error_of(with("\"zero_optimization\": {\"stage\": \"" + std::string(1000, 'x') + "\"}"));
+  EXPECT_LT(e.size(), 200u) << e;
+  e = error_of(with(R"("zero_optimization": {"stage": [1, 2, 3, 4, 5, 6, [7, [8]]]})"));
+  EXPECT_CONTAINS(e, "got [1, 2, 3, 4, ...]");
+}
+
+TEST(Config, Stage) {
+  for (int stage = 0; stage <= 3; ++stage) {
+    EXPECT_EQ(parse(with("\"zero_optimization\": {\"stage\": " + std::to_string(stage) + "}"))
+                  .zero_optimization.stage,
+              stage);
+  }
+  for (const char* bad : {"4", "-1", "2.5", "true", "[2]"}) {
+    EXPECT_CONTAINS(error_of(with(std::string("\"zero_optimization\": {\"stage\": ") + bad + "}")),
+                    std::string("zero_optimization.stage: expected an integer 0..3, got ") + bad);
+  }
+}
+
+struct RangeCase {
+  const char* extra;
+  const char* message;
+};
+
+TEST(Config, RangesAreChecked) {
+  const RangeCase cases[] = {
+      {R"("optimizer": {"type": "Adam", "params": {"betas": [0.9, 1.0]}})",
+       "optimizer.params.betas[1]: expected a number in [0, 1), got 1.0"},
+      {R"("optimizer": {"type": "Adam", "params": {"betas": [-0.1, 0.9]}})",
+       "optimizer.params.betas[0]: expected a number in [0, 1), got -0.1"},
+      {R"("optimizer": {"type": "Adam", "params": {"betas": [0.9]}})",
+       "optimizer.params.betas: expected two numbers [beta1, beta2], each a number in [0, 1), got [0.9]"},
+      {R"("optimizer": {"type": "Adam", "params": {"betas": ["a", 0.9]}})",
+       "optimizer.params.betas[0]: expected a number in [0, 1), got \"a\""},
+      {R"("optimizer": {"type": "Adam", "params": {"lr": -0.001}})",
+       "optimizer.params.lr: expected a number >= 0, got -0.001"},
+      {R"("optimizer": {"type": "Adam", "params": {"eps": 0}})",
+       "optimizer.params.eps: expected a number > 0, got 0"},
+      {R"("optimizer": {"type": "Adam", "params": {"eps": 1e-50}})",
+       "optimizer.params.eps: expected a number > 0, got 1e-50"},
+      {R"("optimizer": {"type": "Adam", "params": {"weight_decay": -0.01}})",
+       "optimizer.params.weight_decay: expected a number >= 0, got -0.01"},
+      {R"("optimizer": {"type": "Adam", "params": {"lr": 1e39}})",
+       "optimizer.params.lr: expected a number >= 0 that fits a 32-bit float, got 1e+39"},
+      {R"("gradient_clipping": -1)", "gradient_clipping: expected a number >= 0, got -1"},
+      {R"("fp16": {"hysteresis": 0})", "fp16.hysteresis: expected a positive integer"},
+      {R"("fp16": {"loss_scale_window": 0})", "fp16.loss_scale_window: expected a positive integer"},
+      {R"("fp16": {"loss_scale_window": 3000000000})", "fp16.loss_scale_window: expected a positive integer (at most 2147483647), got 3000000000"},
+      {R"("fp16": {"min_loss_scale": 0})", "fp16.min_loss_scale: expected a number > 0, got 0"},
+      {R"("fp16": {"loss_scale": -1})", "fp16.loss_scale: expected a number >= 0, got -1"},
+      {R"("fp16": {"initial_scale_power": 128})", "fp16.initial_scale_power: expected an integer 0..127, got 128"},
+      {R"("zero_optimization": {"reduce_bucket_size": 0})", "zero_optimization.reduce_bucket_size: expected a positive integer, got 0"},
+      {R"("zero_optimization": {"allgather_bucket_size": -5})", "zero_optimization.allgather_bucket_size: expected a positive integer, got -5"},
+      {R"("zero_optimization": {"stage3_prefetch_bucket_size": 0})", "zero_optimization.stage3_prefetch_bucket_size: expected a positive integer"},
+      {R"("zero_optimization": {"stage3_max_live_parameters": 0})", "zero_optimization.stage3_max_live_parameters: expected a positive integer"},
+      {R"("zero_optimization": {"stage3_param_persistence_threshold": -1})", "zero_optimization.stage3_param_persistence_threshold: expected an integer >= 0, got -1"},
+      {R"("zero_optimization": {"reduce_bucket_size": 1e30})", "zero_optimization.reduce_bucket_size: expected a positive integer, got 1e+30"},
+      {R"("zero_optimization": {"reduce_bucket_size": 18446744073709551615})", "zero_optimization.reduce_bucket_size: expected a positive integer, got 18446744073709551615"},
+      {R"("zero_optimization": {"offload_optimizer": {"cpu_threads": -1}})", "zero_optimization.offload_optimizer.cpu_threads: expected an integer >= 0"},
+      {R"("zero_optimization": {"offload_optimizer": {"delayed_param_update_warmup_steps": -1}})", "zero_optimization.offload_optimizer.delayed_param_update_warmup_steps: expected an integer >= 0 (at most 2147483647), got -1"},
+      {R"("steps_per_print": 0)", "steps_per_print: expected a positive integer, got 0"},
+      {R"("device_memory_limit": -1)", "device_memory_limit: expected a byte count >= 0"},
+      {R"("device_memory_limit": "lots")", "device_memory_limit: expected a byte count >= 0: an integer, or a string such as \"2GB\""},
+      {R"("device_memory_limit": "2G")", "device_memory_limit: expected a byte count >= 0: an integer, or a string such as \"2GB\", \"512MiB\" or \"1.5 GiB\" (KB/MB/GB/TB are powers of 1000, KiB/MiB/GiB/TiB of 1024), got \"2G\""},
+  };
+  for (const RangeCase& rc : cases) {
+    std::string e = error_of(with(rc.extra));
+    EXPECT_CONTAINS(e, std::string("test.json: ") + rc.message);
+  }
+}
+
+TEST(Config, BoundaryValuesAreAccepted) {
+  Config c = parse(with(R"("optimizer": {"type": "Adam", "params": {"betas": [0, 0.9999], "lr": 0,
+                                                                    "weight_decay": 0}},
+                           "gradient_clipping": 0, "fp16": {"hysteresis": 1, "loss_scale_window": 1,
+                                                            "initial_scale_power": 0},
+                           "zero_optimization": {"stage3_param_persistence_threshold": 0,
+                                                 "reduce_bucket_size": 1})"));
+  EXPECT_EQ(c.optimizer.beta1, 0.0f);
+  EXPECT_EQ(c.optimizer.lr, 0.0f);
+  EXPECT_EQ(c.fp16.initial_scale_power, 0);
+  EXPECT_EQ(c.zero_optimization.reduce_bucket_size, 1);
+}
+
+TEST(Config, DeviceMemoryLimit) {
+  EXPECT_EQ(parse(with(R"("device_memory_limit": "2GB")")).device_memory_limit, 2000000000);
+  EXPECT_EQ(parse(with(R"("device_memory_limit": "512MiB")")).device_memory_limit, 512LL << 20);
+  EXPECT_EQ(parse(with(R"("device_memory_limit": "1.5 GiB")")).device_memory_limit, 3LL << 29);
+  EXPECT_EQ(parse(with(R"("device_memory_limit": 1073741824)")).device_memory_limit, 1LL << 30);
+  EXPECT_EQ(parse(with(R"("device_memory_limit": 2e9)")).device_memory_limit, 2000000000);
+  EXPECT_EQ(parse(with(R"("device_memory_limit": 0)")).device_memory_limit, 0);
+}
+
+// --- Rules between keys ------------------------------------------------------
+
+TEST(Config, Fp16AndBf16Exclude) {
+  EXPECT_CONTAINS(error_of(with(R"("fp16": {"enabled": true}, "bf16": {"enabled": true})")),
+                  "fp16.enabled and bf16.enabled are both true; enable at most one of them");
+  Config c = parse(with(R"("fp16": {"enabled": false}, "bf16": {"enabled": true})"));
+  EXPECT_TRUE(c.bf16.enabled);
+}
+
+TEST(Config, Bfloat16IsTheOldNameOfBf16) {
+  Config c = parse(with(R"("bfloat16": {"enabled": true})"));
+  EXPECT_TRUE(c.bf16.enabled);
+  ASSERT_EQ(c.warnings.size(), 1u);
+  EXPECT_CONTAINS(c.warnings[0], "'bfloat16' is DeepSpeed's older name for 'bf16'");
+  EXPECT_CONTAINS(error_of(with(R"("bf16": {"enabled": true}, "bfloat16": {"enabled": true})")),
+                  "both 'bf16' and 'bfloat16'");
+  EXPECT_CONTAINS(error_of(with(R"("bfloat16": {"enabled": 1})")),
+                  "bfloat16.enabled: expected true or false, got 1");
+}
+
+TEST(Config, OffloadDevice) {
+  Config c = parse(with(R"("zero_optimization": {"stage": 2, "offload_optimizer": {"device": "CPU"}})"));
+  EXPECT_EQ(c.zero_optimization.offload_optimizer.device, "cpu");
+  EXPECT_CONTAINS(error_of(with(R"("zero_optimization": {"stage": 2, "offload_optimizer": {"device": "gpu"}})")),
+                  "zero_optimization.offload_optimizer.device: expected one of \"none\", \"cpu\", "
+                  "\"nvme\", got \"gpu\"");
+  EXPECT_CONTAINS(error_of(with(R"("zero_optimization": {"stage": 3, "offload_param": {"device": 1}})")),
+                  "zero_optimization.offload_param.device: expected one of \"none\", \"cpu\", \"nvme\", got 1");
+}
+
+TEST(Config, NvmeNeedsAPath) {
+  EXPECT_CONTAINS(error_of(with(R"("zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme"}})")),
+                  "zero_optimization.offload_optimizer.nvme_path: required when "
+                  "offload_optimizer.device is \"nvme\"");
+  EXPECT_CONTAINS(error_of(with(R"("zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": ""}})")),
+                  "zero_optimization.offload_param.nvme_path: required");
+  Config c = parse(with(R"("zero_optimization": {"stage": 3,
+      "offload_optimizer": {"device": "nvme", "nvme_path": "/local_nvme"},
+      "offload_param": {"device": "nvme", "nvme_path": "/local_nvme"}})"));
+  EXPECT_EQ(c.zero_optimization.offload_param.nvme_path, "/local_nvme");
+}
+
+TEST(Config, OffloadNeedsAPartitionedOptimizer) {
+  std::string e = error_of(with(R"("zero_optimization": {"offload_optimizer": {"device": "cpu"}})"));
+  EXPECT_CONTAINS(e, "zero_optimization.offload_optimizer.device: is \"cpu\" but zero_optimization.stage is 0");
+  EXPECT_CONTAINS(e, "set zero_optimization.stage to 1 or 2");
+  for (int stage : {1, 2, 3}) {
+    EXPECT_NO_THROW(parse(with("\"zero_optimization\": {\"stage\": " + std::to_string(stage) +
+                               ", \"offload_optimizer\": {\"device\": \"cpu\"}}")));
+  }
+}
+
+TEST(Config, DelayedParamUpdateNeedsCpuOffload) {
+  std::string e = error_of(with(R"("zero_optimization": {"stage": 2,
+      "offload_optimizer": {"delayed_param_update": true}})"));
+  EXPECT_CONTAINS(e, "zero_optimization.offload_optimizer.delayed_param_update: needs "
+                     "offload_optimizer.device \"cpu\"");
+  EXPECT_CONTAINS(e, "but the device is \"none\"");
+  e = error_of(with(R"("zero_optimization": {"stage": 3,
+      "offload_optimizer": {"device": "nvme", "nvme_path": "/x", "delayed_param_update": true}})"));
+  EXPECT_CONTAINS(e, "but the device is \"nvme\"");
+  Config c = parse(with(R"("zero_optimization": {"stage": 2,
+      "offload_optimizer": {"device": "cpu", "delayed_param_update": true}})"));
+  EXPECT_TRUE(c.zero_optimization.offload_optimizer.delayed_param_update);
+  EXPECT_EQ(c.zero_optimization.offload_optimizer.delayed_param_update_warmup_steps, 10);
+}
+
+TEST(Config, ParamOffloadNeedsStage3) {
+  std::string e = error_of(with(R"("zero_optimization": {"stage": 2, "offload_param": {"device": "cpu"}})"));
+  EXPECT_CONTAINS(e, "zero_optimization.offload_param.device: is \"cpu\" but zero_optimization.stage is 2");
+  EXPECT_CONTAINS(e, "needs stage 3");
+  EXPECT_NO_THROW(parse(with(R"("zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}})")));
+}
+
+TEST(Config, DeprecatedCpuOffloadIsReadAsOffloadOptimizer) {
+  Config c = parse(with(R"("zero_optimization": {"stage": 2, "cpu_offload": true,
+                                                 "cpu_offload_use_pin_memory": true})"));
+  EXPECT_EQ(c.zero_optimization.offload_optimizer.device, "cpu");
+  EXPECT_TRUE(c.zero_optimization.offload_optimizer.pin_memory);
+  EXPECT_CONTAINS(all_warnings(c), "'zero_optimization.cpu_offload' is deprecated");
+  c = parse(with(R"("zero_optimization": {"stage": 2, "cpu_offload": true,
+                                          "offload_optimizer": {"device": "none"}})"));
+  EXPECT_EQ(c.zero_optimization.offload_optimizer.device, "none");
+  EXPECT_CONTAINS(all_warnings(c), "'zero_optimization.cpu_offload' is ignored");
+}
+
+// --- Optimizer and scheduler -------------------------------------------------
+
+TEST(Config, OptimizerTypesAreCaseInsensitive) {
+  auto type_of = [](const char* t) {
+    return parse(with(std::string(R"("optimizer": {"type": ")") + t + "\"}")).optimizer.type;
+  };
+  EXPECT_EQ(type_of("adamw"), "AdamW");
+  EXPECT_EQ(type_of("ADAM"), "Adam");
+  EXPECT_EQ(type_of("Adagrad"), "Adagrad");
+  EXPECT_EQ(type_of("adagrad"), "Adagrad");
+}
+
+TEST(Config, UnsupportedOptimizerListsTheSupported) {
+  EXPECT_CONTAINS(error_of(with(R"("optimizer": {"type": "Lamb"})")),
+                  "optimizer.type: expected one of \"Adam\", \"AdamW\", \"Adagrad\", got \"Lamb\"");
+  EXPECT_CONTAINS(error_of(with(R"("optimizer": {"params": {"lr": 0.1}})")),
+                  "optimizer.type: required when 'optimizer' is given");
+}
+
+TEST(Config, AdamWeightDecayMode) {
+  // DeepSpeed: "Adam" decouples weight decay unless adam_w_mode is false.
+  Config c = parse(with(R"("optimizer": {"type": "Adam"})"));
+  EXPECT_TRUE(c.optimizer.adam_w_mode);
+  EXPECT_TRUE(c.optimizer.decoupled_weight_decay());
+  c = parse(with(R"("optimizer": {"type": "Adam", "params": {"adam_w_mode": false}})"));
+  EXPECT_FALSE(c.optimizer.adam_w_mode);
+  EXPECT_FALSE(c.optimizer.decoupled_weight_decay());
+  // "AdamW" forces it.
+  c = parse(with(R"("optimizer": {"type": "AdamW", "params": {"adam_w_mode": false}})"));
+  EXPECT_TRUE(c.optimizer.adam_w_mode);
+  EXPECT_CONTAINS(all_warnings(c), "'optimizer.params.adam_w_mode' is ignored");
+}
+
+TEST(Config, AdagradDefaultsAndParams) {
+  Config c = parse(with(R"("optimizer": {"type": "Adagrad"})"));
+  EXPECT_EQ(c.optimizer.lr, 1e-2f);
+  EXPECT_EQ(c.optimizer.eps, 1e-10f);
+  EXPECT_FALSE(c.optimizer.adam_w_mode);
+  EXPECT_FALSE(c.optimizer.decoupled_weight_decay());
+  c = parse(with(R"("optimizer": {"type": "Adagrad", "params": {"lr": 0.05,
+      "initial_accumulator_value": 0.1, "betas": [0.9, 0.99]}})"));
+  EXPECT_EQ(c.optimizer.lr, 0.05f);
+  EXPECT_EQ(c.optimizer.initial_accumulator_value, 0.1f);
+  EXPECT_EQ(c.optimizer.beta2, 0.999f);  // not Adagrad's
+  EXPECT_CONTAINS(all_warnings(c), "'optimizer.params.betas' is ignored: Adagrad has no betas.");
+  c = parse(with(R"("optimizer": {"type": "Adam", "params": {"initial_accumulator_value": 0.1}})"));
+  EXPECT_EQ(c.optimizer.initial_accumulator_value, 0.0f);
+  EXPECT_CONTAINS(all_warnings(c), "it applies to Adagrad only");
+}
+
+TEST(Config, WarmupLRDefaults) {
+  Config c = parse(with(R"("optimizer": {"type": "AdamW", "params": {"lr": 0.01}},
+                           "scheduler": {"type": "warmuplr"})"));
+  EXPECT_EQ(c.scheduler.type, "WarmupLR");
+  EXPECT_EQ(c.scheduler.warmup_num_steps, 1000);
+  EXPECT_EQ(c.scheduler.warmup_min_lr, 0.0f);
+  EXPECT_EQ(c.scheduler.warmup_max_lr, 0.01f);
+  EXPECT_EQ(c.scheduler.warmup_type, "log");
+  EXPECT_EQ(c.scheduler.cos_min_ratio, 0.0f);
+  EXPECT_TRUE(c.warnings.empty()) << all_warnings(c);
+}
+
+TEST(Config, DecayingSchedulersNeedTotalSteps) {
+  EXPECT_CONTAINS(error_of(with(R"("scheduler": {"type": "WarmupDecayLR", "params": {}})")),
+                  "scheduler.params.total_num_steps: required by WarmupDecayLR");
+  EXPECT_CONTAINS(error_of(with(R"("scheduler": {"type": "WarmupCosineLR"})")),
+                  "scheduler.params.total_num_steps: required by WarmupCosineLR");
+  Config c = parse(with(R"("scheduler": {"type": "WarmupDecayLR",
+                                         "params": {"total_num_steps": 10, "warmup_num_steps": 20}})"));
+  EXPECT_CONTAINS(all_warnings(c), "the learning rate never decays");
+}
+
+TEST(Config, WarmupCosineLRTakesRatios) {
+  Config c = parse(with(R"("optimizer": {"type": "AdamW", "params": {"lr": 0.5}},
+                           "scheduler": {"type": "WarmupCosineLR",
+                                         "params": {"total_num_steps": 100, "warmup_min_ratio": 0.25,
+                                                    "warmup_num_steps": 10}})"));
+  EXPECT_EQ(c.scheduler.warmup_max_lr, 0.5f);
+  EXPECT_EQ(c.scheduler.warmup_min_lr, 0.125f);
+  EXPECT_EQ(c.scheduler.cos_min_ratio, 1e-4f);
+  EXPECT_EQ(c.scheduler.total_num_steps, 100);
+  EXPECT_CONTAINS(error_of(with(R"("scheduler": {"type": "WarmupCosineLR", "params": {
+      "total_num_steps": 100, "warmup_min_ratio": 0.1, "warmup_min_lr": 0.1}})")),
+                  "give either warmup_min_lr or warmup_min_ratio, not both");
+  EXPECT_CONTAINS(error_of(with(R"("scheduler": {"type": "WarmupCosineLR", "params": {
+      "total_num_steps": 100, "cos_min_ratio": 2}})")),
+                  "scheduler.params.cos_min_ratio: expected a number in [0, 1], got 2");
+}
+
+TEST(Config, UnsupportedSchedulerListsTheSupported) {
+  EXPECT_CONTAINS(error_of(with(R"("scheduler": {"type": "OneCycle"})")),
+                  "scheduler.type: expected one of \"WarmupLR\", \"WarmupDecayLR\", "
+                  "\"WarmupCosineLR\", got \"OneCycle\"");
+  EXPECT_CONTAINS(error_of(with(R"("scheduler": {"type": "WarmupLR", "params": {"warmup_type": "cubic"}})")),
+                  "scheduler.params.warmup_type: expected one of \"log\", \"linear\", got \"cubic\"");
+}
+
+// --- Round trip and files -----------------------------------------------------
+
+TEST(Config, ToJsonRoundTrips) {
+  Config c = parse(R"({
+    "train_micro_batch_size_per_gpu": 3, "gradient_accumulation_steps": 5,
+    "gradient_clipping": 0.7, "bf16": {"enabled": true},
+    "optimizer": {"type": "adam", "params": {"lr": 0.00123, "betas": [0.85, 0.97],
+                                             "adam_w_mode": false, "weight_decay": 0.03}},
+    "scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": 1000,
+                                                       "warmup_min_ratio": 0.1}},
+    "zero_optimization": {"stage": 3, "offload_param": {"device": "cpu", "pin_memory": true},
+                          "offload_optimizer": {"device": "nvme", "nvme_path": "/nvme"},
+                          "stage3_param_persistence_threshold": 0},
+    "device_memory_limit": "3 GiB", "seed": -3
+  })", 2);
+  nlohmann::json j = to_json(c);
+  EXPECT_EQ(j["optimizer"]["params"]["lr"].get<double>(), 0.00123);  // shortest form, not 0.0012300000...
+  EXPECT_EQ(j["train_batch_size"], 30);
+  Config back = parse_config(j.dump(), 2);
+  EXPECT_TRUE(back.warnings.empty()) << all_warnings(back);
+  c.warnings.clear();
+  EXPECT_EQ(back, c) << j.dump(2);
+  // Adagrad and the other schedulers too.
+  c = parse(with(R"("optimizer": {"type": "Adagrad", "params": {"initial_accumulator_value": 0.5}},
+                    "scheduler": {"type": "WarmupDecayLR", "params": {"total_num_steps": 9, "warmup_num_steps": 5}})"));
+  back = parse_config(to_json(c).dump(), 1);
+  EXPECT_TRUE(back.warnings.empty()) << all_warnings(back);
+  c.warnings.clear();
+  EXPECT_EQ(back, c);
+}
+
+TEST(Config, LoadConfigNamesThePath) {
+  const std::string missing = ::testing::TempDir() + "/no_such_dir/ds_config.json";
+  try {
+    load_config(missing, 1);
+    FAIL() << "no error for a missing file";
+  } catch (const zero::Error& e) {
+    EXPECT_CONTAINS(std::string(e.what()), "cannot read config file '" + missing + "'");
+    EXPECT_CONTAINS(std::string(e.what()), "No such file or directory");
+  }
+  try {
+    load_config(::testing::TempDir(), 1);
+    FAIL() << "no error for a directory";
+  } catch (const zero::Error& e) {
+    EXPECT_CONTAINS(std::string(e.what()), "it is a directory");
+  }
+}
+
+TEST(Config, LoadConfigUsesThePathAsSource) {
+  const std::string path = ::testing::TempDir() + "/zero_config_test_load.json";
+  {
+    std::ofstream out(path);
+    out << "{\"train_batch_size\": 16,\n \"trian_batch_size\": 1}\n";
+  }
+  Config c = load_config(path, 4);
+  EXPECT_EQ(c.train_micro_batch_size_per_gpu, 4);
+  ASSERT_EQ(c.warnings.size(), 1u);
+  EXPECT_EQ(c.warnings[0].rfind(path + ": ", 0), 0u) << c.warnings[0];
+  {
+    std::ofstream out(path);
+    out << "{\"train_batch_size\": 16,\n \"x\" 1}\n";
+  }
+  try {
+    load_config(path, 4);
+    FAIL();
+  } catch (const zero::Error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind(path + ":2:6: malformed JSON", 0), 0u) << e.what();
+  }
+  std::remove(path.c_str());
+}
+
+}  // namespace

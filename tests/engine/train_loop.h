@@ -1,0 +1,97 @@
+// A deterministic training loop over a fixed global batch, split over the
+// ranks the way a data-parallel job splits it. Used by the parity, DPU and
+// formula tests.
+#pragma once
+
+#include <vector>
+
+#include <ATen/ops/cross_entropy_loss.h>
+#include <ATen/ops/mse_loss.h>
+#include <ATen/ops/randint.h>
+#include <ATen/ops/randn.h>
+#include <torch/utils.h>
+
+#include "test_models.h"
+#include "zero/comm/communicator.h"
+#include "zero/engine/engine.h"
+
+namespace zero::test {
+
+enum class ModelKind { kMlp, kTransformer };
+constexpr int kGlobalBatch = 16;
+
+struct RunResult {
+  std::vector<float> losses;         // global mean loss per optimizer step
+  std::vector<at::Tensor> params;    // final fp32 master weights
+  std::vector<StepStats> stats;
+};
+
+inline std::shared_ptr<torch::nn::Module> make_model(ModelKind kind) {
+  torch::manual_seed(1234);
+  if (kind == ModelKind::kMlp) return std::make_shared<Mlp>();
+  return std::make_shared<TinyTransformer>();
+}
+
+// The global batch, the same on every rank and (as the parity oracle asks: a
+// fixed global batch) on every step, so that the loss must fall.
+struct GlobalBatch {
+  at::Tensor x, y;
+};
+inline GlobalBatch global_batch(ModelKind kind, int /*step*/) {
+  torch::manual_seed(1000);
+  if (kind == ModelKind::kMlp) {
+    at::Tensor x = at::randn({kGlobalBatch, 16});
+    return {x, at::sin(x.narrow(1, 0, 4) * 2.0) + 0.1 * at::randn({kGlobalBatch, 4})};
+  }
+  at::Tensor idx = at::randint(TinyTransformer::kVocab, {kGlobalBatch, TinyTransformer::kSeq + 1});
+  return {idx.narrow(1, 0, TinyTransformer::kSeq), idx.narrow(1, 1, TinyTransformer::kSeq)};
+}
+
+inline at::Tensor micro_loss(ModelKind kind, torch::nn::Module& model, const at::Tensor& x,
+                             const at::Tensor& y, c10::ScalarType dtype) {
+  if (kind == ModelKind::kMlp) {
+    at::Tensor out = static_cast<Mlp&>(model).forward(x.to(dtype));
+    return at::mse_loss(out.to(at::kFloat), y);
+  }
+  at::Tensor logits = static_cast<TinyTransformer&>(model).forward(x);
+  return at::cross_entropy_loss(logits.to(at::kFloat).reshape({-1, TinyTransformer::kVocab}),
+                                y.reshape({-1}));
+}
+
+// `hook(step, engine)` runs before each optimizer step's micro-batches.
+template <typename Hook>
+RunResult train(ModelKind kind, const config::Config& cfg, comm::Communicator& comm, int steps,
+                Hook&& hook) {
+  auto model = make_model(kind);
+  Engine engine(model, cfg, comm);
+  const int world = comm.world_size(), rank = comm.rank();
+  const int accum = static_cast<int>(cfg.gradient_accumulation_steps);
+  const int micro = static_cast<int>(cfg.train_micro_batch_size_per_gpu);
+  RunResult r;
+  for (int step = 0; step < steps; ++step) {
+    hook(step, engine);
+    GlobalBatch gb = global_batch(kind, step);
+    float loss_sum = 0.0f;
+    for (int j = 0; j < accum; ++j) {
+      const int begin = j * (kGlobalBatch / accum) + rank * micro;
+      at::Tensor loss = micro_loss(kind, *model, gb.x.narrow(0, begin, micro),
+                                   gb.y.narrow(0, begin, micro), engine.dtype());
+      engine.backward(loss);
+      engine.step();
+      loss_sum += loss.item<float>();
+    }
+    comm.all_reduce(&loss_sum, 1, DType::kFloat32)->wait();
+    r.losses.push_back(loss_sum / static_cast<float>(world * accum));
+    r.stats.push_back(engine.stats());
+  }
+  engine.flush();
+  r.params = engine.gather_master_params();
+  return r;
+}
+
+inline RunResult train(ModelKind kind, const config::Config& cfg, comm::Communicator& comm,
+                       int steps) {
+  return train(kind, cfg, comm, steps, [](int, Engine&) {});
+}
+
+}  // namespace zero::test
