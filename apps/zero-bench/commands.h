@@ -1,0 +1,17 @@
+// The subcommands of zero-bench. Each lives in its own file and registers
+// itself on the CLI11 app; main.cpp only lists them.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace zero::bench {
+
+// `zero-bench adam`: CPU Adam against its memory-bandwidth ceiling, LibTorch
+// and DeepSpeed (adam_bench.cpp).
+void add_adam_command(CLI::App& app);
+
+// `zero-bench step`: training step time of a GPT, plain LibTorch loop vs
+// zerocpp's stages, offload and DPU (step_bench.cpp). Run it under mpirun.
+void add_step_command(CLI::App& app);
+
+}  // namespace zero::bench

@@ -1,0 +1,36 @@
+// The per-step scalars of each optimizer, computed once per call in double and
+// rounded to float, the way LibTorch turns its double options into the float
+// scalars its kernels use. The SIMD kernels and the scalar references both
+// take them from here, so they agree on every rounding of the setup.
+#pragma once
+
+#include "zero/optim/adagrad.h"
+#include "zero/optim/adam.h"
+
+namespace zero::optim::detail {
+
+struct AdamScalars {
+  float grad_scale = 1.0f;
+  float l2 = 0.0f;           // Adam (L2): g += l2 * p; 0 for AdamW
+  float decay = 1.0f;        // AdamW: p *= decay = 1 - lr * wd; 1 for Adam
+  float beta1 = 0.0f;
+  float one_minus_beta1 = 0.0f;
+  float beta2 = 0.0f;
+  float one_minus_beta2 = 0.0f;
+  float inv_sqrt_bc2 = 1.0f; // 1 / sqrt(1 - beta2^step): a multiply, not a divide, per element
+  float eps = 0.0f;
+  float step_size = 0.0f;    // lr / (1 - beta1^step)
+};
+
+struct AdagradScalars {
+  float grad_scale = 1.0f;
+  float l2 = 0.0f;           // g += l2 * p (0: off)
+  float clr = 0.0f;          // lr / (1 + (step - 1) * lr_decay)
+  float eps = 0.0f;
+};
+
+// Check the arguments (zero::Error naming the bad one) and derive the scalars.
+AdamScalars adam_scalars(const AdamHyper& hyper, const AdamBuffers& buffers);
+AdagradScalars adagrad_scalars(const AdagradHyper& hyper, const AdagradBuffers& buffers);
+
+}  // namespace zero::optim::detail
