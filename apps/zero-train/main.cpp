@@ -1,0 +1,298 @@
+// zero-train: trains a GPT on a text corpus with zerocpp's engine.
+//
+//   zero-train [--config ds.json] [--model gpt2-tiny] [--steps 300] [corpus paths...]
+//   mpirun -np 4 --bind-to none zero-train --config stage2_offload.json --report r.json
+//
+// Without --config, the embedded default is ZeRO-2 + CPU offload + bf16 with
+// AdamW. Without corpus paths, the English text of Debian's `fortunes`.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include <ATen/ops/from_blob.h>
+#include <ATen/ops/multinomial.h>
+#include <ATen/ops/softmax.h>
+#include <ATen/ops/stack.h>
+#include <CLI/CLI.hpp>
+#include <c10/core/GradMode.h>
+#include <torch/utils.h>
+
+#include "progress.h"
+#include "train_report.h"
+#include "zero/comm/communicator.h"
+#include "zero/config/config.h"
+#include "zero/core/error.h"
+#include "zero/data/batch_sampler.h"
+#include "zero/data/text_corpus.h"
+#include "zero/engine/engine.h"
+#include "zero/engine/lr_schedule.h"
+#include "zero/models/gpt.h"
+
+namespace fs = std::filesystem;
+using namespace zero;
+
+namespace {
+
+constexpr const char* kDefaultConfig = R"({
+  "train_micro_batch_size_per_gpu": 16,
+  "gradient_accumulation_steps": 1,
+  "gradient_clipping": 1.0,
+  "bf16": {"enabled": true},
+  "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.01}},
+  "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}
+})";
+
+struct Options {
+  std::string config_path, model = "gpt2-tiny", report, out_dir = "runs/latest";
+  std::int64_t n_layer = 0, n_head = 0, n_embd = 0, block_size = 0, seq_len = 0;
+  std::int64_t steps = 300, warmup = -1, eval_every = 50, eval_batches = 8, sample = 0;
+  double min_lr_ratio = 0.1;
+  std::uint64_t seed = 1234;
+  std::vector<std::string> corpus;
+};
+
+at::Tensor make_batch(const std::vector<std::uint8_t>& data, const std::vector<std::int64_t>& offsets,
+                      std::int64_t seq_len) {
+  std::vector<std::int64_t> ids;
+  ids.reserve(offsets.size() * static_cast<std::size_t>(seq_len + 1));
+  for (std::int64_t off : offsets)
+    for (std::int64_t i = 0; i <= seq_len; ++i) ids.push_back(data[static_cast<std::size_t>(off + i)]);
+  return at::from_blob(ids.data(), {static_cast<std::int64_t>(offsets.size()), seq_len + 1}, at::kLong).clone();
+}
+
+double evaluate(models::Gpt& model, comm::Communicator& comm, const data::Corpus& corpus,
+                const Options& o, std::int64_t micro) {
+  at::NoGradGuard no_grad;
+  data::BatchSampler sampler(static_cast<std::int64_t>(corpus.validation.size()), o.seq_len, micro, 1,
+                             comm.world_size(), comm.rank(), o.seed + 1);
+  float sum = 0.0f;
+  for (std::int64_t b = 0; b < o.eval_batches; ++b) {
+    at::Tensor batch = make_batch(corpus.validation, sampler.offsets(b, 0), o.seq_len);
+    sum += model.loss(batch.narrow(1, 0, o.seq_len), batch.narrow(1, 1, o.seq_len)).item<float>();
+  }
+  comm.all_reduce(&sum, 1, DType::kFloat32)->wait();
+  return sum / static_cast<double>(o.eval_batches * comm.world_size());
+}
+
+std::string generate(models::Gpt& model, std::int64_t n, std::int64_t block, std::uint64_t seed) {
+  at::NoGradGuard no_grad;
+  torch::manual_seed(seed);
+  std::vector<std::int64_t> ids{'\n'};
+  std::string out;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::int64_t start = std::max<std::int64_t>(0, static_cast<std::int64_t>(ids.size()) - block);
+    std::vector<std::int64_t> ctx(ids.begin() + start, ids.end());
+    at::Tensor x = at::from_blob(ctx.data(), {1, static_cast<std::int64_t>(ctx.size())}, at::kLong).clone();
+    at::Tensor logits = model.forward(x).select(1, -1).to(at::kFloat) / 0.8;
+    const std::int64_t next = at::multinomial(at::softmax(logits, -1), 1).item<std::int64_t>();
+    ids.push_back(next);
+    out.push_back(static_cast<char>(next));
+  }
+  return out;
+}
+
+void write_plot(const fs::path& dir) {
+  const fs::path script = dir / "plot.gp";
+  std::ofstream gp(script);
+  gp << "set terminal png size 1000,420\nset output '" << (dir / "training.png").string() << "'\n"
+     << "set multiplot layout 1,2\nset xlabel 'step'\nset ylabel 'loss (nats)'\nset title 'loss'\n"
+     << "plot '" << (dir / "loss.dat").string() << "' using 1:2 with lines title 'train', '"
+     << (dir / "val.dat").string() << "' using 1:2 with linespoints title 'validation'\n"
+     << "set ylabel 'MiB'\nset title 'memory per tier (rank 0)'\n"
+     << "plot '" << (dir / "loss.dat").string() << "' using 1:($3/1048576) with lines title 'device', '' using 1:($4/1048576) with lines title 'host'\n"
+     << "unset multiplot\n";
+  gp.close();
+  const std::string cmd = "gnuplot '" + script.string() + "' 2>/dev/null";
+  if (std::system(cmd.c_str()) == 0) {
+    std::fprintf(stderr, "plot: %s\n", (dir / "training.png").c_str());
+  } else {
+    std::fprintf(stderr, "plot: skipped (gnuplot not found; scripts/setup installs gnuplot-nox)\n");
+  }
+}
+
+int run(const Options& cli) {
+  Options o = cli;
+  auto comm = comm::make_communicator();
+  const bool root = comm->rank() == 0;
+  config::Config cfg = o.config_path.empty() ? config::parse_config(kDefaultConfig, comm->world_size(), "<default config>")
+                                             : config::load_config(o.config_path, comm->world_size());
+  if (root) {
+    for (const auto& w : cfg.warnings) std::fprintf(stderr, "config warning: %s\n", w.c_str());
+    std::fprintf(stderr, "batch: %s\n", cfg.batch_summary().c_str());
+  }
+  models::GptConfig gc = models::gpt_preset(o.model);
+  if (o.n_layer) gc.n_layer = o.n_layer;
+  if (o.n_head) gc.n_head = o.n_head;
+  if (o.n_embd) gc.n_embd = o.n_embd;
+  if (o.block_size) gc.block_size = o.block_size;
+  if (o.seq_len == 0) o.seq_len = gc.block_size;
+  ZERO_CHECK(o.seq_len <= gc.block_size, "--seq-len ", o.seq_len, " is longer than the model's block_size ",
+             gc.block_size, ": use --seq-len <= ", gc.block_size, " or --block-size ", o.seq_len);
+  std::vector<fs::path> paths(o.corpus.begin(), o.corpus.end());
+  if (paths.empty()) paths.push_back(data::default_corpus_path());
+  const data::Corpus corpus = data::load_corpus(paths);
+  torch::manual_seed(o.seed);
+  auto model = std::make_shared<models::Gpt>(gc);
+  Engine engine(model, cfg, *comm);
+  const std::int64_t micro = cfg.train_micro_batch_size_per_gpu, accum = cfg.gradient_accumulation_steps;
+  if (root) {
+    std::fprintf(stderr,
+                 "model: %s, %lld layers x %lld wide, %lld heads, context %lld: %.2fM parameters\n"
+                 "corpus: %zu train + %zu validation bytes from %lld file(s) (%lld binary skipped); unigram entropy %.3f nats\n",
+                 o.model.c_str(), (long long)gc.n_layer, (long long)gc.n_embd, (long long)gc.n_head,
+                 (long long)gc.block_size, engine.num_parameters() / 1e6, corpus.train.size(), corpus.validation.size(),
+                 (long long)corpus.files, (long long)corpus.skipped_binary, corpus.unigram_entropy_nats());
+  }
+  config::SchedulerConfig sched = cfg.scheduler;
+  if (sched.type.empty()) {  // --warmup + cosine to min_lr_ratio * lr
+    sched.type = "WarmupCosineLR";
+    sched.warmup_num_steps = o.warmup >= 0 ? o.warmup : std::max<std::int64_t>(1, o.steps / 10);
+    sched.total_num_steps = o.steps;
+    sched.warmup_type = "linear";
+    sched.cos_min_ratio = static_cast<float>(o.min_lr_ratio);
+  }
+  const LrSchedule schedule(sched, cfg.optimizer.lr);
+  data::BatchSampler sampler(static_cast<std::int64_t>(corpus.train.size()), o.seq_len, micro, accum,
+                             comm->world_size(), comm->rank(), o.seed);
+  fs::create_directories(o.out_dir);
+  std::ofstream metrics, loss_dat, val_dat;
+  if (root) {
+    metrics.open(fs::path(o.out_dir) / "metrics.jsonl");
+    loss_dat.open(fs::path(o.out_dir) / "loss.dat");
+    val_dat.open(fs::path(o.out_dir) / "val.dat");
+  }
+  train::Progress progress(cfg.steps_per_print);
+  const double flops_per_token = gc.flops_per_token(o.seq_len);
+  const double tokens_per_step = static_cast<double>(micro * accum * o.seq_len * comm->world_size());
+  std::vector<double> losses;
+  nlohmann::json val_losses = nlohmann::json::array();
+  double total_seconds = 0.0, last_val = -1.0;
+  comm::CommStats last_comm;
+  for (std::int64_t step = 0; step < o.steps; ++step) {
+    engine.set_lr(schedule.lr(step));
+    const auto t0 = std::chrono::steady_clock::now();
+    float loss_sum = 0.0f;
+    for (std::int64_t j = 0; j < accum; ++j) {
+      at::Tensor batch = make_batch(corpus.train, sampler.offsets(step, j), o.seq_len);
+      at::Tensor loss = model->loss(batch.narrow(1, 0, o.seq_len), batch.narrow(1, 1, o.seq_len));
+      engine.backward(loss);
+      engine.step();
+      loss_sum += loss.item<float>();
+    }
+    comm->all_reduce(&loss_sum, 1, DType::kFloat32)->wait();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    total_seconds += seconds;
+    const double loss = loss_sum / static_cast<double>(accum * comm->world_size());
+    losses.push_back(loss);
+    last_comm = engine.last_step_comm();
+    double val = -1.0;
+    if (o.eval_every > 0 && ((step + 1) % o.eval_every == 0 || step + 1 == o.steps)) {
+      val = last_val = evaluate(*model, *comm, corpus, o, micro);
+      val_losses.push_back({{"step", step + 1}, {"loss", val}});
+    }
+    const auto snap = engine.ledger().snapshot();
+    train::ProgressLine p;
+    p.step = step + 1;
+    p.steps = o.steps;
+    p.loss = loss;
+    p.val_loss = val;
+    p.tokens_per_s = tokens_per_step / seconds;
+    p.tflops = tokens_per_step * flops_per_token / seconds / 1e12;
+    p.lr = engine.stats().lr;
+    p.loss_scale = engine.stats().loss_scale;
+    p.skipped = engine.stats().skipped;
+    p.device_bytes = snap.tier_current[0];
+    p.host_bytes = snap.tier_current[1];
+    if (root) {
+      progress.update(p);
+      nlohmann::json m = {{"step", p.step}, {"loss", loss}, {"lr", p.lr}, {"tokens_per_s", p.tokens_per_s},
+                          {"tflops", p.tflops}, {"loss_scale", p.loss_scale}, {"skipped", p.skipped},
+                          {"grad_norm", engine.stats().grad_norm}, {"device_bytes", p.device_bytes},
+                          {"host_bytes", p.host_bytes}};
+      if (val >= 0) m["val_loss"] = val;
+      metrics << m.dump() << "\n";
+      loss_dat << p.step << " " << loss << " " << p.device_bytes << " " << p.host_bytes << "\n";
+      if (val >= 0) val_dat << p.step << " " << val << "\n";
+    }
+  }
+  engine.flush();
+  if (root) progress.finish();
+  const auto ledgers = train::gather_int64(*comm, train::flatten_ledger(engine.ledger().snapshot()));
+  if (root) {
+    metrics.close();
+    loss_dat.close();
+    val_dat.close();
+    std::fprintf(stderr, "%s", engine.summary().c_str());
+    std::fprintf(stderr, "final validation loss %.4f nats (unigram entropy of the corpus %.4f)\n", last_val,
+                 corpus.unigram_entropy_nats());
+    std::fprintf(stderr, "metrics: %s\n", (fs::path(o.out_dir) / "metrics.jsonl").c_str());
+    write_plot(o.out_dir);
+    if (!o.report.empty()) {
+      nlohmann::json r;
+      r["config"] = config::to_json(cfg);
+      r["model"] = {{"name", o.model}, {"params", engine.num_parameters()}, {"n_layer", gc.n_layer},
+                    {"n_embd", gc.n_embd}, {"n_head", gc.n_head}, {"block_size", gc.block_size}};
+      r["world_size"] = comm->world_size();
+      r["memory_per_rank"] = nlohmann::json::array();
+      for (const auto& l : ledgers) r["memory_per_rank"].push_back(train::ledger_json(l));
+      r["comm_per_step_rank0"] = train::comm_json(last_comm);
+      r["offload_bytes_per_step_rank0"] = engine.last_step_offload_bytes();
+      r["losses"] = losses;
+      r["val_losses"] = val_losses;
+      r["tokens_per_s"] = tokens_per_step * static_cast<double>(o.steps) / total_seconds;
+      r["tflops"] = tokens_per_step * static_cast<double>(o.steps) * flops_per_token / total_seconds / 1e12;
+      r["steps"] = o.steps;
+      r["skipped_steps"] = engine.stats().skipped;
+      std::ofstream(o.report) << r.dump(2) << "\n";
+      std::fprintf(stderr, "report: %s\n", o.report.c_str());
+    }
+  }
+  if (o.sample > 0 && root) {
+    std::printf("---- sample (%lld bytes) ----\n%s\n----\n", (long long)o.sample,
+                generate(*model, o.sample, gc.block_size, o.seed).c_str());
+  }
+  comm->barrier()->wait();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app{"zero-train: train a GPT on a text corpus with ZeRO (DeepSpeed-style JSON config)"};
+  app.add_option("corpus", o.corpus, "text files or folders (default: Debian's fortunes)");
+  app.add_option("--config", o.config_path, "DeepSpeed-style JSON config (default: ZeRO-2 + CPU offload + bf16)");
+  app.add_option("--model", o.model, "preset: gpt2-tiny, gpt2-small-test, gpt2, gpt2-medium, gpt2-large, gpt2-xl")
+      ->capture_default_str();
+  app.add_option("--n-layer", o.n_layer, "override the preset's layers");
+  app.add_option("--n-head", o.n_head, "override the preset's heads");
+  app.add_option("--n-embd", o.n_embd, "override the preset's width");
+  app.add_option("--block-size", o.block_size, "override the preset's context length");
+  app.add_option("--seq-len", o.seq_len, "training sequence length (default: block size)");
+  app.add_option("--steps", o.steps, "optimizer steps")->capture_default_str();
+  app.add_option("--warmup", o.warmup, "LR warm-up steps when the config has no scheduler (default: steps/10)");
+  app.add_option("--min-lr-ratio", o.min_lr_ratio, "cosine floor as a fraction of the lr")->capture_default_str();
+  app.add_option("--eval-every", o.eval_every, "validation every N steps (0: only never)")->capture_default_str();
+  app.add_option("--eval-batches", o.eval_batches, "micro-batches per validation")->capture_default_str();
+  app.add_option("--sample", o.sample, "generate N bytes of text at the end")->capture_default_str();
+  app.add_option("--report", o.report, "write a JSON report (memory per rank, communication, losses, speed)");
+  app.add_option("--out", o.out_dir, "folder for metrics.jsonl and training.png")->capture_default_str();
+  app.add_option("--seed", o.seed, "seed of the model and the data order")->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    return run(o);
+  } catch (const zero::Error& e) {
+    std::fprintf(stderr, "zero-train: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "zero-train: unexpected error: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,38 @@
+// A text corpus as bytes, for byte-level language modelling (vocabulary 256:
+// token = byte, so any UTF-8 text round-trips and nothing needs training).
+//
+// load_corpus() reads the files and folders named (folders recursively, in
+// sorted order, so every rank reads the same bytes), separates documents with
+// a newline, and splits the result deterministically: the last
+// `validation_fraction` of the bytes is the validation set.
+//
+// Errors name the fix: a missing path, an empty corpus, a binary file named
+// directly (a NUL byte, or many control bytes). Inside a folder, binary files
+// (such as fortune's .dat indexes) are skipped and counted.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace zero::data {
+
+struct Corpus {
+  std::vector<std::uint8_t> train, validation;
+  std::int64_t files = 0, skipped_binary = 0;
+  // Entropy of the byte distribution of the training bytes, in nats: the
+  // loss of the best model that ignores context.
+  double unigram_entropy_nats() const;
+};
+
+Corpus load_corpus(const std::vector<std::filesystem::path>& paths, double validation_fraction = 0.1);
+
+// The corpus used when none is given: the English text of Debian's
+// `fortunes` package (installed by scripts/setup).
+std::filesystem::path default_corpus_path();
+
+// True when the bytes do not look like text (used for the check above).
+bool looks_binary(const std::string& bytes);
+
+}  // namespace zero::data

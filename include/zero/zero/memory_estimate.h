@@ -1,0 +1,43 @@
+// What a configuration needs, per rank, before anything is allocated:
+// DESIGN.md's model-state formulas as the engine lays them out, plus
+// communication buckets and an activation estimate. zero-estimate prints it;
+// tests hold it to the engine's measured ledger.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace zero {
+
+struct EstimateInput {
+  std::int64_t params = 0;  // Psi
+  int world = 1;
+  int stage = 0;
+  bool offload = false;     // offload_optimizer.device = "cpu"
+  bool dpu = false;         // delayed parameter update (double host gradients)
+  int element_bytes = 2;    // training precision: 2 (bf16/fp16) or 4 (fp32)
+  std::int64_t bucket_numel = 500'000'000;  // reduce_bucket_size
+  // Activations of one micro-batch of a GPT (0 = not estimated).
+  std::int64_t micro_batch = 0, seq_len = 0, n_layer = 0, n_embd = 0, n_head = 0, vocab = 256;
+};
+
+struct MemoryEstimate {
+  // Device tier.
+  std::int64_t device_params = 0, device_grads = 0, device_master = 0, device_moments = 0;
+  std::int64_t device_buckets = 0, device_activations = 0;
+  // Host tier.
+  std::int64_t host_grads = 0, host_master = 0, host_moments = 0, host_staging = 0;
+
+  std::int64_t device_model_states() const { return device_params + device_grads + device_master + device_moments; }
+  std::int64_t host_model_states() const { return host_grads + host_master + host_moments; }
+  std::int64_t device_total() const { return device_model_states() + device_buckets + device_activations; }
+  std::int64_t host_total() const { return host_model_states() + host_staging; }
+};
+
+MemoryEstimate estimate_memory(const EstimateInput& in);
+
+// Human name of a configuration: "stage 2 + offload".
+std::string describe_config(int stage, bool offload);
+
+}  // namespace zero
