@@ -38,7 +38,7 @@ std::int64_t parse_count(const std::string& s) {
 int main(int argc, char** argv) {
   std::string model = "gpt2", params_text, device_mem_text, host_mem_text, precision = "bf16";
   int world = 1, stage = -1;
-  bool offload = false, dpu = false;
+  bool offload = false, dpu = false, json = false;
   std::int64_t micro = 1, seq = 0, bucket = 500'000'000;
   CLI::App app{"zero-estimate: memory per rank per tier for a ZeRO configuration, and what fits"};
   app.add_option("--model", model, "GPT preset (gpt2-tiny ... gpt2-xl)")->capture_default_str();
@@ -53,6 +53,7 @@ int main(int argc, char** argv) {
   app.add_option("--bucket", bucket, "reduce_bucket_size in elements")->capture_default_str();
   app.add_option("--device-mem", device_mem_text, "device memory per rank (e.g. 80G); lists what fits");
   app.add_option("--host-mem", host_mem_text, "host memory per rank (e.g. 256G)");
+  app.add_flag("--json", json, "also print one JSON object (bytes per configuration) as the last line");
   CLI11_PARSE(app, argc, argv);
   try {
     EstimateInput in;
@@ -98,6 +99,18 @@ int main(int argc, char** argv) {
                   memory::format_bytes(e.device_activations).c_str(), memory::format_bytes(e.device_total()).c_str(),
                   memory::format_bytes(e.host_model_states()).c_str(), memory::format_bytes(e.host_total()).c_str(),
                   (device_mem || host_mem) ? (fits ? "  fits" : "  does not fit") : "");
+    }
+    if (json) {
+      std::printf("{\"params\":%lld,\"world\":%d,\"configs\":[", (long long)in.params, world);
+      for (std::size_t i = 0; i < rows.size(); ++i) {
+        const MemoryEstimate& e = rows[i].e;
+        std::printf("%s{\"stage\":%d,\"offload\":%s,\"device_model_states\":%lld,\"host_model_states\":%lld,"
+                    "\"device_total\":%lld,\"host_total\":%lld,\"fits\":%s}",
+                    i ? "," : "", rows[i].stage, rows[i].offload ? "true" : "false",
+                    (long long)e.device_model_states(), (long long)e.host_model_states(), (long long)e.device_total(),
+                    (long long)e.host_total(), rows[i].fits ? "true" : "false");
+      }
+      std::printf("]}\n");
     }
     if (device_mem || host_mem) {
       const Row* best = nullptr;
