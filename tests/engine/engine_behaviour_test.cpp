@@ -176,7 +176,7 @@ TEST(DelayedUpdate, EqualsSerialOneStepLateReference) {
 
 // ---- Overflow: an injected inf skips the step on every rank --------------
 
-TEST(Overflow, InjectedInfSkipsStepOnEveryRankAndLowersScale) {
+TEST(Overflow, InjectedInfSkipsStepOnEveryRank) {
   comm::Communicator& comm = world_comm();
   const int world = comm.world_size();
   for (int stage : {0, 2}) {
@@ -207,6 +207,39 @@ TEST(Overflow, InjectedInfSkipsStepOnEveryRankAndLowersScale) {
     }
     EXPECT_EQ(engine.stats().skipped, 1);
     EXPECT_EQ(engine.stats().step, 3);
+  }
+}
+
+TEST(Overflow, Fp16DynamicScaleFollowsHysteresisAcrossRanks) {
+  // fp16 maths runs on the CPU in LibTorch 2.x, so the whole fp16 path is
+  // exercised here: scaled backward, unscale in the optimizer, skip, rescale.
+  comm::Communicator& comm = world_comm();
+  const int world = comm.world_size();
+  for (int stage : {1, 2}) {
+    config::Config cfg = make_config(stage, stage == 2, false, world, kGlobalBatch / world, 1);
+    cfg.fp16.enabled = true;
+    cfg.fp16.initial_scale_power = 4;
+    cfg.fp16.hysteresis = 2;
+    cfg.fp16.loss_scale_window = 1000;
+    auto model = make_model(ModelKind::kMlp);
+    Engine engine(model, cfg, comm);
+    ASSERT_EQ(engine.dtype(), at::kHalf);
+    std::vector<float> scales;
+    for (int step = 0; step < 6; ++step) {
+      GlobalBatch gb = global_batch(ModelKind::kMlp, step);
+      const int micro = kGlobalBatch / world;
+      at::Tensor loss = micro_loss(ModelKind::kMlp, *model, gb.x.narrow(0, comm.rank() * micro, micro),
+                                   gb.y.narrow(0, comm.rank() * micro, micro), engine.dtype());
+      if ((step == 2 || step == 3) && comm.rank() == world - 1) loss = loss * std::numeric_limits<float>::quiet_NaN();
+      engine.backward(loss);
+      EXPECT_EQ(engine.step(), step != 2 && step != 3) << "stage " << stage << " step " << step;
+      scales.push_back(engine.stats().loss_scale);
+    }
+    // First overflow spends the hysteresis, the second halves 16 -> 8.
+    EXPECT_EQ(scales, (std::vector<float>{16, 16, 16, 8, 8, 8})) << "stage " << stage;
+    EXPECT_EQ(engine.stats().skipped, 2);
+    EXPECT_EQ(engine.stats().step, 4);
+    for (const auto& p : engine.gather_master_params()) EXPECT_TRUE(at::isfinite(p).all().item<bool>());
   }
 }
 
