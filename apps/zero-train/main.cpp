@@ -30,6 +30,7 @@
 #include "zero/engine/engine.h"
 #include "zero/engine/lr_schedule.h"
 #include "zero/models/gpt.h"
+#include "zero/zero/memory_estimate.h"
 
 namespace fs = std::filesystem;
 using namespace zero;
@@ -138,6 +139,30 @@ int run(const Options& cli) {
   auto model = std::make_shared<models::Gpt>(gc);
   Engine engine(model, cfg, *comm);
   const std::int64_t micro = cfg.train_micro_batch_size_per_gpu, accum = cfg.gradient_accumulation_steps;
+  if (cfg.device_memory_limit > 0) {
+    // The engine's own buffers are already checked against the budget; the
+    // activations of one micro-batch come on top (zero-estimate's formula).
+    EstimateInput in;
+    in.params = engine.num_parameters();
+    in.world = comm->world_size();
+    in.stage = cfg.zero_optimization.stage;
+    in.offload = cfg.zero_optimization.offload_optimizer.device == "cpu";
+    in.element_bytes = static_cast<int>(c10::elementSize(engine.dtype()));
+    in.micro_batch = micro;
+    in.seq_len = o.seq_len;
+    in.n_layer = gc.n_layer;
+    in.n_embd = gc.n_embd;
+    in.n_head = gc.n_head;
+    in.vocab = gc.vocab_size;
+    const std::int64_t activations = estimate_memory(in).device_activations;
+    const std::int64_t held = engine.ledger().snapshot().tier_current[0];
+    ZERO_CHECK(held + activations <= cfg.device_memory_limit, "a micro-batch of ", micro, " x ", o.seq_len,
+               " tokens needs about ", memory::format_bytes(activations), " of activations on top of the ",
+               memory::format_bytes(held), " the engine holds, past device_memory_limit ",
+               memory::format_bytes(cfg.device_memory_limit),
+               ": lower train_micro_batch_size_per_gpu (and raise gradient_accumulation_steps), shorten --seq-len, "
+               "or raise device_memory_limit");
+  }
   if (root) {
     std::fprintf(stderr,
                  "model: %s, %lld layers x %lld wide, %lld heads, context %lld: %.2fM parameters\n"
