@@ -42,6 +42,12 @@ at::Tensor GradReducer::bucket_storage(int b) {
   }
   auto& s = storage_[static_cast<std::size_t>(b)];
   if (!s.defined()) {
+    // ZeRO-R's constant-size buffers: before a new bucket is allocated, wait
+    // for the oldest reduction so that at most max_in_flight buckets exist.
+    // (Only buckets already launched can be freed: if autograd leaves more
+    // than max_in_flight buckets partially filled at once, they all live.)
+    while (live_buckets_ >= opts_.max_in_flight && !in_flight_.empty()) finish_oldest();
+    ++live_buckets_;
     storage_reg_[static_cast<std::size_t>(b)] = ledger_.add(
         memory::Tier::kDevice, memory::Kind::kBuckets,
         static_cast<std::int64_t>(bucket.padded * like_.element_size()), "a gradient bucket");
@@ -63,6 +69,11 @@ void GradReducer::on_grad(int param, const at::Tensor& grad) {
   if (reducing_ && opts_.overlap_comm) {
     poll();
     launch_ready();
+  } else if (reducing_) {
+    // No overlap: a full bucket is reduced at once, blocking, so that buckets
+    // are freed as they go instead of all living until end_backward().
+    launch_ready();
+    while (!in_flight_.empty()) finish_oldest();
   }
 }
 
@@ -101,6 +112,7 @@ void GradReducer::finish_oldest() {
                                 static_cast<std::int64_t>(bucket.chunk)));
     s = at::Tensor();
     storage_reg_[static_cast<std::size_t>(f.bucket)].release();
+    --live_buckets_;
   }
 }
 

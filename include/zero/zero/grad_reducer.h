@@ -21,7 +21,11 @@
 //    transient buffer, reduce-scattered on every micro-batch; the rank's chunk
 //    is handed to `consume` (which accumulates it into the gradient partition
 //    on the device or the host) and the bucket is freed at once. At most
-//    `max_in_flight` buckets exist at a time (ZeRO-R's constant-size buffers).
+//    `max_in_flight` buckets exist at a time (ZeRO-R's constant-size buffers):
+//    a new bucket waits for the oldest reduction first. Only when autograd
+//    leaves more buckets than that partially filled at once (an order far
+//    from the layout's) do more exist.
+// Without overlap_comm a bucket is reduced, blocking, as soon as it is full.
 // Sums, not means: the engine folds 1/(world * accumulation) into the
 // optimizer's grad_scale.
 #pragma once
@@ -88,6 +92,7 @@ class GradReducer {
   std::vector<at::Tensor> storage_;
   std::vector<memory::MemoryLedger::Registration> storage_reg_;
   std::deque<InFlight> in_flight_;
+  int live_buckets_ = 0;  // kReduceScatter: bucket buffers allocated now
 };
 
 }  // namespace zero
