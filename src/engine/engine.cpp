@@ -97,10 +97,11 @@ struct Engine::Impl {
   void consume_chunk(int b, const at::Tensor& chunk) {
     const Bucket& bucket = layout.buckets()[static_cast<std::size_t>(b)];
     if (offload) {
-      host_grads[host_cur]
-          .narrow(0, i64(bucket.partition_offset), i64(bucket.chunk))
-          .add_(chunk.to(at::kFloat));
-      offload_bytes += bucket.chunk * chunk.element_size();  // D2H
+      // D2H in the training precision (DESIGN.md's 2 Psi/N bytes for bf16);
+      // the host widens to fp32 as it accumulates.
+      const at::Tensor src = chunk.is_cpu() ? chunk : chunk.to(at::kCPU);
+      host_grads[host_cur].narrow(0, i64(bucket.partition_offset), i64(bucket.chunk)).add_(src);
+      offload_bytes += src.nbytes();  // D2H
     } else {
       part_grads.narrow(0, i64(bucket.partition_offset), i64(bucket.chunk)).add_(chunk);
     }
@@ -258,6 +259,14 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
   ZERO_CHECK(!m.params.empty(), "the module has no trainable parameters (", frozen,
              " frozen): nothing to train. Check requires_grad on its parameters.");
   const at::Device device = m.params.front().device();
+  for (std::size_t i = 0; i < m.params.size(); ++i) {
+    // No GPU path yet: the CPU Adam would be handed device pointers and the
+    // host buffers are not pinned. Refuse before allocating anything.
+    ZERO_CHECK(m.params[i].device().is_cpu(), "parameter ", i, " is on ", m.params[i].device().str(),
+               ": zero::Engine has no GPU path yet (its optimizer step and offload copies work on "
+               "CPU memory only). Train on the CPU for now (module->to(torch::kCPU)); docs/gpu.md "
+               "says what exists for GPUs and what is not done yet.");
+  }
 
   std::vector<std::size_t> numels;
   for (const auto& p : m.params) numels.push_back(static_cast<std::size_t>(p.numel()));
@@ -274,6 +283,17 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
 
   at::NoGradGuard no_grad;
   // fp32 copy of all parameters, identical on every rank (rank 0's values).
+  // In fp32 training it becomes the flat parameter buffer; otherwise it is a
+  // temporary, counted in the device ledger while it lives (so that
+  // device_memory_limit sees the real construction peak) and freed before
+  // the moments are allocated.
+  memory::MemoryLedger::Registration flat32_reg;
+  if (m.dtype == at::kFloat) {
+    m.register_split(Tier::kDevice, Kind::kHalfParams, psi, padded, es, "the flat parameter buffer");
+  } else {
+    flat32_reg = ledger_.add(Tier::kDevice, Kind::kStaging, i64(padded * 4),
+                             "the temporary fp32 copy of the parameters (construction only)");
+  }
   at::Tensor flat32 = at::zeros({i64(padded)}, at::TensorOptions().dtype(at::kFloat).device(device));
   for (std::size_t i = 0; i < m.params.size(); ++i) {
     const ParamSlot& s = L.params()[i];
@@ -281,12 +301,9 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
   }
   if (m.world > 1) comm_.broadcast(flat32.data_ptr(), padded, DType::kFloat32)->wait();
 
-  // fp32 master partition and moments.
+  // fp32 master partition.
   m.regs.push_back(ledger_.add(opt_tier, Kind::kFp32Master, i64(part_valid * 4), "fp32 master weights"));
   m.regs.push_back(ledger_.add(opt_tier, Kind::kPadding, i64((part - part_valid) * 4), "fp32 master padding"));
-  const int n_moments = m.adagrad ? 1 : 2;
-  m.regs.push_back(ledger_.add(opt_tier, Kind::kMoments, i64(part_valid * 4 * n_moments), "optimizer moments"));
-  m.regs.push_back(ledger_.add(opt_tier, Kind::kPadding, i64((part - part_valid) * 4 * n_moments), "moment padding"));
   const at::Device opt_device = m.offload ? at::Device(at::kCPU) : device;
   auto opt32 = at::TensorOptions().dtype(at::kFloat).device(opt_device);
   m.master = at::empty({i64(part)}, opt32);
@@ -294,17 +311,14 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
     m.master.narrow(0, i64(b.partition_offset), i64(b.chunk))
         .copy_(flat32.narrow(0, i64(m.chunk_flat_offset(b)), i64(b.chunk)));
   }
-  m.exp_avg = at::zeros({i64(part)}, opt32);
-  if (m.adagrad) {
-    m.exp_avg.fill_(config_.optimizer.initial_accumulator_value);
-  } else {
-    m.exp_avg_sq = at::zeros({i64(part)}, opt32);
-  }
 
   // The model's parameters: views into one flat buffer in the training precision.
-  m.register_split(Tier::kDevice, Kind::kHalfParams, psi, padded, es, "the flat parameter buffer");
+  if (m.dtype != at::kFloat) {
+    m.register_split(Tier::kDevice, Kind::kHalfParams, psi, padded, es, "the flat parameter buffer");
+  }
   m.flat_params = m.dtype == at::kFloat ? flat32 : flat32.to(m.dtype);
   flat32 = at::Tensor();
+  flat32_reg.release();
   for (std::size_t i = 0; i < m.params.size(); ++i) {
     const ParamSlot& s = L.params()[i];
     m.params[i].set_data(m.flat_params.narrow(0, i64(s.offset), i64(s.numel)).view(m.params[i].sizes()));
@@ -312,8 +326,25 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
     torch::autograd::impl::set_post_acc_grad_hooks(m.params[i],
                                                    std::make_unique<Impl::GradHook>(&m, static_cast<int>(i)));
   }
+  // Frozen floating-point parameters and buffers meet the training-precision
+  // activations, so they take the training precision too (a frozen fp32
+  // Linear fed bf16 inputs would fail in LibTorch with a dtype mismatch).
+  for (at::Tensor p : m.module->parameters(/*recurse=*/true)) {
+    if (!p.requires_grad() && p.is_floating_point() && p.scalar_type() != m.dtype) p.set_data(p.to(m.dtype));
+  }
   for (at::Tensor b : m.module->buffers(/*recurse=*/true)) {
     if (b.is_floating_point() && b.scalar_type() != m.dtype) b.set_data(b.to(m.dtype));
+  }
+
+  // Optimizer moments, allocated after the temporary fp32 copy is gone.
+  const int n_moments = m.adagrad ? 1 : 2;
+  m.regs.push_back(ledger_.add(opt_tier, Kind::kMoments, i64(part_valid * 4 * n_moments), "optimizer moments"));
+  m.regs.push_back(ledger_.add(opt_tier, Kind::kPadding, i64((part - part_valid) * 4 * n_moments), "moment padding"));
+  m.exp_avg = at::zeros({i64(part)}, opt32);
+  if (m.adagrad) {
+    m.exp_avg.fill_(config_.optimizer.initial_accumulator_value);
+  } else {
+    m.exp_avg_sq = at::zeros({i64(part)}, opt32);
   }
 
   // Gradients.
@@ -413,6 +444,13 @@ bool Engine::step() {
   const int grads_index = m.host_cur;
   double sq = m.local_grad_sq_norm(grads_index);
   if (m.layout.shard_world() > 1) {
+    // Each rank sums its buckets' squares in double; the cross-rank sum is
+    // fp32 (the communicator has no fp64). Its 2^-24 relative rounding moves
+    // the clip coefficient by far less than the 1e-6 of clip_grad_norm_'s
+    // rule. A finite squared norm past fp32's range (a global norm above
+    // ~1.8e19, i.e. a still-scaled fp16 gradient far beyond overflow or a
+    // diverged bf16/fp32 run) becomes inf and the step is skipped as an
+    // overflow, logged and counted like any other.
     float v = static_cast<float>(sq);
     comm_.all_reduce(&v, 1, DType::kFloat32)->wait();
     sq = v;
@@ -525,7 +563,8 @@ std::string Engine::summary() const {
     for (int k = 0; k < memory::kNumKinds; ++k) {
       if (s.peak[t][k] == 0) continue;
       os << " " << memory::kind_name(static_cast<Kind>(k)) << " "
-         << memory::format_bytes(s.current[t][k]);
+         << memory::format_bytes(s.current[t][k]) << " (peak "
+         << memory::format_bytes(s.peak[t][k]) << ")";
     }
     os << "\n";
   }

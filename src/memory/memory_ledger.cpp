@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <string>
 
 #include "zero/core/error.h"
 
@@ -76,11 +77,12 @@ MemoryLedger::Registration MemoryLedger::add(Tier tier, Kind kind, std::int64_t 
   const int t = int(tier), k = int(kind);
   if (tier == Tier::kDevice && device_limit_ > 0) {
     const std::int64_t held = s_.tier_current[t];
+    // Rounded for reading, exact bytes for the setting (and for tests).
+    auto both = [](std::int64_t b) { return format_bytes(b) + " = " + std::to_string(b) + " bytes"; };
     ZERO_CHECK(held + bytes <= device_limit_, "device memory budget exceeded: allocating ", what,
-               " needs ", format_bytes(bytes), " but ", format_bytes(held), " of the ",
-               format_bytes(device_limit_),
+               " needs ", both(bytes), " but ", both(held), " of the ", both(device_limit_),
                " device_memory_limit are already held (it would need a limit of at least ",
-               format_bytes(held + bytes),
+               both(held + bytes),
                "). Raise device_memory_limit, or move state off the device: a higher "
                "zero_optimization.stage partitions more, offload_optimizer.device=\"cpu\" keeps "
                "master weights, moments and gradients on the host, a smaller reduce_bucket_size "

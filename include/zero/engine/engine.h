@@ -14,14 +14,19 @@
 //  - Trainable parameters become views into one flat buffer in the training
 //    precision (bf16 / fp16 / fp32), laid out as zero/flat_layout.h says.
 //    Rank 0's initial values are broadcast so that all ranks start equal.
-//    Floating-point buffers are cast to the training precision; inputs must be
-//    given in it too (integer inputs such as token ids are unaffected).
-//  - Frozen parameters (requires_grad false) are left alone. A parameter that
+//    Floating-point buffers and frozen floating-point parameters
+//    (requires_grad false) are cast to the training precision as well, so a
+//    frozen layer accepts the bf16/fp16 activations; inputs must be given in
+//    it too (integer inputs such as token ids are unaffected).
+//  - Frozen parameters are not trained (their values only change precision,
+//    and not at all in fp32 training). A parameter that
 //    appears twice (tied weights) is trained once. A parameter that gets no
 //    gradient in a step is treated as having a zero gradient, as DeepSpeed's
 //    ZeRO does: momentum and weight decay still move it.
 //  - The fp32 master weights and optimizer moments exist only for the rank's
 //    partition (stage >= 1), on the host when offload_optimizer.device="cpu".
+//  - The module must be on the CPU: there is no GPU path yet (a module on any
+//    other device is refused at construction; docs/gpu.md).
 //  - Gradients are released as soon as autograd hands them over
 //    (grad_reducer.h); p.grad() is undefined outside backward.
 //
@@ -41,6 +46,10 @@
 // own gradients before the worker starts, so a skipped step never reaches the
 // worker; gradient accumulation is unaffected (the delay is per optimizer
 // step). Gradients are double-buffered on the host while the worker runs.
+// A skipped step (overflow) submits nothing, so after it nothing is pending:
+// the next step's forward and backward run on the newest parameters, those of
+// the last update, which the skip left unchanged. In the formula above a
+// skipped step t is the identity, m_t = m_{t-1}, and the formula still holds.
 #pragma once
 
 #include <cstdint>
