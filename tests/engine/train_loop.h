@@ -17,7 +17,7 @@
 
 namespace zero::test {
 
-enum class ModelKind { kMlp, kTransformer };
+enum class ModelKind { kMlp, kTransformer, kTiedMlp };
 constexpr int kGlobalBatch = 16;
 
 struct RunResult {
@@ -29,6 +29,7 @@ struct RunResult {
 inline std::shared_ptr<torch::nn::Module> make_model(ModelKind kind) {
   torch::manual_seed(1234);
   if (kind == ModelKind::kMlp) return std::make_shared<Mlp>();
+  if (kind == ModelKind::kTiedMlp) return std::make_shared<TiedMlp>();
   return std::make_shared<TinyTransformer>();
 }
 
@@ -39,7 +40,7 @@ struct GlobalBatch {
 };
 inline GlobalBatch global_batch(ModelKind kind, int /*step*/) {
   torch::manual_seed(1000);
-  if (kind == ModelKind::kMlp) {
+  if (kind != ModelKind::kTransformer) {
     at::Tensor x = at::randn({kGlobalBatch, 16});
     return {x, at::sin(x.narrow(1, 0, 4) * 2.0) + 0.1 * at::randn({kGlobalBatch, 4})};
   }
@@ -51,6 +52,10 @@ inline at::Tensor micro_loss(ModelKind kind, torch::nn::Module& model, const at:
                              const at::Tensor& y, c10::ScalarType dtype) {
   if (kind == ModelKind::kMlp) {
     at::Tensor out = static_cast<Mlp&>(model).forward(x.to(dtype));
+    return at::mse_loss(out.to(at::kFloat), y);
+  }
+  if (kind == ModelKind::kTiedMlp) {
+    at::Tensor out = static_cast<TiedMlp&>(model).forward(x.to(dtype));
     return at::mse_loss(out.to(at::kFloat), y);
   }
   at::Tensor logits = static_cast<TinyTransformer&>(model).forward(x);
