@@ -4,6 +4,9 @@
 #include <ATen/ops/cross_entropy_loss.h>
 #include <ATen/ops/gelu.h>
 #include <ATen/ops/scaled_dot_product_attention.h>
+#include <c10/core/GradMode.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/custom_function.h>
 #include <torch/nn/init.h>
 
 #include "zero/core/error.h"
@@ -15,6 +18,17 @@ std::int64_t GptConfig::num_parameters() const {
   const std::int64_t block = 2 * d /*ln1*/ + d * 3 * d + 3 * d /*qkv*/ + d * d + d /*proj*/ +
                              2 * d /*ln2*/ + d * 4 * d + 4 * d /*fc*/ + 4 * d * d + d /*proj*/;
   return vocab_size * d + block_size * d + n_layer * block + 2 * d;
+}
+
+std::vector<std::int64_t> GptConfig::parameter_numels() const {
+  const std::int64_t d = n_embd;
+  std::vector<std::int64_t> v{vocab_size * d, block_size * d};
+  for (std::int64_t i = 0; i < n_layer; ++i) {
+    for (std::int64_t n : {d, d, d * 3 * d, 3 * d, d * d, d, d, d, d * 4 * d, 4 * d, 4 * d * d, d}) v.push_back(n);
+  }
+  v.push_back(d);
+  v.push_back(d);
+  return v;
 }
 
 double GptConfig::flops_per_token(std::int64_t seq_len) const {
@@ -45,7 +59,8 @@ GptConfig gpt_preset(const std::string& name, std::int64_t vocab_size) {
     std::string known;
     for (const auto& n : gpt_preset_names()) known += (known.empty() ? "" : ", ") + n;
     ZERO_CHECK(false, "unknown model preset '", name, "': use one of ", known,
-               ", or give n_layer/n_head/n_embd/block_size");
+               "; for another shape, start from a preset and override it (zero-train and zero-estimate: "
+               "--n-layer, --n-head, --n-embd, --block-size; in C++: the fields of GptConfig)");
   }
   return c;
 }
@@ -78,6 +93,51 @@ at::Tensor Block::forward(const at::Tensor& x) {
   return h + proj_->forward(at::gelu(fc_->forward(ln2_->forward(h)), "tanh"));
 }
 
+namespace {
+
+// Reentrant activation checkpoint of one block, as torch.utils.checkpoint
+// with use_reentrant=True. Forward runs under no-grad (Function::apply turns
+// grad mode off) and saves only the block's input; backward re-runs the block
+// with grad on a detached copy of the input and backpropagates through it with
+// torch::autograd::backward. That inner backward accumulates the block's
+// parameter gradients exactly as an ordinary backward does, so the
+// post-accumulate-grad hooks the engine puts on them fire as usual. The block
+// has no dropout or other randomness, so no RNG state needs restoring.
+struct BlockCheckpoint : torch::autograd::Function<BlockCheckpoint> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, Block* block,
+                            bool on_cpu) {
+    // The block outlives the graph (the model owns it); kept as an integer
+    // because saved_data holds IValues.
+    ctx->saved_data["block"] = static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(block));
+    ctx->saved_data["on_cpu"] = on_cpu;
+    if (on_cpu) {
+      ctx->saved_data["device"] = x.device();
+      ctx->saved_data["input"] = x.to(at::kCPU);
+    } else {
+      ctx->save_for_backward({x});
+    }
+    return block->forward(x);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_out) {
+    auto* block = reinterpret_cast<Block*>(static_cast<std::intptr_t>(ctx->saved_data["block"].toInt()));
+    at::Tensor x = ctx->saved_data["on_cpu"].toBool()
+                       ? ctx->saved_data["input"].toTensor().to(ctx->saved_data["device"].toDevice())
+                       : ctx->get_saved_variables()[0];
+    at::Tensor input = x.detach().requires_grad_(true);
+    at::Tensor y;
+    {
+      at::AutoGradMode grad_on(true);
+      y = block->forward(input);
+    }
+    torch::autograd::backward({y}, {grad_out[0]});
+    return {input.grad(), at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
 Gpt::Gpt(const GptConfig& c) : config_(c) {
   ZERO_CHECK(c.vocab_size > 0 && c.block_size > 0 && c.n_layer > 0 && c.n_head > 0 && c.n_embd > 0,
              "GPT dimensions must be positive: vocab ", c.vocab_size, ", block_size ", c.block_size,
@@ -108,8 +168,18 @@ at::Tensor Gpt::forward(const at::Tensor& idx) {
              config_.block_size, ": use a shorter --seq-len or a model with a larger block_size");
   at::Tensor pos = at::arange(T, idx.options());
   at::Tensor x = wte_->forward(idx) + wpe_->forward(pos);
-  for (auto& b : blocks_) x = b->forward(x);
+  // Checkpointing only pays when a backward follows (not in evaluation or
+  // generation under no-grad).
+  const bool checkpoint = config_.checkpoint_activations && at::GradMode::is_enabled() && x.requires_grad();
+  for (auto& b : blocks_) {
+    x = checkpoint ? BlockCheckpoint::apply(x, b.get(), config_.checkpoint_on_cpu) : b->forward(x);
+  }
   return ln_f_->forward(x).matmul(wte_->weight.t());  // tied head
+}
+
+void Gpt::set_activation_checkpointing(bool enabled, bool on_cpu) {
+  config_.checkpoint_activations = enabled;
+  config_.checkpoint_on_cpu = on_cpu;
 }
 
 at::Tensor Gpt::loss(const at::Tensor& idx, const at::Tensor& targets) {

@@ -26,14 +26,27 @@ struct GptConfig {
   std::int64_t n_layer = 2;
   std::int64_t n_head = 2;
   std::int64_t n_embd = 64;
+  // Activation checkpointing per block: forward keeps only each block's input
+  // and backward re-runs the block (PyTorch's reentrant checkpoint). Trades
+  // one extra forward for the activations inside the blocks.
+  bool checkpoint_activations = false;
+  // With checkpoint_activations: keep the block inputs on the host (kCPU) and
+  // copy each back to the block's device when its backward runs.
+  bool checkpoint_on_cpu = false;
 
   std::int64_t num_parameters() const;  // with the tied head counted once
+  // Sizes of the parameters in the order Gpt::parameters() lists them (wte,
+  // wpe, each block's ln1, qkv, proj, ln2, fc, proj with weight then bias,
+  // ln_f): the engine's flat layout without building the model.
+  std::vector<std::int64_t> parameter_numels() const;
   // Training FLOPs per token: 6 * params + attention (6 * n_layer * block * n_embd, PaLM's formula
   // with the causal half: 6 * n_layer * seq * n_embd).
   double flops_per_token(std::int64_t seq_len) const;
 };
 
-// "gpt2-tiny", "gpt2" (124M shapes), "gpt2-medium", "gpt2-large", "gpt2-xl".
+// "gpt2-tiny", "gpt2-small-test", "gpt2" (GPT-2 small's 124M shapes: ~86M
+// parameters with the byte vocabulary), "gpt2-medium", "gpt2-large", "gpt2-xl".
+// An unknown name throws an error that lists these.
 GptConfig gpt_preset(const std::string& name, std::int64_t vocab_size = 256);
 std::vector<std::string> gpt_preset_names();
 
@@ -66,6 +79,8 @@ class Gpt : public torch::nn::Module {
   // Mean cross-entropy of next-token prediction, computed in fp32.
   at::Tensor loss(const at::Tensor& idx, const at::Tensor& targets);
   const GptConfig& config() const { return config_; }
+  // Turns activation checkpointing on or off (see GptConfig) for later forwards.
+  void set_activation_checkpointing(bool enabled, bool on_cpu = false);
 
  private:
   GptConfig config_;
