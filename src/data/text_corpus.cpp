@@ -34,6 +34,23 @@ double Corpus::unigram_entropy_nats() const {
 
 fs::path default_corpus_path() { return "/usr/share/games/fortunes"; }
 
+std::vector<fs::path> default_corpus_files(const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return {dir};  // load_corpus names the missing path and the fix
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    // Only the top level: Debian puts offensive fortunes (fortunes-off) in off/
+    // and other languages (fortunes-de, -fr, ...) in their own subfolders.
+    // file.dat is strfile's binary index; file.u8 is a symlink to file.
+    const std::string ext = e.path().extension().string();
+    if (e.is_symlink() || !e.is_regular_file() || ext == ".dat" || ext == ".u8") continue;
+    files.push_back(e.path());
+  }
+  std::sort(files.begin(), files.end());
+  if (files.empty()) files.push_back(dir);  // load_corpus: "empty or too small"
+  return files;
+}
+
 namespace {
 
 std::string read_file(const fs::path& p) {

@@ -5,10 +5,13 @@
 #include <fstream>
 #include <set>
 
+#include <stdlib.h>  // mkdtemp
+
 #include <gtest/gtest.h>
 
 #include "zero/core/error.h"
 #include "zero/data/batch_sampler.h"
+#include "zero/data/byte_tokenizer.h"
 #include "zero/data/text_corpus.h"
 #include "zero/engine/lr_schedule.h"
 
@@ -23,6 +26,14 @@ fs::path write_file(const std::string& name, const std::string& bytes) {
   const fs::path p = dir / name;
   std::ofstream(p, std::ios::binary) << bytes;
   return p;
+}
+
+// A new, empty folder. (Not fs::remove_all: the copy libtorch.so exports
+// crashes when a test binary links it.)
+fs::path fresh_dir(const std::string& name) {
+  std::string tmpl = (fs::temp_directory_path() / (name + "_XXXXXX")).string();
+  ZERO_CHECK(::mkdtemp(tmpl.data()) != nullptr, "mkdtemp failed for ", tmpl);
+  return tmpl;
 }
 
 std::string text(std::size_t n) {
@@ -70,6 +81,79 @@ TEST(Corpus, FolderSkipsBinaryFiles) {
   data::Corpus c = data::load_corpus({dir});
   EXPECT_EQ(c.files, 1);
   EXPECT_EQ(c.skipped_binary, 1);
+}
+
+TEST(ByteTokenizer, Utf8RoundTripsAndSamplingDecodes) {
+  // Non-ASCII: two-, three- and four-byte UTF-8 sequences.
+  const std::string text = "na\u00efve caf\u00e9 \u2014 \u65e5\u672c\u8a9e \U0001F600\n";
+  const std::vector<std::int64_t> ids = data::encode_bytes(text);
+  EXPECT_EQ(ids.size(), text.size());  // one token per byte
+  for (std::int64_t id : ids) {
+    EXPECT_GE(id, 0);
+    EXPECT_LT(id, data::kByteVocabSize);
+  }
+  EXPECT_EQ(ids[2], 0xC3);  // first byte of U+00EF, as an unsigned token
+  EXPECT_EQ(data::decode_bytes(ids), text);
+  // Sampling decodes token ids one byte each, whatever it drew: a cut
+  // character stays a partial byte sequence, not something else.
+  std::vector<std::int64_t> cut(ids.begin(), ids.begin() + 3);
+  EXPECT_EQ(data::decode_bytes(cut), text.substr(0, 3));
+  std::vector<std::int64_t> all(256);
+  for (int i = 0; i < 256; ++i) all[static_cast<std::size_t>(i)] = i;
+  EXPECT_EQ(data::encode_bytes(data::decode_bytes(all)), all);
+  EXPECT_THROW(data::decode_bytes({65, 256}), ::zero::Error);
+  EXPECT_THROW(data::decode_bytes({-1}), ::zero::Error);
+  // The corpus keeps UTF-8 bytes as they are.
+  std::string long_text;
+  while (long_text.size() < 4000) long_text += text;
+  data::Corpus c = data::load_corpus({write_file("utf8.txt", long_text)});
+  EXPECT_EQ(std::string(c.train.begin(), c.train.end()) + std::string(c.validation.begin(), c.validation.end()),
+            long_text);
+}
+
+TEST(Corpus, FolderSplitIsDeterministic) {
+  const fs::path dir = fresh_dir("zero_train_split");
+  fs::create_directories(dir / "sub");
+  // Written out of name order; the folder is read sorted, so the bytes do not
+  // depend on the directory's listing order.
+  std::ofstream(dir / "c.txt") << "third file\n" << text(3000);
+  std::ofstream(dir / "a.txt") << "first file\n" << text(2500);
+  std::ofstream(dir / "sub" / "b.txt") << "nested file\n" << text(2000);
+  const data::Corpus first = data::load_corpus({dir});
+  const data::Corpus second = data::load_corpus({dir});
+  EXPECT_EQ(first.files, 3);
+  EXPECT_EQ(first.train, second.train);
+  EXPECT_EQ(first.validation, second.validation);
+  const std::string all = std::string(first.train.begin(), first.train.end()) +
+                          std::string(first.validation.begin(), first.validation.end());
+  EXPECT_LT(all.find("first file"), all.find("third file"));  // a.txt, c.txt, sub/b.txt (path order)
+  EXPECT_LT(all.find("third file"), all.find("nested file"));
+}
+
+TEST(Corpus, DefaultReadsOnlyTopLevelFortunes) {
+  // A folder laid out like /usr/share/games/fortunes with fortunes-off and a
+  // translation installed: text files, strfile's .dat index, .u8 symlinks,
+  // and subfolders.
+  const fs::path dir = fresh_dir("zero_train_fortunes");
+  fs::create_directories(dir / "off");
+  fs::create_directories(dir / "de");
+  std::ofstream(dir / "zippy") << text(2000);
+  std::ofstream(dir / "art") << text(2000);
+  std::ofstream(dir / "art.dat", std::ios::binary) << std::string(64, '\0');
+  fs::create_symlink("art", dir / "art.u8");
+  std::ofstream(dir / "off" / "art") << text(2000);
+  std::ofstream(dir / "de" / "kinder") << text(2000);
+  const std::vector<fs::path> files = data::default_corpus_files(dir);
+  EXPECT_EQ(files, (std::vector<fs::path>{dir / "art", dir / "zippy"}));
+  EXPECT_EQ(data::load_corpus(files).files, 2);
+  // A missing default folder is reported by load_corpus with the fix.
+  EXPECT_EQ(data::default_corpus_files("/nonexistent/fortunes"), std::vector<fs::path>{"/nonexistent/fortunes"});
+  // The installed package, when present: no index, no symlink, nothing nested.
+  for (const fs::path& f : data::default_corpus_files()) {
+    EXPECT_NE(f.extension(), ".dat") << f;
+    EXPECT_NE(f.extension(), ".u8") << f;
+    EXPECT_EQ(f.parent_path(), data::default_corpus_path()) << f;
+  }
 }
 
 TEST(BatchSampler, RanksTileTheGlobalBatchWhateverTheWorldSize) {

@@ -1,5 +1,5 @@
 // A text corpus as bytes, for byte-level language modelling (vocabulary 256:
-// token = byte, so any UTF-8 text round-trips and nothing needs training).
+// token = byte, see byte_tokenizer.h).
 //
 // load_corpus() reads the files and folders named (folders recursively, in
 // sorted order, so every rank reads the same bytes), separates documents with
@@ -31,6 +31,12 @@ Corpus load_corpus(const std::vector<std::filesystem::path>& paths, double valid
 // The corpus used when none is given: the English text of Debian's
 // `fortunes` package (installed by scripts/setup).
 std::filesystem::path default_corpus_path();
+// The files of the default corpus, sorted: the regular files at the top level
+// of `dir` (the English fortunes), without subfolders (off/, other languages),
+// strfile's .dat indexes or the .u8 symlinks. A missing folder is returned as
+// is, so that load_corpus reports it.
+std::vector<std::filesystem::path> default_corpus_files(
+    const std::filesystem::path& dir = default_corpus_path());
 
 // True when the bytes do not look like text (used for the check above).
 bool looks_binary(const std::string& bytes);
