@@ -3,12 +3,14 @@
 // precision, from DESIGN.md's formulas as the engine lays them out
 // (zero/memory_estimate.h), plus buckets and the activations of a micro-batch.
 // With --device-mem and --host-mem: which configurations fit, best first.
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 
+#include "zero/config/byte_size.h"
 #include "zero/core/error.h"
 #include "zero/memory/memory_ledger.h"
 #include "zero/models/gpt.h"
@@ -18,44 +20,99 @@ using namespace zero;
 
 namespace {
 
+// A parameter count: digits with an optional fraction or exponent ("7.5e9")
+// and an optional K, M, B or T suffix for thousand, million, billion,
+// trillion ("1.5B" = 1,500,000,000). Byte units are refused: this is a count.
 std::int64_t parse_count(const std::string& s) {
-  ZERO_CHECK(!s.empty(), "empty number");
+  const std::string fix = "'" + s + "' is not a parameter count: write digits with an optional K, M, B or T "
+                          "(thousand, million, billion, trillion), e.g. 350M, 1.5B or 7500000000";
   std::size_t pos = 0;
-  double v = std::stod(s, &pos);
+  double v = 0.0;
+  try {
+    v = std::stod(s, &pos);
+  } catch (const std::exception&) {
+    ZERO_CHECK(false, "--params ", fix);
+  }
   std::string unit = s.substr(pos);
   for (auto& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  if (unit.size() > 1 && unit.back() == 'B' && unit != "B") unit.pop_back();  // "GB" -> "G", "GIB" -> "GI"
-  if (!unit.empty() && unit.back() == 'I') unit.pop_back();
-  double m = 1;
-  if (unit == "K") m = 1024.0; else if (unit == "M") m = 1024.0 * 1024; else if (unit == "G") m = 1024.0 * 1024 * 1024;
-  else if (unit == "T") m = 1024.0 * 1024 * 1024 * 1024; else if (unit == "B" || unit.empty()) m = 1;
-  else ZERO_CHECK(false, "cannot read '", s, "': use a number with an optional K, M, G or T suffix");
-  return static_cast<std::int64_t>(v * m);
+  double m = 0.0;
+  if (unit.empty()) m = 1.0;
+  else if (unit == "K") m = 1e3;
+  else if (unit == "M") m = 1e6;
+  else if (unit == "B") m = 1e9;
+  else if (unit == "T") m = 1e12;
+  ZERO_CHECK(m > 0.0 && std::isfinite(v) && v > 0.0 && v * m < 9.2e18, "--params ", fix);
+  return static_cast<std::int64_t>(std::llround(v * m));
+}
+
+// A byte size, as device_memory_limit reads it: KB/MB/GB/TB are powers of
+// 1000, KiB/MiB/GiB/TiB powers of 1024 (config/byte_size.h).
+std::int64_t parse_bytes(const std::string& flag, const std::string& s) {
+  const auto v = config::parse_byte_size(s);
+  ZERO_CHECK(v && *v > 0, flag, " '", s, "' is not a byte size: write e.g. 80GB (10^9 bytes each) or 80GiB (2^30), "
+             "as device_memory_limit does; a bare G or M is ambiguous and refused");
+  return *v;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string model = "gpt2", params_text, device_mem_text, host_mem_text, precision = "bf16";
+  std::string model = "gpt2", params_text, device_mem_text, host_mem_text, precision = "bf16", stage_text;
   int world = 1, stage = -1;
-  bool offload = false, dpu = false, json = false;
-  std::int64_t micro = 1, seq = 0, bucket = 500'000'000;
+  bool offload = false, dpu = false, json = false, checkpoint = false, cpu_checkpoint = false;
+  std::int64_t micro = 1, seq = 0, bucket = 500'000'000, n_layer = 0, n_head = 0, n_embd = 0, block_size = 0;
   CLI::App app{"zero-estimate: memory per rank per tier for a ZeRO configuration, and what fits"};
-  app.add_option("--model", model, "GPT preset (gpt2-tiny ... gpt2-xl)")->capture_default_str();
-  app.add_option("--params", params_text, "parameter count instead of a preset (e.g. 7.5G = 7.5 * 2^30, or 7500000000)");
+  auto* model_opt = app.add_option("--model", model, "GPT preset: gpt2-tiny, gpt2-small-test, gpt2, gpt2-medium, "
+                                   "gpt2-large, gpt2-xl")->capture_default_str();
+  app.add_option("--params", params_text, "parameter count instead of a model (K, M, B, T = "
+                                    "thousand ... trillion: 1.5B, 7.5e9); no activation estimate");
+  auto* layer_opt = app.add_option("--n-layer", n_layer, "override the preset's layers");
+  auto* head_opt = app.add_option("--n-head", n_head, "override the preset's heads");
+  auto* embd_opt = app.add_option("--n-embd", n_embd, "override the preset's width");
+  auto* block_opt = app.add_option("--block-size", block_size, "override the preset's context length");
   app.add_option("--world", world, "data-parallel ranks")->capture_default_str();
-  app.add_option("--stage", stage, "ZeRO stage 0-2 (default: all)");
-  app.add_flag("--offload", offload, "offload_optimizer.device = cpu");
-  app.add_flag("--dpu", dpu, "delayed parameter update (with --offload)");
+  app.add_option("--stage", stage_text, "ZeRO stage 0, 1 or 2 (default: all; stage 3 is not supported yet)");
+  app.add_flag("--offload", offload, "offload_optimizer.device = cpu (stage 1 or 2)");
+  app.add_flag("--dpu", dpu, "delayed parameter update (needs --offload)");
   app.add_option("--precision", precision, "bf16, fp16 or fp32")->capture_default_str();
-  app.add_option("--micro", micro, "micro-batch per rank (activations)")->capture_default_str();
-  app.add_option("--seq", seq, "sequence length (default: the preset's context)");
+  auto* micro_opt = app.add_option("--micro", micro, "micro-batch per rank (activations)")->capture_default_str();
+  auto* seq_opt = app.add_option("--seq", seq, "sequence length (default: the model's context)");
+  app.add_flag("--checkpoint-activations", checkpoint, "activations with per-block checkpointing (as zero-train's)");
+  app.add_flag("--cpu-checkpointing", cpu_checkpoint,
+               "checkpoints kept on the host (activation_checkpointing.cpu_checkpointing; implies "
+               "--checkpoint-activations)");
   app.add_option("--bucket", bucket, "reduce_bucket_size in elements")->capture_default_str();
-  app.add_option("--device-mem", device_mem_text, "device memory per rank (e.g. 80G); lists what fits");
-  app.add_option("--host-mem", host_mem_text, "host memory per rank (e.g. 256G)");
+  app.add_option("--device-mem", device_mem_text, "device memory per rank (80GB = 80*10^9 B, 80GiB = 80*2^30 B); "
+                 "lists what fits");
+  app.add_option("--host-mem", host_mem_text, "host memory per rank (e.g. 256GiB)");
   app.add_flag("--json", json, "also print one JSON object (bytes per configuration) as the last line");
   CLI11_PARSE(app, argc, argv);
   try {
+    // Flags first, each error naming the fix.
+    if (!stage_text.empty()) {
+      ZERO_CHECK(stage_text.find_first_not_of("0123456789") == std::string::npos && stage_text.size() <= 2,
+                 "--stage '", stage_text, "' is not a ZeRO stage: use 0, 1 or 2, or leave --stage out to list all");
+      stage = std::stoi(stage_text);
+      ZERO_CHECK(stage != 3, "--stage 3 (partitioned parameters) is not supported yet by zerocpp's engine: use "
+                 "--stage 0, 1 or 2, or leave --stage out to list all");
+      ZERO_CHECK(stage <= 2, "--stage ", stage, " does not exist: ZeRO stages are 0, 1 and 2 (3 not yet supported)");
+    }
+    ZERO_CHECK(!(offload && stage == 0), "--stage 0 --offload: the engine refuses offload_optimizer.device=\"cpu\" "
+               "at stage 0 (ZeRO-Offload offloads the rank's optimizer partition): use --stage 1 or 2");
+    ZERO_CHECK(!dpu || offload, "--dpu (delayed parameter update) needs --offload: the delayed step is the CPU "
+               "optimizer's");
+    ZERO_CHECK(world >= 1, "--world must be at least 1, got ", world);
+    ZERO_CHECK(bucket > 0, "--bucket (reduce_bucket_size) must be positive, got ", bucket);
+    ZERO_CHECK(micro >= 1, "--micro must be at least 1, got ", micro);
+    ZERO_CHECK(seq >= 0, "--seq must be positive, got ", seq);
+    const bool shape_given = layer_opt->count() || head_opt->count() || embd_opt->count() || block_opt->count();
+    if (!params_text.empty()) {
+      ZERO_CHECK(!model_opt->count() && !shape_given, "--params and --model/--n-layer/... both give the model: "
+                 "use one (--params for a bare parameter count, --model with overrides for a GPT)");
+      ZERO_CHECK(!micro_opt->count() && !seq_opt->count() && !checkpoint && !cpu_checkpoint,
+                 "--micro, --seq and --checkpoint-activations estimate a GPT's activations, which --params "
+                 "alone does not describe: give --model (and --n-layer, --n-embd, ...) instead");
+    }
     EstimateInput in;
     in.world = world;
     in.bucket_numel = bucket;
@@ -66,36 +123,51 @@ int main(int argc, char** argv) {
       in.params = parse_count(params_text);
     } else {
       models::GptConfig g = models::gpt_preset(model);
+      if (n_layer) g.n_layer = n_layer;
+      if (n_head) g.n_head = n_head;
+      if (n_embd) g.n_embd = n_embd;
+      if (block_size) g.block_size = block_size;
+      ZERO_CHECK(g.n_layer > 0 && g.n_head > 0 && g.n_embd > 0 && g.block_size > 0 && g.n_embd % g.n_head == 0,
+                 "the model's shape must be positive with --n-embd a multiple of --n-head: n_layer ", g.n_layer,
+                 ", n_head ", g.n_head, ", n_embd ", g.n_embd, ", block_size ", g.block_size);
+      ZERO_CHECK(seq <= g.block_size, "--seq ", seq, " is longer than the model's block_size ", g.block_size,
+                 ": use --seq <= ", g.block_size, " or --block-size ", seq);
       in.params = g.num_parameters();
+      in.param_numels = g.parameter_numels();
       in.micro_batch = micro;
       in.seq_len = seq > 0 ? seq : g.block_size;
       in.n_layer = g.n_layer;
       in.n_embd = g.n_embd;
       in.n_head = g.n_head;
       in.vocab = g.vocab_size;
+      in.checkpoint_activations = checkpoint || cpu_checkpoint;
+      in.cpu_checkpointing = cpu_checkpoint;
     }
-    const std::int64_t device_mem = device_mem_text.empty() ? 0 : parse_count(device_mem_text);
-    const std::int64_t host_mem = host_mem_text.empty() ? 0 : parse_count(host_mem_text);
-    std::printf("%s: %.3fB parameters, %d rank(s), %s%s\n", params_text.empty() ? model.c_str() : "model",
+    const std::int64_t device_mem = device_mem_text.empty() ? 0 : parse_bytes("--device-mem", device_mem_text);
+    const std::int64_t host_mem = host_mem_text.empty() ? 0 : parse_bytes("--host-mem", host_mem_text);
+    std::printf("%s: %.3fB parameters, %d rank(s), %s%s%s\n", params_text.empty() ? model.c_str() : "model",
                 in.params / 1e9, world, precision.c_str(),
-                in.micro_batch ? (", activations of micro-batch " + std::to_string(micro) + " x " + std::to_string(in.seq_len)).c_str() : "");
-    std::printf("%-18s %12s %12s %12s %12s | %12s %12s\n", "configuration", "dev states", "dev buckets", "dev activ.",
-                "dev total", "host states", "host total");
+                in.micro_batch ? (", activations of micro-batch " + std::to_string(micro) + " x " + std::to_string(in.seq_len)).c_str() : "",
+                in.checkpoint_activations ? (in.cpu_checkpointing ? ", checkpointed on the host" : ", checkpointed") : "");
+    std::printf("%-18s %12s %12s %12s %12s %12s | %12s %12s\n", "configuration", "dev states", "dev padding",
+                "dev buckets", "dev activ.", "dev total", "host states", "host total");
     struct Row { int stage; bool offload; MemoryEstimate e; bool fits; };
     std::vector<Row> rows;
     // Best first: the least communication and host work that fits.
+    // --offload lists only offloaded configurations; --stage only that stage.
     const std::vector<std::pair<int, bool>> order = {{0, false}, {1, false}, {2, false}, {1, true}, {2, true}};
     for (auto [s, off] : order) {
       if (stage >= 0 && s != stage) continue;
-      if (stage >= 0 && offload != off) continue;
+      if (offload != off && (stage >= 0 || offload)) continue;
       in.stage = s;
       in.offload = off;
       in.dpu = off && dpu;
       MemoryEstimate e = estimate_memory(in);
       const bool fits = (device_mem == 0 || e.device_total() <= device_mem) && (host_mem == 0 || e.host_total() <= host_mem);
       rows.push_back({s, off, e, fits});
-      std::printf("%-18s %12s %12s %12s %12s | %12s %12s%s\n", describe_config(s, off).c_str(),
-                  memory::format_bytes(e.device_model_states()).c_str(), memory::format_bytes(e.device_buckets).c_str(),
+      std::printf("%-18s %12s %12s %12s %12s %12s | %12s %12s%s\n", describe_config(s, off).c_str(),
+                  memory::format_bytes(e.device_model_states()).c_str(), memory::format_bytes(e.device_padding).c_str(),
+                  memory::format_bytes(e.device_buckets).c_str(),
                   memory::format_bytes(e.device_activations).c_str(), memory::format_bytes(e.device_total()).c_str(),
                   memory::format_bytes(e.host_model_states()).c_str(), memory::format_bytes(e.host_total()).c_str(),
                   (device_mem || host_mem) ? (fits ? "  fits" : "  does not fit") : "");
@@ -105,9 +177,12 @@ int main(int argc, char** argv) {
       for (std::size_t i = 0; i < rows.size(); ++i) {
         const MemoryEstimate& e = rows[i].e;
         std::printf("%s{\"stage\":%d,\"offload\":%s,\"device_model_states\":%lld,\"host_model_states\":%lld,"
+                    "\"device_buckets\":%lld,\"device_padding\":%lld,\"device_activations\":%lld,\"host_activations\":%lld,"
                     "\"device_total\":%lld,\"host_total\":%lld,\"fits\":%s}",
                     i ? "," : "", rows[i].stage, rows[i].offload ? "true" : "false",
-                    (long long)e.device_model_states(), (long long)e.host_model_states(), (long long)e.device_total(),
+                    (long long)e.device_model_states(), (long long)e.host_model_states(), (long long)e.device_buckets,
+                    (long long)e.device_padding, (long long)e.device_activations, (long long)e.host_activations,
+                    (long long)e.device_total(),
                     (long long)e.host_total(), rows[i].fits ? "true" : "false");
       }
       std::printf("]}\n");

@@ -65,5 +65,83 @@ TEST(Estimate, MatchesTheEngineLedger) {
   }
 }
 
+// Padding and buckets follow the engine's flat layout exactly when the
+// parameter sizes are given: an odd width and small buckets make padding.
+TEST(Estimate, PaddingAndBucketsMatchTheEngineLayout) {
+  auto comm = comm::make_communicator();
+  models::GptConfig g = models::gpt_preset("gpt2-tiny");
+  g.n_embd = 24;
+  g.n_head = 2;
+  g.block_size = 16;
+  const bool last_rank = comm->rank() == comm->world_size() - 1;
+  for (int stage : {0, 1, 2}) {
+    for (bool offload : {false, true}) {
+      if (offload && stage == 0) continue;
+      torch::manual_seed(0);
+      auto model = std::make_shared<models::Gpt>(g);
+      config::Config cfg;
+      cfg.train_micro_batch_size_per_gpu = 1;
+      cfg.gradient_accumulation_steps = 1;
+      cfg.train_batch_size = comm->world_size();
+      cfg.bf16.enabled = true;
+      cfg.zero_optimization.stage = stage;
+      cfg.zero_optimization.reduce_bucket_size = 3000;
+      cfg.zero_optimization.offload_optimizer.device = offload ? "cpu" : "none";
+      Engine engine(model, cfg, *comm);
+      EstimateInput in;
+      in.params = g.num_parameters();
+      in.param_numels = g.parameter_numels();
+      in.bucket_numel = 3000;
+      in.world = comm->world_size();
+      in.stage = stage;
+      in.offload = offload;
+      const MemoryEstimate e = estimate_memory(in);
+      const auto s = engine.ledger().snapshot();
+      const std::int64_t dev_pad = s.bytes(memory::Tier::kDevice, memory::Kind::kPadding);
+      const std::int64_t host_pad = s.bytes(memory::Tier::kHost, memory::Kind::kPadding);
+      // The estimate is the last rank's, which holds the most padding.
+      if (last_rank) {
+        EXPECT_EQ(dev_pad, e.device_padding) << "stage " << stage << " offload " << offload;
+        EXPECT_EQ(host_pad, e.host_padding) << "stage " << stage << " offload " << offload;
+      } else {
+        EXPECT_LE(dev_pad, e.device_padding);
+        EXPECT_LE(host_pad, e.host_padding);
+      }
+      if (comm->world_size() > 1) {
+        EXPECT_GT(e.device_padding + e.host_padding, 0);
+      }
+      EXPECT_EQ(s.bytes(memory::Tier::kDevice, memory::Kind::kBuckets), 0);  // none before the first backward
+      if (stage == 2 || offload) {
+        EXPECT_GT(e.device_buckets, 0);
+        EXPECT_LE(e.device_buckets, 2 * 2 * (3000 + 4 * 24 * 24 + 32 * in.world));  // two buckets in flight
+      }
+    }
+  }
+}
+
+TEST(Estimate, CheckpointingKeepsOnlyBlockInputs) {
+  EstimateInput in;
+  const models::GptConfig g = models::gpt_preset("gpt2");
+  in.params = g.num_parameters();
+  in.micro_batch = 4;
+  in.seq_len = 1024;
+  in.n_layer = g.n_layer;
+  in.n_embd = g.n_embd;
+  in.n_head = g.n_head;
+  const MemoryEstimate plain = estimate_memory(in);
+  in.checkpoint_activations = true;
+  const MemoryEstimate ckpt = estimate_memory(in);
+  in.cpu_checkpointing = true;
+  const MemoryEstimate host = estimate_memory(in);
+  const std::int64_t input_bytes = 2 * 4 * 1024 * 768;  // one block input, bf16
+  const std::int64_t logits = 2 * 4 * 4 * 1024 * 256;
+  const std::int64_t per_layer = (plain.device_activations - logits) / 12;
+  EXPECT_EQ(ckpt.device_activations, 12 * input_bytes + per_layer + logits);
+  EXPECT_EQ(host.host_activations, 12 * input_bytes);
+  EXPECT_EQ(host.device_activations, input_bytes + per_layer + logits);
+  EXPECT_EQ(host.host_total(), plain.host_total() + 12 * input_bytes);
+  EXPECT_LT(ckpt.device_activations * 5, plain.device_activations);
+}
+
 }  // namespace
 }  // namespace zero

@@ -18,21 +18,40 @@ struct EstimateInput {
   bool dpu = false;         // delayed parameter update (double host gradients)
   int element_bytes = 2;    // training precision: 2 (bf16/fp16) or 4 (fp32)
   std::int64_t bucket_numel = 500'000'000;  // reduce_bucket_size
+  // The parameters' sizes in the module's order (GptConfig::parameter_numels()):
+  // when given, buckets and padding follow the engine's exact flat layout;
+  // when empty, the model is taken as one parameter of `params` elements.
+  std::vector<std::int64_t> param_numels;
   // Activations of one micro-batch of a GPT (0 = not estimated).
   std::int64_t micro_batch = 0, seq_len = 0, n_layer = 0, n_embd = 0, n_head = 0, vocab = 256;
+  // Per-block activation checkpointing (GptConfig::checkpoint_activations):
+  // only the block inputs stay, plus one block's activations while it is
+  // recomputed; with cpu_checkpointing the block inputs live on the host.
+  bool checkpoint_activations = false, cpu_checkpointing = false;
 };
+
+// Elements each rank's chunk of a bucket is aligned to; must match
+// kAlignElements in src/engine/engine.cpp (the flat layout's `align`).
+inline constexpr std::int64_t kEstimateAlignElements = 32;
 
 struct MemoryEstimate {
   // Device tier.
   std::int64_t device_params = 0, device_grads = 0, device_master = 0, device_moments = 0;
   std::int64_t device_buckets = 0, device_activations = 0;
+  // Padding of the flat buffers and of the partition (the ledger's kPadding):
+  // each bucket is padded to a multiple of world * kEstimateAlignElements; the
+  // figure is for the last rank, whose chunks hold the most padding.
+  std::int64_t device_padding = 0, host_padding = 0;
   // Host tier.
   std::int64_t host_grads = 0, host_master = 0, host_moments = 0, host_staging = 0;
+  std::int64_t host_activations = 0;  // checkpoints kept on the host (cpu_checkpointing)
 
   std::int64_t device_model_states() const { return device_params + device_grads + device_master + device_moments; }
   std::int64_t host_model_states() const { return host_grads + host_master + host_moments; }
-  std::int64_t device_total() const { return device_model_states() + device_buckets + device_activations; }
-  std::int64_t host_total() const { return host_model_states() + host_staging; }
+  std::int64_t device_total() const {
+    return device_model_states() + device_padding + device_buckets + device_activations;
+  }
+  std::int64_t host_total() const { return host_model_states() + host_padding + host_staging + host_activations; }
 };
 
 MemoryEstimate estimate_memory(const EstimateInput& in);
