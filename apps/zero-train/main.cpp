@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -26,6 +27,7 @@
 #include "zero/config/config.h"
 #include "zero/core/error.h"
 #include "zero/data/batch_sampler.h"
+#include "zero/data/byte_tokenizer.h"
 #include "zero/data/text_corpus.h"
 #include "zero/engine/engine.h"
 #include "zero/engine/lr_schedule.h"
@@ -51,6 +53,7 @@ struct Options {
   std::int64_t n_layer = 0, n_head = 0, n_embd = 0, block_size = 0, seq_len = 0;
   std::int64_t steps = 300, warmup = -1, eval_every = 50, eval_batches = 8, sample = 0;
   double min_lr_ratio = 0.1;
+  bool warmup_given = false, min_lr_ratio_given = false, checkpoint_activations = false;
   std::uint64_t seed = 1234;
   std::vector<std::string> corpus;
 };
@@ -81,8 +84,7 @@ double evaluate(models::Gpt& model, comm::Communicator& comm, const data::Corpus
 std::string generate(models::Gpt& model, std::int64_t n, std::int64_t block, std::uint64_t seed) {
   at::NoGradGuard no_grad;
   torch::manual_seed(seed);
-  std::vector<std::int64_t> ids{'\n'};
-  std::string out;
+  std::vector<std::int64_t> ids = data::encode_bytes("\n");
   for (std::int64_t i = 0; i < n; ++i) {
     const std::int64_t start = std::max<std::int64_t>(0, static_cast<std::int64_t>(ids.size()) - block);
     std::vector<std::int64_t> ctx(ids.begin() + start, ids.end());
@@ -90,9 +92,8 @@ std::string generate(models::Gpt& model, std::int64_t n, std::int64_t block, std
     at::Tensor logits = model.forward(x).select(1, -1).to(at::kFloat) / 0.8;
     const std::int64_t next = at::multinomial(at::softmax(logits, -1), 1).item<std::int64_t>();
     ids.push_back(next);
-    out.push_back(static_cast<char>(next));
   }
-  return out;
+  return data::decode_bytes(std::vector<std::int64_t>(ids.begin() + 1, ids.end()));
 }
 
 void write_plot(const fs::path& dir) {
@@ -106,11 +107,18 @@ void write_plot(const fs::path& dir) {
      << "plot '" << (dir / "loss.dat").string() << "' using 1:($3/1048576) with lines title 'device', '' using 1:($4/1048576) with lines title 'host'\n"
      << "unset multiplot\n";
   gp.close();
-  const std::string cmd = "gnuplot '" + script.string() + "' 2>/dev/null";
-  if (std::system(cmd.c_str()) == 0) {
+  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
+    std::fprintf(stderr, "plot: skipped (gnuplot not found; scripts/setup installs gnuplot-nox); the data is in %s\n",
+                 (dir / "loss.dat").c_str());
+    return;
+  }
+  const std::string cmd = "gnuplot '" + script.string() + "'";
+  const int rc = std::system(cmd.c_str());
+  if (rc == 0) {
     std::fprintf(stderr, "plot: %s\n", (dir / "training.png").c_str());
   } else {
-    std::fprintf(stderr, "plot: skipped (gnuplot not found; scripts/setup installs gnuplot-nox)\n");
+    std::fprintf(stderr, "plot: gnuplot failed (status %d) on %s; its message is above, the data is in %s\n", rc,
+                 script.c_str(), (dir / "loss.dat").c_str());
   }
 }
 
@@ -129,19 +137,40 @@ int run(const Options& cli) {
   if (o.n_head) gc.n_head = o.n_head;
   if (o.n_embd) gc.n_embd = o.n_embd;
   if (o.block_size) gc.block_size = o.block_size;
+  // Activation checkpointing: as in Megatron-DeepSpeed, the model invokes it
+  // (--checkpoint-activations) and the config's section says how; a config
+  // that asks for the checkpoints on the host turns it on as well.
+  const auto& ac = cfg.activation_checkpointing;
+  gc.checkpoint_activations = o.checkpoint_activations || ac.cpu_checkpointing;
+  gc.checkpoint_on_cpu = ac.cpu_checkpointing;
+  if (root) {
+    if (ac.partition_activations) {
+      std::fprintf(stderr, "config warning: activation_checkpointing.partition_activations has no effect: it splits "
+                           "checkpoints across model-parallel ranks, and zerocpp has no model parallelism\n");
+    }
+    if (ac.contiguous_memory_optimization) {
+      std::fprintf(stderr, "config warning: activation_checkpointing.contiguous_memory_optimization has no effect "
+                           "in zerocpp\n");
+    }
+    if (!cfg.scheduler.type.empty() && (o.warmup_given || o.min_lr_ratio_given)) {
+      std::fprintf(stderr, "warning: --warmup and --min-lr-ratio are ignored: the config's scheduler (%s) sets the LR\n",
+                   cfg.scheduler.type.c_str());
+    }
+  }
   if (o.seq_len == 0) o.seq_len = gc.block_size;
   ZERO_CHECK(o.seq_len <= gc.block_size, "--seq-len ", o.seq_len, " is longer than the model's block_size ",
              gc.block_size, ": use --seq-len <= ", gc.block_size, " or --block-size ", o.seq_len);
   std::vector<fs::path> paths(o.corpus.begin(), o.corpus.end());
-  if (paths.empty()) paths.push_back(data::default_corpus_path());
+  if (paths.empty()) paths = data::default_corpus_files();
   const data::Corpus corpus = data::load_corpus(paths);
   torch::manual_seed(o.seed);
   auto model = std::make_shared<models::Gpt>(gc);
   Engine engine(model, cfg, *comm);
   const std::int64_t micro = cfg.train_micro_batch_size_per_gpu, accum = cfg.gradient_accumulation_steps;
   if (cfg.device_memory_limit > 0) {
-    // The engine's own buffers are already checked against the budget; the
-    // activations of one micro-batch come on top (zero-estimate's formula).
+    // The engine's persistent buffers are already checked against the budget;
+    // the activations of one micro-batch and the transient gradient buckets
+    // (allocated in the first backward) come on top (zero-estimate's formulas).
     EstimateInput in;
     in.params = engine.num_parameters();
     in.world = comm->world_size();
@@ -154,21 +183,35 @@ int run(const Options& cli) {
     in.n_embd = gc.n_embd;
     in.n_head = gc.n_head;
     in.vocab = gc.vocab_size;
-    const std::int64_t activations = estimate_memory(in).device_activations;
-    const std::int64_t held = engine.ledger().snapshot().tier_current[0];
-    ZERO_CHECK(held + activations <= cfg.device_memory_limit, "a micro-batch of ", micro, " x ", o.seq_len,
-               " tokens needs about ", memory::format_bytes(activations), " of activations on top of the ",
-               memory::format_bytes(held), " the engine holds, past device_memory_limit ",
+    in.param_numels = gc.parameter_numels();
+    in.bucket_numel = cfg.zero_optimization.reduce_bucket_size;
+    in.checkpoint_activations = gc.checkpoint_activations;
+    in.cpu_checkpointing = gc.checkpoint_on_cpu;
+    const MemoryEstimate est = estimate_memory(in);
+    const auto snap = engine.ledger().snapshot();
+    const std::int64_t activations = est.device_activations;
+    const std::int64_t buckets = std::max<std::int64_t>(
+        0, est.device_buckets - snap.current[static_cast<int>(memory::Tier::kDevice)][static_cast<int>(memory::Kind::kBuckets)]);
+    const std::int64_t held = snap.tier_current[static_cast<int>(memory::Tier::kDevice)];
+    ZERO_CHECK(held + buckets + activations <= cfg.device_memory_limit, "a micro-batch of ", micro, " x ", o.seq_len,
+               " tokens needs about ", memory::format_bytes(activations), " of activations",
+               gc.checkpoint_activations ? " (checkpointed)" : "", " and ", memory::format_bytes(buckets),
+               " of gradient buckets on top of the ", memory::format_bytes(held),
+               " the engine holds, past device_memory_limit ",
                memory::format_bytes(cfg.device_memory_limit),
-               ": lower train_micro_batch_size_per_gpu (and raise gradient_accumulation_steps), shorten --seq-len, "
+               ": lower train_micro_batch_size_per_gpu (and raise gradient_accumulation_steps), shorten --seq-len, ",
+               gc.checkpoint_activations ? "" : "use --checkpoint-activations, ",
                "or raise device_memory_limit");
   }
   if (root) {
     std::fprintf(stderr,
-                 "model: %s, %lld layers x %lld wide, %lld heads, context %lld: %.2fM parameters\n"
+                 "model: %s, %lld layers x %lld wide, %lld heads, context %lld: %.2fM parameters%s\n"
                  "corpus: %zu train + %zu validation bytes from %lld file(s) (%lld binary skipped); unigram entropy %.3f nats\n",
                  o.model.c_str(), (long long)gc.n_layer, (long long)gc.n_embd, (long long)gc.n_head,
-                 (long long)gc.block_size, engine.num_parameters() / 1e6, corpus.train.size(), corpus.validation.size(),
+                 (long long)gc.block_size, engine.num_parameters() / 1e6,
+                 !gc.checkpoint_activations ? "" : gc.checkpoint_on_cpu ? ", activations checkpointed per block on the host"
+                                                                        : ", activations checkpointed per block",
+                 corpus.train.size(), corpus.validation.size(),
                  (long long)corpus.files, (long long)corpus.skipped_binary, corpus.unigram_entropy_nats());
   }
   config::SchedulerConfig sched = cfg.scheduler;
@@ -195,7 +238,7 @@ int run(const Options& cli) {
   std::vector<double> losses;
   nlohmann::json val_losses = nlohmann::json::array();
   double total_seconds = 0.0, last_val = -1.0;
-  comm::CommStats last_comm;
+  comm::CommStats last_comm, run_comm;  // this rank's: the last step, and the sum over steps
   for (std::int64_t step = 0; step < o.steps; ++step) {
     engine.set_lr(schedule.lr(step));
     const auto t0 = std::chrono::steady_clock::now();
@@ -213,6 +256,7 @@ int run(const Options& cli) {
     const double loss = loss_sum / static_cast<double>(accum * comm->world_size());
     losses.push_back(loss);
     last_comm = engine.last_step_comm();
+    train::add_comm(run_comm, last_comm);
     double val = -1.0;
     if (o.eval_every > 0 && ((step + 1) % o.eval_every == 0 || step + 1 == o.steps)) {
       val = last_val = evaluate(*model, *comm, corpus, o, micro);
@@ -236,7 +280,7 @@ int run(const Options& cli) {
       nlohmann::json m = {{"step", p.step}, {"loss", loss}, {"lr", p.lr}, {"tokens_per_s", p.tokens_per_s},
                           {"tflops", p.tflops}, {"loss_scale", p.loss_scale}, {"skipped", p.skipped},
                           {"grad_norm", engine.stats().grad_norm}, {"device_bytes", p.device_bytes},
-                          {"host_bytes", p.host_bytes}};
+                          {"host_bytes", p.host_bytes}, {"comm_bytes", train::comm_bytes_json(last_comm)}};
       if (val >= 0) m["val_loss"] = val;
       metrics << m.dump() << "\n";
       loss_dat << p.step << " " << loss << " " << p.device_bytes << " " << p.host_bytes << "\n";
@@ -246,6 +290,8 @@ int run(const Options& cli) {
   engine.flush();
   if (root) progress.finish();
   const auto ledgers = train::gather_int64(*comm, train::flatten_ledger(engine.ledger().snapshot()));
+  const auto last_comms = train::gather_int64(*comm, train::flatten_comm(last_comm));
+  const auto run_comms = train::gather_int64(*comm, train::flatten_comm(run_comm));
   if (root) {
     metrics.close();
     loss_dat.close();
@@ -263,7 +309,12 @@ int run(const Options& cli) {
       r["world_size"] = comm->world_size();
       r["memory_per_rank"] = nlohmann::json::array();
       for (const auto& l : ledgers) r["memory_per_rank"].push_back(train::ledger_json(l));
-      r["comm_per_step_rank0"] = train::comm_json(last_comm);
+      // Per rank: the last step's bytes by collective, and the sum over the run.
+      r["comm_per_rank"] = nlohmann::json::array();
+      for (std::size_t i = 0; i < last_comms.size(); ++i) {
+        r["comm_per_rank"].push_back({{"last_step", train::comm_json(train::unflatten_comm(last_comms[i]))},
+                                      {"all_steps", train::comm_json(train::unflatten_comm(run_comms[i]))}});
+      }
       r["offload_bytes_per_step_rank0"] = engine.last_step_offload_bytes();
       r["losses"] = losses;
       r["val_losses"] = val_losses;
@@ -288,7 +339,9 @@ int run(const Options& cli) {
 int main(int argc, char** argv) {
   Options o;
   CLI::App app{"zero-train: train a GPT on a text corpus with ZeRO (DeepSpeed-style JSON config)"};
-  app.add_option("corpus", o.corpus, "text files or folders (default: Debian's fortunes)");
+  app.add_option("corpus", o.corpus,
+                 "text files or folders, read recursively (default: the top-level English files of "
+                 "/usr/share/games/fortunes)");
   app.add_option("--config", o.config_path, "DeepSpeed-style JSON config (default: ZeRO-2 + CPU offload + bf16)");
   app.add_option("--model", o.model, "preset: gpt2-tiny, gpt2-small-test, gpt2, gpt2-medium, gpt2-large, gpt2-xl")
       ->capture_default_str();
@@ -298,19 +351,28 @@ int main(int argc, char** argv) {
   app.add_option("--block-size", o.block_size, "override the preset's context length");
   app.add_option("--seq-len", o.seq_len, "training sequence length (default: block size)");
   app.add_option("--steps", o.steps, "optimizer steps")->capture_default_str();
-  app.add_option("--warmup", o.warmup, "LR warm-up steps when the config has no scheduler (default: steps/10)");
-  app.add_option("--min-lr-ratio", o.min_lr_ratio, "cosine floor as a fraction of the lr")->capture_default_str();
-  app.add_option("--eval-every", o.eval_every, "validation every N steps (0: only never)")->capture_default_str();
+  auto* warmup = app.add_option("--warmup", o.warmup,
+                                "LR warm-up steps when the config has no scheduler (default: steps/10)");
+  auto* min_lr = app.add_option("--min-lr-ratio", o.min_lr_ratio,
+                                "cosine floor as a fraction of the lr, when the config has no scheduler")
+                     ->capture_default_str();
+  app.add_option("--eval-every", o.eval_every, "validation every N steps and after the last (0: never)")
+      ->capture_default_str();
   app.add_option("--eval-batches", o.eval_batches, "micro-batches per validation")->capture_default_str();
   app.add_option("--sample", o.sample, "generate N bytes of text at the end")->capture_default_str();
   app.add_option("--report", o.report, "write a JSON report (memory per rank, communication, losses, speed)");
   app.add_option("--out", o.out_dir, "folder for metrics.jsonl and training.png")->capture_default_str();
   app.add_option("--seed", o.seed, "seed of the model and the data order")->capture_default_str();
+  app.add_flag("--checkpoint-activations", o.checkpoint_activations,
+               "checkpoint activations per block (recompute in backward); also on when the config sets "
+               "activation_checkpointing.cpu_checkpointing, which keeps the checkpoints on the host");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  o.warmup_given = warmup->count() > 0;
+  o.min_lr_ratio_given = min_lr->count() > 0;
   try {
     return run(o);
   } catch (const zero::Error& e) {

@@ -69,4 +69,37 @@ nlohmann::json comm_json(const comm::CommStats& c) {
   return j;
 }
 
+std::vector<std::int64_t> flatten_comm(const comm::CommStats& c) {
+  std::vector<std::int64_t> v;
+  for (auto b : c.bytes_sent) v.push_back(static_cast<std::int64_t>(b));
+  for (auto n : c.calls) v.push_back(static_cast<std::int64_t>(n));
+  return v;
+}
+
+comm::CommStats unflatten_comm(const std::vector<std::int64_t>& flat) {
+  ZERO_INTERNAL_ASSERT(flat.size() == 2 * comm::kNumCollectiveKinds);
+  comm::CommStats c;
+  for (std::size_t i = 0; i < comm::kNumCollectiveKinds; ++i) {
+    c.bytes_sent[i] = static_cast<std::uint64_t>(flat[i]);
+    c.calls[i] = static_cast<std::uint64_t>(flat[comm::kNumCollectiveKinds + i]);
+  }
+  return c;
+}
+
+nlohmann::json comm_bytes_json(const comm::CommStats& c) {
+  nlohmann::json j = nlohmann::json::object();
+  for (std::size_t i = 0; i < comm::kNumCollectiveKinds; ++i) {
+    if (c.calls[i] == 0) continue;
+    j[std::string(comm::collective_name(static_cast<comm::CollectiveKind>(i)))] = c.bytes_sent[i];
+  }
+  return j;
+}
+
+void add_comm(comm::CommStats& sum, const comm::CommStats& step) {
+  for (std::size_t i = 0; i < comm::kNumCollectiveKinds; ++i) {
+    sum.bytes_sent[i] += step.bytes_sent[i];
+    sum.calls[i] += step.calls[i];
+  }
+}
+
 }  // namespace zero::train

@@ -21,5 +21,12 @@ std::vector<std::vector<std::int64_t>> gather_int64(comm::Communicator& comm,
 std::vector<std::int64_t> flatten_ledger(const memory::LedgerSnapshot& s);
 nlohmann::json ledger_json(const std::vector<std::int64_t>& flat);
 nlohmann::json comm_json(const comm::CommStats& c);
+// The same for gather_int64: [bytes..., calls...] over the collective kinds.
+std::vector<std::int64_t> flatten_comm(const comm::CommStats& c);
+comm::CommStats unflatten_comm(const std::vector<std::int64_t>& flat);
+// {"all_reduce": bytes, ...} for ops with calls, for one metrics line.
+nlohmann::json comm_bytes_json(const comm::CommStats& c);
+// Running sum over steps.
+void add_comm(comm::CommStats& sum, const comm::CommStats& step);
 
 }  // namespace zero::train

@@ -1,0 +1,30 @@
+# Runs a command that must fail: a non-zero exit status AND output (stdout or
+# stderr) matching REGEX. PASS_REGULAR_EXPRESSION alone would pass a command
+# that prints the message and then exits 0.
+#   cmake -DREGEX=<regex> [-DWORKDIR=<dir>] -P expect_failure.cmake -- <command> <args>...
+# (arguments must not contain a semicolon: CMake would split them)
+set(cmd "")
+set(after_dashes FALSE)
+math(EXPR last "${CMAKE_ARGC} - 1")
+foreach(i RANGE ${last})
+  if(after_dashes)
+    list(APPEND cmd "${CMAKE_ARGV${i}}")
+  elseif(CMAKE_ARGV${i} STREQUAL "--")
+    set(after_dashes TRUE)
+  endif()
+endforeach()
+if(NOT cmd)
+  message(FATAL_ERROR "expect_failure.cmake: no command after --")
+endif()
+if(NOT WORKDIR)
+  set(WORKDIR "${CMAKE_CURRENT_BINARY_DIR}")
+endif()
+execute_process(COMMAND ${cmd} WORKING_DIRECTORY "${WORKDIR}"
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(rc EQUAL 0)
+  message(FATAL_ERROR "expected a non-zero exit status, got 0:\n${out}\n${err}")
+endif()
+if(NOT "${out}${err}" MATCHES "${REGEX}")
+  message(FATAL_ERROR "exit status ${rc}, but the output does not match '${REGEX}':\n${out}\n${err}")
+endif()
+message(STATUS "failed as expected (status ${rc}): ${err}")
