@@ -23,6 +23,12 @@ if(NOT CMAKE_CUDA_ARCHITECTURES)
   # Without a GPU, "native" fails; 90 covers H100/H200.
   set(CMAKE_CUDA_ARCHITECTURES 90)
 endif()
+# CMake 3.25 knows no CUDA C++20 dialect for nvcc; Torch's config sets
+# CMAKE_CUDA_STANDARD to the C++ standard (20) only when it is unset, which
+# would make every CUDA target fail at generation. CUDA sources are C++17.
+if(NOT CMAKE_CUDA_STANDARD)
+  set(CMAKE_CUDA_STANDARD 17)
+endif()
 # Naming the arch list stops Caffe2's config from probing for a GPU with a
 # try_run (which fails here: no GPU, and CMake 3.25 has no CUDA20 dialect).
 if(NOT TORCH_CUDA_ARCH_LIST AND NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST})
@@ -44,3 +50,45 @@ if(ZERO_WITH_CUDA AND NOT _zero_torch_has_cuda)
   message(FATAL_ERROR "ZERO_WITH_CUDA=ON but the LibTorch found (${Torch_DIR}) has no CUDA")
 endif()
 message(STATUS "zerocpp: ZERO_WITH_CUDA=${ZERO_WITH_CUDA}")
+
+# CUDA code (src/cuda, zero_cuda) and NCCL. The CUDA language is already on
+# when the LibTorch has CUDA (its config enables it); say so explicitly.
+if(ZERO_WITH_CUDA)
+  enable_language(CUDA)
+  find_package(CUDAToolkit REQUIRED)
+  # NCCL: the CUDA toolkit's (here /usr/local/cuda), else the torch wheel's
+  # (site-packages/nvidia/nccl: what a GPU machine with only the wheel has;
+  # it ships libnccl.so.2 without the libnccl.so link).
+  get_filename_component(_zero_site_packages "${Torch_DIR}/../../../.." ABSOLUTE)
+  set(_zero_nccl_hints
+    ${CUDAToolkit_INCLUDE_DIRS} ${CUDAToolkit_LIBRARY_DIR} ${CUDAToolkit_TARGET_DIR}
+    ${CUDAToolkit_LIBRARY_ROOT} /usr/local/cuda "${_zero_site_packages}/nvidia/nccl")
+  find_path(ZERO_NCCL_INCLUDE_DIR nccl.h HINTS ${_zero_nccl_hints} PATH_SUFFIXES include)
+  find_library(ZERO_NCCL_LIBRARY NAMES nccl libnccl.so.2 HINTS ${_zero_nccl_hints}
+               PATH_SUFFIXES lib64 lib)
+  if(ZERO_NCCL_INCLUDE_DIR AND ZERO_NCCL_LIBRARY)
+    set(_zero_nccl_found ON)
+  else()
+    set(_zero_nccl_found OFF)
+  endif()
+  if(ZERO_WITH_NCCL STREQUAL "AUTO")
+    set(ZERO_WITH_NCCL ${_zero_nccl_found})
+  endif()
+  if(ZERO_WITH_NCCL AND NOT _zero_nccl_found)
+    message(FATAL_ERROR "ZERO_WITH_NCCL=ON but nccl.h / libnccl were not found (looked in "
+      "${_zero_nccl_hints}); pass -DZERO_NCCL_INCLUDE_DIR=... -DZERO_NCCL_LIBRARY=...")
+  endif()
+  if(ZERO_WITH_NCCL)
+    add_library(zero::nccl UNKNOWN IMPORTED)
+    set_target_properties(zero::nccl PROPERTIES
+      IMPORTED_LOCATION "${ZERO_NCCL_LIBRARY}"
+      INTERFACE_INCLUDE_DIRECTORIES "${ZERO_NCCL_INCLUDE_DIR}")
+    message(STATUS "zerocpp: NCCL ${ZERO_NCCL_LIBRARY} (headers ${ZERO_NCCL_INCLUDE_DIR})")
+  endif()
+else()
+  if(ZERO_WITH_NCCL AND NOT ZERO_WITH_NCCL STREQUAL "AUTO")
+    message(FATAL_ERROR "ZERO_WITH_NCCL=ON needs ZERO_WITH_CUDA")
+  endif()
+  set(ZERO_WITH_NCCL OFF)
+endif()
+message(STATUS "zerocpp: ZERO_WITH_NCCL=${ZERO_WITH_NCCL}")
