@@ -4,20 +4,23 @@
 // the square root):
 //
 //   g   = grad * grad_scale                     (grad widened to fp32 first)
-//   Adam (L2):  g += weight_decay * p                     (torch.optim.Adam)
+//   Adam (L2):  g += weight_decay * p   (if wd != 0)      (torch.optim.Adam)
 //   AdamW:      p *= 1 - lr * weight_decay                (torch.optim.AdamW)
 //   m   = beta1 * m + (1 - beta1) * g
 //   v   = beta2 * v + (1 - beta2) * g * g
 //   bc1 = 1 - beta1^step,  bc2 = 1 - beta2^step
-//   p  -= (lr / bc1) * (m / (sqrt(v) / sqrt(bc2) + eps))
+//   p  -= (lr / bc1 * m) / (sqrt(v) / sqrt(bc2) + eps)
 //
-// The per-step scalars (1 - lr*wd, 1 - beta, lr/bc1, sqrt(bc2)) are computed
+// The per-step scalars (1 - lr*wd, 1 - beta, lr/bc1, 1/sqrt(bc2)) are computed
 // once in double and rounded to float, as LibTorch does with its double
-// options; the per-element work is fp32.
+// options; the per-element work is fp32. sqrt(v) / sqrt(bc2) is computed as
+// sqrt(v) * (1/sqrt(bc2)) (one division per element fewer; within an ulp or
+// so of LibTorch's division), and the last line keeps LibTorch's addcdiv
+// order, (value * m) / denom. See docs/optim.md.
 //
-// Buffer contract: params, exp_avg, exp_avg_sq and (if set) half_out hold n
-// elements each and are updated in place; grads holds n elements of
-// grad_dtype and is only read. Pointers need no alignment. No two of the
+// Buffer contract: params, exp_avg and exp_avg_sq hold n fp32 elements each
+// and are updated in place; grads holds n elements of grad_dtype and is only
+// read; half_out (if set) holds n elements of half_dtype and is only written. Pointers need no alignment. No two of the
 // buffers (half_out included) may overlap. Each element is updated
 // independently, so a NaN or inf grad poisons only its own element.
 //
