@@ -15,7 +15,9 @@
 
 #include "typed_buffer.h"
 #include "zero/comm/communicator.h"
+#include "zero/comm/launcher_env.h"
 #include "zero/comm/mpi_check.h"
+#include "mpi_work.h"  // src/comm: the Work of the MPI backend
 #include "zero/core/error.h"
 #include "zero/core/shard.h"
 
@@ -88,6 +90,9 @@ TEST_F(MpiCommunicatorTest, Identity) {
   EXPECT_EQ(comm_->backend_name(), "mpi");
   // ctest runs every rank on this one node.
   EXPECT_EQ(comm_->local_rank(), r_);
+  // mpirun tells the same through the environment (launcher_env.h).
+  EXPECT_EQ(zero::comm::launcher_local_rank(), r_);
+  EXPECT_EQ(zero::comm::launcher_local_size(), n_);
 }
 
 TEST_F(MpiCommunicatorTest, MakeCommunicatorPicksMpiUnderTheLauncher) {
@@ -328,6 +333,23 @@ TEST_F(MpiCommunicatorTest, WaitTimesOutAndTheOpCanStillBeWaited) {
 
 // Large enough (>= 64 KiB) that on 4 ranks Open MPI's ring is used when the
 // backend stages the input; the result must not depend on it.
+// A failure is stored in the Work and rethrown by every wait(): here one of
+// the backend's completion step (the copy-out of an out-of-place
+// reduce-scatter runs there), after the transport itself completed. Open MPI
+// reports no transport error this test could provoke on demand (a truncated
+// receive on MPI_COMM_SELF completes with MPI_SUCCESS from MPI_Wait).
+TEST(MpiWork, FailedCompletionStepIsRethrownByEveryWait) {
+  MPI_Request req = MPI_REQUEST_NULL;
+  ASSERT_EQ(MPI_Ibarrier(MPI_COMM_SELF, &req), MPI_SUCCESS);
+  zero::comm::detail::MpiOpInfo info;
+  zero::comm::detail::MpiWork work(info, {req}, {},
+                                   [] { throw zero::Error("the completion step failed"); });
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    EXPECT_THROW(work.wait(std::chrono::milliseconds(10000)), zero::Error) << attempt;
+  }
+  EXPECT_TRUE(work.is_completed());
+}
+
 TEST(MpiCommunicatorStaging, LargeAllReduceWithAndWithoutStaging) {
   for (std::size_t staging_max : {std::size_t{0}, std::size_t{64} << 20}) {
     zero::comm::MpiCommunicatorOptions options;

@@ -7,6 +7,7 @@
 
 #include "typed_buffer.h"
 #include "zero/comm/communicator.h"
+#include "zero/comm/launcher_env.h"
 #include "zero/core/error.h"
 #include "zero/core/shard.h"
 
@@ -161,6 +162,51 @@ TEST(MakeCommunicator, EnvironmentOverride) {
     FAIL() << "expected an error";
   } catch (const zero::Error& e) {
     EXPECT_NE(std::string(e.what()).find("ZERO_COMM_BACKEND"), std::string::npos) << e.what();
+  }
+}
+
+constexpr const char* kLocalRankVars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID",
+                                           "MPI_LOCALRANKID", "LOCAL_RANK"};
+
+TEST(LauncherEnv, LocalRankFromEachLauncherInOrder) {
+  ScopedEnv env;
+  for (const char* v : kLocalRankVars) env.set(v, nullptr);
+  EXPECT_FALSE(zero::comm::launcher_local_rank().has_value());
+  int expected = 7;
+  for (const char* var : kLocalRankVars) {
+    ScopedEnv one;
+    one.set(var, std::to_string(expected).c_str());
+    EXPECT_EQ(zero::comm::launcher_local_rank(), expected) << var;
+    ++expected;
+  }
+  // The first one set wins: Open MPI's over SLURM's.
+  env.set("SLURM_LOCALID", "3");
+  env.set("OMPI_COMM_WORLD_LOCAL_RANK", "1");
+  EXPECT_EQ(zero::comm::launcher_local_rank(), 1);
+}
+
+TEST(LauncherEnv, LocalSize) {
+  ScopedEnv env;
+  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE", "MPI_LOCALNRANKS",
+                        "LOCAL_WORLD_SIZE"}) {
+    env.set(v, nullptr);
+  }
+  EXPECT_FALSE(zero::comm::launcher_local_size().has_value());
+  env.set("SLURM_NTASKS_PER_NODE", "4");
+  EXPECT_EQ(zero::comm::launcher_local_size(), 4);
+}
+
+TEST(LauncherEnv, GarbageIsAnErrorNamingTheVariable) {
+  ScopedEnv env;
+  for (const char* v : kLocalRankVars) env.set(v, nullptr);
+  for (const char* bad : {"x", "-1", "1.5", "2(x2)", "99999999999"}) {
+    env.set("SLURM_LOCALID", bad);
+    try {
+      zero::comm::launcher_local_rank();
+      FAIL() << "expected an error for " << bad;
+    } catch (const zero::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("SLURM_LOCALID"), std::string::npos) << e.what();
+    }
   }
 }
 
