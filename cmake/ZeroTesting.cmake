@@ -56,7 +56,7 @@ endfunction()
 # (tests/support/lsan.supp says which and why); leaks of our code are still
 # reported. Every test that runs under mpirun, or initialises MPI, needs it.
 function(zero_suppress_mpi_leaks)
-  if(ZERO_SANITIZE STREQUAL "address")
+  if(ZERO_SANITIZE MATCHES "address")
     foreach(_test ${ARGN})
       set_property(TEST ${_test} APPEND PROPERTY ENVIRONMENT
         "LSAN_OPTIONS=suppressions=${PROJECT_SOURCE_DIR}/tests/support/lsan.supp:fast_unwind_on_malloc=0:print_suppressions=0")
