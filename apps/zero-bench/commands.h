@@ -14,4 +14,9 @@ void add_adam_command(CLI::App& app);
 // zerocpp's stages, offload and DPU (step_bench.cpp). Run it under mpirun.
 void add_step_command(CLI::App& app);
 
+// `zero-bench fit-plain`: the largest GPT a plain LibTorch loop (AdamW, bf16
+// autocast) trains on one device (CPU or CUDA), its TFLOP/s and peak memory,
+// against a bf16 matmul peak measured in the same run (fit_plain_bench.cpp).
+void add_fit_plain_command(CLI::App& app);
+
 }  // namespace zero::bench

@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   zero::bench::add_adam_command(app);
   zero::bench::add_step_command(app);
+  zero::bench::add_fit_plain_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,388 @@
+// zero-bench fit-plain: the largest GPT a plain LibTorch training loop fits on
+// one device, and its speed; issue 6's baseline (a) for bench/gpu.
+//
+//   zero-bench fit-plain --device cuda --sizes gpt2,gpt2-medium,gpt2-xl,32x2560 [--json]
+//   zero-bench fit-plain --device cpu --sizes gpt2-tiny --steps 2      (smoke test)
+//
+// First a bf16 square-matmul sweep on the device (--matmul): the MFU ceiling,
+// measured in the same run. Then, for each size in order, the plain loop: the
+// zero::models GPT built on the device with fp32 parameters,
+// torch::optim::AdamW (fp32 moments), and --dtype bf16 = LibTorch's autocast
+// to bf16 around forward and loss (what PyTorch AMP does: fp32 master params,
+// bf16 matmuls; backward outside the autocast region), --dtype fp32 = no
+// autocast. bf16 parameters with an fp32 optimizer are not what a plain
+// LibTorch user writes, so they are not measured here. The first size that
+// runs out of memory ends the sweep; the sizes after it are reported as not
+// tried, and the one before it is the largest that fits.
+//
+// A size is a preset (gpt2-tiny ... gpt2-xl, zero::models::gpt_preset) or
+// LxD[xH] for a custom GPT: L layers, width D, H heads (default D/128 when D
+// is a multiple of 128, else D/64), context max(1024, --seq), vocabulary 256.
+// The sequence is min(--seq, the model's context). FLOPs per token are
+// GptConfig::flops_per_token, as zero-train and zero-bench step count them.
+//
+// Peak memory is the caching allocator's peak of allocated bytes
+// (at::accelerator::getDeviceStats, reset before each size), on CUDA only;
+// on the CPU it is n/a. No CUDA header is included: CUDA is checked at run
+// time (torch::cuda::is_available()), so this builds against any LibTorch.
+#include <ATen/ATen.h>
+#include <ATen/DeviceAccelerator.h>
+#include <ATen/autocast_mode.h>
+#include <torch/cuda.h>
+#include <torch/optim/adamw.h>
+#include <torch/utils.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <new>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "zero/core/error.h"
+#include "zero/models/gpt.h"
+
+namespace zero::bench {
+namespace {
+
+using Json = nlohmann::ordered_json;
+using Clock = std::chrono::steady_clock;
+
+struct FitOptions {
+  std::string device = "cpu";
+  std::string dtype = "bf16";
+  std::string sizes = "gpt2-tiny,gpt2-small-test";
+  std::string matmul = "256,512";
+  std::int64_t micro = 4, seq = 1024;
+  int steps = 3, warmup = 1;
+  bool json = false;
+};
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, sep)) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+// A preset name, or LxD[xH] (see the file comment).
+models::GptConfig parse_size(const std::string& spec, std::int64_t seq) {
+  const auto& names = models::gpt_preset_names();
+  if (std::find(names.begin(), names.end(), spec) != names.end()) return models::gpt_preset(spec);
+  const std::vector<std::string> parts = split(spec, 'x');
+  std::vector<std::int64_t> v;
+  try {
+    for (const auto& p : parts) {
+      std::size_t used = 0;
+      v.push_back(std::stoll(p, &used));
+      ZERO_CHECK(used == p.size(), "bad number '", p, "'");
+    }
+  } catch (const std::exception&) {
+    v.clear();
+  }
+  if (v.size() != 2 && v.size() != 3) {
+    models::gpt_preset(spec);  // throws, listing the presets
+  }
+  ZERO_CHECK(v.size() == 2 || v.size() == 3, "bad size '", spec, "': a preset or LAYERSxWIDTH[xHEADS]");
+  models::GptConfig c;
+  c.n_layer = v[0];
+  c.n_embd = v[1];
+  c.n_head = v.size() == 3 ? v[2] : (v[1] % 128 == 0 ? v[1] / 128 : v[1] / 64);
+  c.block_size = std::max<std::int64_t>(1024, seq);
+  ZERO_CHECK(c.n_layer > 0 && c.n_embd > 0 && c.n_head > 0 && c.n_embd % c.n_head == 0, "bad size '", spec,
+             "': layers, width and heads must be positive and the width a multiple of the heads");
+  return c;
+}
+
+// Out of memory on the device (c10::OutOfMemoryError, or a library's
+// allocation failure reported as a c10::Error) or on the host.
+bool is_oom(const std::exception& e) {
+  if (dynamic_cast<const c10::OutOfMemoryError*>(&e) != nullptr) return true;
+  if (dynamic_cast<const std::bad_alloc*>(&e) != nullptr) return true;
+  if (dynamic_cast<const c10::Error*>(&e) == nullptr) return false;
+  const std::string m = e.what();
+  return m.find("out of memory") != std::string::npos || m.find("CUBLAS_STATUS_ALLOC_FAILED") != std::string::npos ||
+         m.find("not enough memory") != std::string::npos || m.find("can't allocate memory") != std::string::npos;
+}
+
+std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+
+struct Dev {
+  at::Device device{at::kCPU};
+  bool cuda = false;
+  void sync() const {
+    if (cuda) torch::cuda::synchronize(device.index());
+  }
+  void reset_peak() const {
+    if (cuda) at::accelerator::resetPeakStats(device.index());
+  }
+  std::optional<std::int64_t> peak_bytes() const {
+    if (!cuda) return std::nullopt;
+    // StatType 0 = AGGREGATE.
+    return at::accelerator::getDeviceStats(device.index()).allocated_bytes[0].peak;
+  }
+  void empty_cache() const {
+    if (cuda) at::accelerator::emptyCache();
+  }
+};
+
+// bf16 autocast on `type` for a scope, as Python's torch.autocast does it.
+class AutocastScope {
+ public:
+  AutocastScope(c10::DeviceType type, bool on) : type_(type), on_(on) {
+    if (!on_) return;
+    prev_enabled_ = at::autocast::is_autocast_enabled(type_);
+    prev_dtype_ = at::autocast::get_autocast_dtype(type_);
+    at::autocast::set_autocast_enabled(type_, true);
+    at::autocast::set_autocast_dtype(type_, at::kBFloat16);
+    at::autocast::increment_nesting();
+  }
+  ~AutocastScope() {
+    if (!on_) return;
+    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+    at::autocast::set_autocast_enabled(type_, prev_enabled_);
+    at::autocast::set_autocast_dtype(type_, prev_dtype_);
+  }
+  AutocastScope(const AutocastScope&) = delete;
+  AutocastScope& operator=(const AutocastScope&) = delete;
+
+ private:
+  c10::DeviceType type_;
+  bool on_;
+  bool prev_enabled_ = false;
+  at::ScalarType prev_dtype_ = at::kBFloat16;
+};
+
+struct MatmulResult {
+  std::int64_t n = 0;
+  double tflops = 0;
+};
+
+// Square bf16 matmul C = A B on the device: best of 3 repetitions, each at
+// least ~0.2 s of back-to-back matmuls, 2 n^3 FLOPs each.
+MatmulResult time_matmul(const Dev& d, std::int64_t n) {
+  auto opts = at::TensorOptions().dtype(at::kBFloat16).device(d.device);
+  at::Tensor a = at::randn({n, n}, opts), b = at::randn({n, n}, opts), c = at::empty({n, n}, opts);
+  at::mm_out(c, a, b);
+  d.sync();
+  int iters = 1;
+  for (;;) {  // grow the count until one repetition takes >= 0.2 s
+    const auto t0 = Clock::now();
+    for (int i = 0; i < iters; ++i) at::mm_out(c, a, b);
+    d.sync();
+    if (std::chrono::duration<double>(Clock::now() - t0).count() >= 0.2 || iters >= (1 << 16)) break;
+    iters *= 2;
+  }
+  double best = 1e30;
+  for (int r = 0; r < 3; ++r) {
+    const auto t0 = Clock::now();
+    for (int i = 0; i < iters; ++i) at::mm_out(c, a, b);
+    d.sync();
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  const double flops = 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n) * iters;
+  return {n, flops / best / 1e12};
+}
+
+struct SizeResult {
+  std::string size;
+  models::GptConfig config;
+  std::int64_t seq = 0;
+  std::string status;  // "ok", "oom", "not tried"
+  std::string error;
+  double step_s = 0, tokens_per_s = 0, tflops = 0;
+  std::optional<std::int64_t> peak_bytes;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+void train_size(const FitOptions& o, const Dev& d, SizeResult& r) {
+  const bool bf16 = o.dtype == "bf16";
+  d.reset_peak();
+  torch::manual_seed(0);
+  // Built on the host (the model's constructor initialises there), then moved.
+  auto model = std::make_shared<models::Gpt>(r.config);
+  model->to(d.device);
+  torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(1e-4).weight_decay(0.1));
+  std::vector<double> times;
+  for (int s = 0; s < o.warmup + o.steps; ++s) {
+    torch::manual_seed(100 + s);
+    at::Tensor b = at::randint(r.config.vocab_size, {o.micro, r.seq + 1}, at::TensorOptions().dtype(at::kLong))
+                       .to(d.device);
+    d.sync();
+    const auto t0 = Clock::now();
+    opt.zero_grad();
+    at::Tensor loss;
+    {
+      AutocastScope autocast(d.device.type(), bf16);
+      loss = model->loss(b.narrow(1, 0, r.seq), b.narrow(1, 1, r.seq));
+    }
+    loss.backward();
+    opt.step();
+    d.sync();
+    if (s >= o.warmup) times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    ZERO_CHECK(std::isfinite(loss.item<double>()), "size ", r.size, ": loss is not finite at step ", s);
+  }
+  r.peak_bytes = d.peak_bytes();
+  r.step_s = median(times);
+  const double tokens = static_cast<double>(o.micro * r.seq);
+  r.tokens_per_s = tokens / r.step_s;
+  r.tflops = tokens * r.config.flops_per_token(r.seq) / r.step_s / 1e12;
+}
+
+std::string fmt_bytes(const std::optional<std::int64_t>& b) {
+  if (!b) return "n/a";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", static_cast<double>(*b) / (1 << 30));
+  return buf;
+}
+
+Json size_json(const FitOptions& o, const SizeResult& r, double peak_tflops) {
+  Json j;
+  j["size"] = r.size;
+  j["layers"] = r.config.n_layer;
+  j["width"] = r.config.n_embd;
+  j["heads"] = r.config.n_head;
+  j["params"] = r.config.num_parameters();
+  j["micro_batch"] = o.micro;
+  j["seq"] = r.seq;
+  j["status"] = r.status;
+  if (!r.error.empty()) j["error"] = r.error;
+  if (r.status == "ok") {
+    j["step_ms"] = r.step_s * 1e3;
+    j["tokens_per_s"] = r.tokens_per_s;
+    j["tflops"] = r.tflops;
+    j["mfu"] = peak_tflops > 0 ? Json(r.tflops / peak_tflops) : Json(nullptr);
+    j["peak_mem_gib"] = r.peak_bytes ? Json(static_cast<double>(*r.peak_bytes) / (1 << 30)) : Json(nullptr);
+  }
+  return j;
+}
+
+void run_fit_plain(const FitOptions& o) {
+  ZERO_CHECK(o.device == "cpu" || o.device == "cuda", "--device must be cpu or cuda, not '", o.device, "'");
+  ZERO_CHECK(o.dtype == "bf16" || o.dtype == "fp32", "--dtype must be bf16 or fp32, not '", o.dtype, "'");
+  ZERO_CHECK(o.micro > 0 && o.seq > 0 && o.steps > 0 && o.warmup >= 0,
+             "--micro-batch, --seq and --steps must be positive, --warmup not negative");
+  Dev d;
+  if (o.device == "cuda") {
+    ZERO_CHECK(torch::cuda::is_available(), "--device cuda: this LibTorch sees no CUDA device (",
+               torch::cuda::device_count(), " devices)");
+    d.device = at::Device(at::kCUDA, 0);
+    d.cuda = true;
+  }
+  const std::vector<std::string> sizes = split(o.sizes, ',');
+  ZERO_CHECK(!sizes.empty(), "--sizes is empty");
+  std::vector<SizeResult> results;
+  for (const auto& s : sizes) {
+    SizeResult r;
+    r.size = s;
+    r.config = parse_size(s, o.seq);  // all parsed before anything runs
+    r.seq = std::min(o.seq, r.config.block_size);
+    r.status = "not tried";
+    results.push_back(r);
+  }
+
+  std::printf("zero-bench fit-plain: plain LibTorch loop (torch::optim::AdamW, fp32 params%s) on %s, "
+              "micro-batch %lld, %d timed steps (median) after %d warmup\n",
+              o.dtype == "bf16" ? ", bf16 autocast" : "", o.device.c_str(), (long long)o.micro, o.steps, o.warmup);
+
+  // 1. The bf16 matmul ceiling.
+  std::vector<MatmulResult> mm;
+  double peak = 0;
+  for (const auto& n : split(o.matmul, ',')) {
+    if (n == "none") continue;
+    mm.push_back(time_matmul(d, std::stoll(n)));
+    peak = std::max(peak, mm.back().tflops);
+    std::printf("bf16 matmul %lld^3: %.2f TFLOP/s\n", (long long)mm.back().n, mm.back().tflops);
+    std::fflush(stdout);
+  }
+
+  // 2. The sizes, smallest first, until one runs out of memory.
+  std::string largest;
+  for (auto& r : results) {
+    try {
+      train_size(o, d, r);
+      r.status = "ok";
+      largest = r.size;
+    } catch (const std::exception& e) {
+      if (!is_oom(e)) throw;
+      r.status = "oom";
+      r.error = first_line(e.what());
+    }
+    d.empty_cache();
+    if (o.json) std::printf("%s\n", size_json(o, r, peak).dump().c_str());
+    std::printf("  %-16s %s\n", r.size.c_str(), r.status.c_str());
+    std::fflush(stdout);
+    if (r.status == "oom") break;
+  }
+
+  std::printf("%-16s %9s %6s %9s %10s %10s %8s %6s %9s\n", "size", "params M", "seq", "status", "step ms",
+              "tokens/s", "TFLOP/s", "MFU", "peak GiB");
+  for (const auto& r : results) {
+    if (r.status == "ok") {
+      std::printf("%-16s %9.1f %6lld %9s %10.1f %10.0f %8.3f %6s %9s\n", r.size.c_str(),
+                  r.config.num_parameters() / 1e6, (long long)r.seq, r.status.c_str(), r.step_s * 1e3,
+                  r.tokens_per_s, r.tflops,
+                  peak > 0 ? (std::to_string(static_cast<int>(100 * r.tflops / peak + 0.5)) + "%").c_str() : "-",
+                  fmt_bytes(r.peak_bytes).c_str());
+    } else {
+      std::printf("%-16s %9.1f %6lld %9s\n", r.size.c_str(), r.config.num_parameters() / 1e6, (long long)r.seq,
+                  r.status.c_str());
+    }
+  }
+  std::printf("largest that fits: %s%s\n", largest.empty() ? "none" : largest.c_str(),
+              results.back().status == "ok" ? " (every size asked fit: ask for larger ones)" : "");
+  if (!o.json) return;
+  Json j;
+  j["bench"] = "fit-plain";
+  j["device"] = o.device;
+  j["dtype"] = o.dtype;
+  j["optimizer"] = "torch::optim::AdamW";
+  j["precision"] = o.dtype == "bf16" ? "fp32 params, bf16 autocast" : "fp32";
+  Json mj = Json::array();
+  for (const auto& m : mm) mj.push_back({{"n", m.n}, {"tflops", m.tflops}});
+  j["matmul_bf16"] = mj;
+  j["matmul_peak_tflops"] = peak > 0 ? Json(peak) : Json(nullptr);
+  Json sj = Json::array();
+  for (const auto& r : results) sj.push_back(size_json(o, r, peak));
+  j["sizes"] = sj;
+  j["largest_fit"] = largest.empty() ? Json(nullptr) : Json(largest);
+  std::printf("%s\n", j.dump().c_str());
+}
+
+}  // namespace
+
+void add_fit_plain_command(CLI::App& app) {
+  auto o = std::make_shared<FitOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "fit-plain",
+      "largest GPT a plain LibTorch loop (AdamW, bf16 autocast) trains on one device, its TFLOP/s and "
+      "peak memory, against a bf16 matmul peak");
+  cmd->add_option("--device", o->device, "cpu or cuda")->capture_default_str();
+  cmd->add_option("--dtype", o->dtype, "bf16 (fp32 params + bf16 autocast) or fp32")->capture_default_str();
+  cmd->add_option("--sizes", o->sizes, "comma-separated, smallest first: presets or LAYERSxWIDTH[xHEADS]")
+      ->capture_default_str();
+  cmd->add_option("--matmul", o->matmul, "bf16 square matmul sizes for the peak, or none")->capture_default_str();
+  cmd->add_option("--micro-batch", o->micro, "sequences per step")->capture_default_str();
+  cmd->add_option("--seq", o->seq, "tokens per sequence (capped at each model's context)")->capture_default_str();
+  cmd->add_option("--steps", o->steps, "timed steps per size")->capture_default_str();
+  cmd->add_option("--warmup", o->warmup, "untimed steps per size")->capture_default_str();
+  cmd->add_flag("--json", o->json,
+                "print one JSON line per size as it finishes, and one JSON object of all as the last line");
+  cmd->callback([o] { run_fit_plain(*o); });
+}
+
+}  // namespace zero::bench
