@@ -1,0 +1,286 @@
+#!/usr/bin/env python3
+"""PyTorch FSDP2 with CPUOffloadPolicy training zerocpp's GPT: issue 6's peer (c).
+
+    python3 bench/fsdp2_offload.py --device cuda --sizes gpt2,gpt2-xl,32x2560 [--json]
+    .venv/bin/python bench/fsdp2_offload.py --device cpu --sizes gpt2-tiny --steps 2   (smoke test)
+
+One process, world size 1 (torch.distributed over a file:// store in a
+temporary directory: no port, no launcher). Each block and then the whole
+model are wrapped with `fully_shard(offload_policy=CPUOffloadPolicy(),
+mp_policy=MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32))`:
+fp32 sharded parameters, their gradients and torch.optim.AdamW's moments live
+in host memory and AdamW steps there; forward and backward run in bf16 on the
+device. The model is a port of zero::models::Gpt (include/zero/models/gpt.h):
+same modules, shapes, order, initialisation and loss, byte vocabulary of 256,
+tied head; its parameter count is checked against the C++ formula
+(GptConfig::num_parameters) before anything runs. Sizes and FLOPs are those of
+`zero-bench fit-plain`: a preset or LxD[xH], sequence min(--seq, context),
+FLOPs per token 6 * params + 6 * layers * seq * width (GptConfig::flops_per_token).
+
+On a machine without CUDA it runs the same code with gloo on the CPU, where
+CPUOffloadPolicy has nothing to offload: a smoke test of this script, not a
+peer figure (the JSON says "smoke": true).
+
+Sizes run smallest first; a device out-of-memory ends the sweep. A size whose
+host-side state (16 bytes per parameter: fp32 params, grads, two moments)
+would not fit in 90% of MemAvailable is reported as "host memory" without
+being run, since the kernel's OOM killer, not an exception, would end it.
+
+With --json: one JSON line per size as it finishes, then one object of all.
+"""
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+
+PRESETS = {  # zero::models::gpt_preset: layers, heads, width, context
+    "gpt2-tiny": (2, 2, 64, 64),
+    "gpt2-small-test": (4, 4, 128, 128),
+    "gpt2": (12, 12, 768, 1024),
+    "gpt2-medium": (24, 16, 1024, 1024),
+    "gpt2-large": (36, 20, 1280, 1024),
+    "gpt2-xl": (48, 25, 1600, 1024),
+}
+VOCAB = 256
+
+
+def parse_size(spec, seq):
+    """(layers, heads, width, context) of a preset or LxD[xH], as zero-bench fit-plain."""
+    if spec in PRESETS:
+        return PRESETS[spec]
+    try:
+        v = [int(x) for x in spec.split("x")]
+    except ValueError:
+        v = []
+    if len(v) not in (2, 3):
+        raise SystemExit(f"bad size '{spec}': one of {', '.join(PRESETS)} or LAYERSxWIDTH[xHEADS]")
+    layers, width = v[0], v[1]
+    heads = v[2] if len(v) == 3 else (width // 128 if width % 128 == 0 else width // 64)
+    if layers <= 0 or width <= 0 or heads <= 0 or width % heads:
+        raise SystemExit(f"bad size '{spec}': layers, width, heads positive, width a multiple of heads")
+    return layers, heads, width, max(1024, seq)
+
+
+def num_parameters(layers, width, context):
+    """GptConfig::num_parameters (tied head counted once)."""
+    d = width
+    block = 2 * d + d * 3 * d + 3 * d + d * d + d + 2 * d + d * 4 * d + 4 * d + 4 * d * d + d
+    return VOCAB * d + context * d + layers * block + 2 * d
+
+
+def flops_per_token(params, layers, width, seq):
+    """GptConfig::flops_per_token."""
+    return 6.0 * params + 6.0 * layers * seq * width
+
+
+def build_model_classes(torch):
+    nn = torch.nn
+    F = torch.nn.functional
+
+    class CausalSelfAttention(nn.Module):
+        def __init__(self, width, heads):
+            super().__init__()
+            self.n_head = heads
+            self.qkv = nn.Linear(width, 3 * width)
+            self.proj = nn.Linear(width, width)
+
+        def forward(self, x):
+            B, T, C = x.shape
+            qkv = self.qkv(x).view(B, T, 3, self.n_head, C // self.n_head).permute(2, 0, 3, 1, 4)
+            y = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], is_causal=True)
+            return self.proj(y.transpose(1, 2).reshape(B, T, C))
+
+    class Block(nn.Module):
+        def __init__(self, width, heads):
+            super().__init__()
+            self.ln1 = nn.LayerNorm(width)
+            self.attn = CausalSelfAttention(width, heads)
+            self.ln2 = nn.LayerNorm(width)
+            self.fc = nn.Linear(width, 4 * width)
+            self.proj = nn.Linear(4 * width, width)
+
+        def forward(self, x):
+            h = x + self.attn(self.ln1(x))
+            return h + self.proj(F.gelu(self.fc(self.ln2(h)), approximate="tanh"))
+
+    class Gpt(nn.Module):
+        def __init__(self, layers, heads, width, context):
+            super().__init__()
+            self.wte = nn.Embedding(VOCAB, width)
+            self.wpe = nn.Embedding(context, width)
+            self.h = nn.ModuleList([Block(width, heads) for _ in range(layers)])
+            self.ln_f = nn.LayerNorm(width)
+            with torch.no_grad():  # GPT-2's initialisation, as zero::models::Gpt
+                for name, p in self.named_parameters():
+                    if p.dim() == 2:
+                        residual = "proj.weight" in name
+                        p.normal_(0.0, 0.02 / math.sqrt(2.0 * layers) if residual else 0.02)
+                    elif "ln" not in name:
+                        p.zero_()
+
+        def forward(self, idx):
+            T = idx.shape[1]
+            x = self.wte(idx) + self.wpe(torch.arange(T, device=idx.device))
+            for b in self.h:
+                x = b(x)
+            return self.ln_f(x) @ self.wte.weight.t()  # tied head
+
+        def loss(self, idx, targets):
+            logits = self(idx)
+            return F.cross_entropy(logits.float().reshape(-1, VOCAB), targets.reshape(-1))
+
+    return Gpt
+
+
+def host_available_bytes():
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    ap.add_argument("--sizes", default="gpt2-tiny,gpt2-small-test")
+    ap.add_argument("--micro-batch", type=int, default=4)
+    ap.add_argument("--seq", type=int, default=1024)
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--matmul-peak", type=float, default=0.0,
+                    help="bf16 matmul TFLOP/s measured on this device (zero-bench fit-plain), for the MFU column")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+
+    def emit(obj):
+        if a.json:
+            print(json.dumps(obj), flush=True)
+
+    cuda = a.device == "cuda"
+    if cuda and not torch.cuda.is_available():
+        msg = ("FSDP2 CPUOffloadPolicy is a GPU peer and needs CUDA: torch " + torch.__version__ +
+               " sees no CUDA device (run with --device cpu for the CPU smoke test)")
+        print("fsdp2_offload: " + msg, file=sys.stderr)
+        print(json.dumps({"bench": "fsdp2-offload", "skipped": msg}))
+        return 0
+
+    sizes = []
+    for s in [x for x in a.sizes.split(",") if x]:
+        layers, heads, width, context = parse_size(s, a.seq)
+        sizes.append(dict(size=s, layers=layers, width=width, heads=heads, context=context,
+                          params=num_parameters(layers, width, context), seq=min(a.seq, context)))
+
+    tmp = tempfile.mkdtemp(prefix="fsdp2_offload.")
+    backend = "cpu:gloo,cuda:nccl" if cuda else "gloo"
+    dist.init_process_group(backend, init_method="file://" + os.path.join(tmp, "store"), rank=0, world_size=1)
+    device = torch.device("cuda", 0) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    mesh = init_device_mesh(device.type, (1,))
+    Gpt = build_model_classes(torch)
+    # Pinned host memory needs CUDA; on the CPU there is nothing to pin.
+    offload = CPUOffloadPolicy(pin_memory=cuda)
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    device_name = torch.cuda.get_device_name(device) if cuda else "cpu"
+    print(f"fsdp2_offload: torch {torch.__version__} on {device_name}: FSDP2 fully_shard, CPUOffloadPolicy"
+          f"(pin_memory={cuda}), bf16 params/fp32 reduce, torch.optim.AdamW on the host; micro-batch "
+          f"{a.micro_batch}, {a.steps} timed steps (median) after {a.warmup} warmup" +
+          ("" if cuda else " [CPU smoke test: nothing is offloaded]"), flush=True)
+
+    results, largest, stop = [], None, False
+    for r in sizes:
+        r["micro_batch"] = a.micro_batch
+        if stop:
+            r["status"] = "not tried"
+            results.append(r)
+            continue
+        need, avail = 16 * r["params"], host_available_bytes()
+        if avail is not None and need > 0.9 * avail:
+            r["status"] = "host memory"
+            r["error"] = f"needs ~{need / 2**30:.1f} GiB of host memory, {avail / 2**30:.1f} GiB available"
+            stop = True
+            results.append(r)
+            emit(r)
+            continue
+        model = opt = None
+        try:
+            torch.manual_seed(0)
+            model = Gpt(r["layers"], r["heads"], r["width"], r["context"])
+            counted = sum(p.numel() for p in model.parameters())
+            if counted != r["params"]:
+                raise SystemExit(f"{r['size']}: the port has {counted} parameters, zero::models::Gpt "
+                                 f"{r['params']}: the two models differ")
+            for b in model.h:
+                fully_shard(b, mesh=mesh, offload_policy=offload, mp_policy=mp)
+            fully_shard(model, mesh=mesh, offload_policy=offload, mp_policy=mp)
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.1)
+            if cuda:
+                torch.cuda.empty_cache()
+                torch.cuda.reset_peak_memory_stats(device)
+            times, seq = [], r["seq"]
+            for s in range(a.warmup + a.steps):
+                g = torch.Generator().manual_seed(100 + s)
+                b = torch.randint(VOCAB, (a.micro_batch, seq + 1), generator=g).to(device)
+                if cuda:
+                    torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                loss = model.loss(b[:, :seq], b[:, 1:])
+                loss.backward()
+                opt.step()
+                opt.zero_grad()
+                if cuda:
+                    torch.cuda.synchronize()
+                if s >= a.warmup:
+                    times.append(time.perf_counter() - t0)
+                if not math.isfinite(loss.item()):
+                    raise SystemExit(f"{r['size']}: loss is not finite at step {s}")
+            step = sorted(times)[len(times) // 2]
+            tokens = a.micro_batch * seq
+            r.update(status="ok", step_ms=step * 1e3, tokens_per_s=tokens / step,
+                     tflops=tokens * flops_per_token(r["params"], r["layers"], r["width"], seq) / step / 1e12)
+            r["mfu"] = r["tflops"] / a.matmul_peak if a.matmul_peak > 0 else None
+            r["peak_mem_gib"] = torch.cuda.max_memory_allocated(device) / 2**30 if cuda else None
+            largest = r["size"]
+        except torch.OutOfMemoryError as e:
+            r["status"], r["error"] = "oom", str(e).splitlines()[0]
+            stop = True
+        finally:
+            del model, opt
+            if cuda:
+                torch.cuda.empty_cache()
+        results.append(r)
+        emit(r)
+        print(f"  {r['size']:<16} {r['status']}", flush=True)
+
+    print(f"{'size':<16} {'params M':>9} {'seq':>6} {'status':>11} {'step ms':>10} {'tokens/s':>10} "
+          f"{'TFLOP/s':>8} {'MFU':>6} {'peak GiB':>9}")
+    for r in results:
+        line = f"{r['size']:<16} {r['params'] / 1e6:9.1f} {r['seq']:6d} {r['status']:>11}"
+        if r["status"] == "ok":
+            mfu = f"{100 * r['mfu']:.0f}%" if r["mfu"] is not None else "-"
+            mem = f"{r['peak_mem_gib']:.2f}" if r["peak_mem_gib"] is not None else "n/a"
+            line += f" {r['step_ms']:10.1f} {r['tokens_per_s']:10.0f} {r['tflops']:8.3f} {mfu:>6} {mem:>9}"
+        print(line)
+    print(f"largest that fits: {largest or 'none'}")
+    emit({"bench": "fsdp2-offload", "device": a.device, "device_name": device_name, "torch": torch.__version__,
+          "smoke": not cuda, "optimizer": "torch.optim.AdamW (host)",
+          "precision": "fp32 sharded params on host, bf16 compute, fp32 reduce",
+          "matmul_peak_tflops": a.matmul_peak or None, "sizes": results, "largest_fit": largest})
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
