@@ -113,13 +113,21 @@ def build_model_classes(torch):
             self.wpe = nn.Embedding(context, width)
             self.h = nn.ModuleList([Block(width, heads) for _ in range(layers)])
             self.ln_f = nn.LayerNorm(width)
-            with torch.no_grad():  # GPT-2's initialisation, as zero::models::Gpt
-                for name, p in self.named_parameters():
-                    if p.dim() == 2:
-                        residual = "proj.weight" in name
-                        p.normal_(0.0, 0.02 / math.sqrt(2.0 * layers) if residual else 0.02)
-                    elif "ln" not in name:
-                        p.zero_()
+            self.n_layer = layers
+
+        @torch.no_grad()
+        def init_weights(self):
+            """GPT-2's initialisation, as zero::models::Gpt: N(0, 0.02), residual projections scaled
+            by 1/sqrt(2 * n_layer), biases 0, LayerNorms 1 and 0 (their defaults, set here because
+            the model is built on the meta device and materialised uninitialised)."""
+            for name, p in self.named_parameters():
+                if p.dim() == 2:
+                    residual = "proj.weight" in name
+                    p.normal_(0.0, 0.02 / math.sqrt(2.0 * self.n_layer) if residual else 0.02)
+                elif "ln" in name and name.endswith("weight"):
+                    p.fill_(1.0)
+                else:
+                    p.zero_()
 
         def forward(self, idx):
             T = idx.shape[1]
@@ -217,7 +225,11 @@ def main():
         model = opt = None
         try:
             torch.manual_seed(0)
-            model = Gpt(r["layers"], r["heads"], r["width"], r["context"])
+            # Built on the meta device and materialised once on the host: no default init to redo.
+            with torch.device("meta"):
+                model = Gpt(r["layers"], r["heads"], r["width"], r["context"])
+            model.to_empty(device="cpu")
+            model.init_weights()
             counted = sum(p.numel() for p in model.parameters())
             if counted != r["params"]:
                 raise SystemExit(f"{r['size']}: the port has {counted} parameters, zero::models::Gpt "

@@ -310,6 +310,11 @@ void run_fit_plain(const FitOptions& o) {
     std::fflush(stdout);
   }
 
+  Json mj = Json::array();
+  for (const auto& m : mm) mj.push_back({{"n", m.n}, {"tflops", m.tflops}});
+  const Json peak_json = peak > 0 ? Json(peak) : Json(nullptr);
+  if (o.json) std::printf("%s\n", Json{{"matmul_bf16", mj}, {"matmul_peak_tflops", peak_json}}.dump().c_str());
+
   // 2. The sizes, smallest first, until one runs out of memory.
   std::string largest;
   for (auto& r : results) {
@@ -352,10 +357,8 @@ void run_fit_plain(const FitOptions& o) {
   j["dtype"] = o.dtype;
   j["optimizer"] = "torch::optim::AdamW";
   j["precision"] = o.dtype == "bf16" ? "fp32 params, bf16 autocast" : "fp32";
-  Json mj = Json::array();
-  for (const auto& m : mm) mj.push_back({{"n", m.n}, {"tflops", m.tflops}});
   j["matmul_bf16"] = mj;
-  j["matmul_peak_tflops"] = peak > 0 ? Json(peak) : Json(nullptr);
+  j["matmul_peak_tflops"] = peak_json;
   Json sj = Json::array();
   for (const auto& r : results) sj.push_back(size_json(o, r, peak));
   j["sizes"] = sj;
@@ -381,7 +384,8 @@ void add_fit_plain_command(CLI::App& app) {
   cmd->add_option("--steps", o->steps, "timed steps per size")->capture_default_str();
   cmd->add_option("--warmup", o->warmup, "untimed steps per size")->capture_default_str();
   cmd->add_flag("--json", o->json,
-                "print one JSON line per size as it finishes, and one JSON object of all as the last line");
+                "print JSON lines as results come (the matmul peak, then each size) and one object of all "
+                "as the last line");
   cmd->callback([o] { run_fit_plain(*o); });
 }
 
