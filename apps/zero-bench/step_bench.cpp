@@ -8,10 +8,13 @@
 //             buffer after backward (data parallelism without overlap)
 //   stage0    zerocpp stage 0 (bucketed all-reduce overlapping backward)
 //   stage1, stage2, stage2+offload, stage2+offload+dpu
-// The first --warmup steps of each variant are not timed; the median of the
-// rest is reported, with the ratio to plain and to stage0.
+// Every variant is built first (its own model and engine), then the variants
+// run interleaved, one step each per round, so that a change of machine load
+// during the run hits them alike. The first --warmup rounds are not timed;
+// the median of the rest is reported, with the ratio to plain and to stage0.
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -32,8 +35,10 @@ namespace {
 
 struct StepOptions {
   std::int64_t layers = 8, embd = 512, heads = 8, seq = 128, micro = 2;
-  int steps = 6, warmup = 2;
+  int steps = 10, warmup = 2;
+  int cpu_threads = 1;  // CPU Adam threads per rank (offload variants)
   bool json = false;
+  bool summaries = false;
 };
 
 double median(std::vector<double> v) {
@@ -58,15 +63,23 @@ at::Tensor batch(const StepOptions& o, int step, int rank) {
   return at::randint(256, {o.micro, o.seq + 1});
 }
 
-double time_plain(const StepOptions& o, comm::Communicator& comm) {
-  auto model = make_gpt(o);
-  torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(1e-4));
+// One variant: step(s) runs training step s (untimed setup included, only
+// the step itself timed by the caller).
+struct Variant {
+  std::string name;
+  std::function<void(int)> step;
+  std::function<std::string()> summary;  // engine variants: the engine's summary
   std::vector<double> times;
-  for (int s = 0; s < o.warmup + o.steps; ++s) {
+};
+
+Variant make_plain(const StepOptions& o, comm::Communicator& comm) {
+  auto model = make_gpt(o);
+  auto opt = std::make_shared<torch::optim::AdamW>(model->parameters(), torch::optim::AdamWOptions(1e-4));
+  Variant v;
+  v.name = "plain";
+  v.step = [model, opt, &o, &comm](int s) {
     at::Tensor b = batch(o, s, comm.rank());
-    comm.barrier()->wait();
-    const auto t0 = Clock::now();
-    opt.zero_grad();
+    opt->zero_grad();
     model->loss(b.narrow(1, 0, o.seq), b.narrow(1, 1, o.seq)).backward();
     if (comm.world_size() > 1) {
       std::vector<at::Tensor> grads;
@@ -80,39 +93,49 @@ double time_plain(const StepOptions& o, comm::Communicator& comm) {
         off += p.numel();
       }
     }
-    opt.step();
-    if (s >= o.warmup) times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
-  }
-  return median(times);
+    opt->step();
+  };
+  return v;
 }
 
-double time_engine(const StepOptions& o, comm::Communicator& comm, int stage, bool offload, bool dpu,
-                   std::string* summary) {
-  auto model = make_gpt(o);
+// Each engine gets its own communicator (a duplicate of the world), so that
+// the bytes its summary reports are its own, not the other variants'. The
+// members are destroyed in reverse order: the engine before its communicator.
+struct EngineRun {
+  std::unique_ptr<comm::Communicator> comm;
+  std::shared_ptr<models::Gpt> model;
+  std::unique_ptr<Engine> engine;
+};
+
+Variant make_engine(const StepOptions& o, const std::string& name, int stage, bool offload, bool dpu) {
+  auto run = std::make_shared<EngineRun>();
+  run->comm = comm::make_communicator();
+  run->model = make_gpt(o);
+  const int world = run->comm->world_size();
   config::Config cfg;
   cfg.train_micro_batch_size_per_gpu = o.micro;
   cfg.gradient_accumulation_steps = 1;
-  cfg.train_batch_size = o.micro * comm.world_size();
+  cfg.train_batch_size = o.micro * world;
   cfg.optimizer.lr = 1e-4f;
   cfg.zero_optimization.stage = stage;
   cfg.zero_optimization.reduce_bucket_size = 5'000'000;
   cfg.zero_optimization.offload_optimizer.device = offload ? "cpu" : "none";
   cfg.zero_optimization.offload_optimizer.delayed_param_update = dpu;
   cfg.zero_optimization.offload_optimizer.delayed_param_update_warmup_steps = 1;
-  cfg.zero_optimization.offload_optimizer.cpu_threads = 1;
-  Engine engine(model, cfg, comm);
-  std::vector<double> times;
-  for (int s = 0; s < o.warmup + o.steps; ++s) {
-    at::Tensor b = batch(o, s, comm.rank());
-    comm.barrier()->wait();
-    const auto t0 = Clock::now();
-    engine.backward(model->loss(b.narrow(1, 0, o.seq), b.narrow(1, 1, o.seq)));
-    engine.step();
-    if (s >= o.warmup) times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
-  }
-  engine.flush();
-  *summary = engine.summary();
-  return median(times);
+  cfg.zero_optimization.offload_optimizer.cpu_threads = o.cpu_threads;
+  run->engine = std::make_unique<Engine>(run->model, cfg, *run->comm);
+  Variant v;
+  v.name = name;
+  v.step = [run, &o](int s) {
+    at::Tensor b = batch(o, s, run->comm->rank());
+    run->engine->backward(run->model->loss(b.narrow(1, 0, o.seq), b.narrow(1, 1, o.seq)));
+    run->engine->step();
+  };
+  v.summary = [run] {
+    run->engine->flush();
+    return run->engine->summary();
+  };
+  return v;
 }
 
 }  // namespace
@@ -130,6 +153,10 @@ void add_step_command(CLI::App& app) {
   cmd->add_option("--micro", o->micro, "micro-batch per rank")->capture_default_str();
   cmd->add_option("--steps", o->steps, "timed steps per variant")->capture_default_str();
   cmd->add_option("--warmup", o->warmup, "untimed steps per variant")->capture_default_str();
+  cmd->add_option("--cpu-threads", o->cpu_threads,
+                  "CPU Adam threads per rank in the offload variants (0: all cores)")
+      ->capture_default_str();
+  cmd->add_flag("--summaries", o->summaries, "print every engine variant's memory/comm summary");
   cmd->add_flag("--json", o->json, "print one JSON object as the last line");
   cmd->callback([o] { run_step(*o); });
 }
@@ -144,18 +171,34 @@ void run_step(const StepOptions& o) {
                 (long long)o.layers, (long long)o.embd, gc.num_parameters() / 1e6, (long long)o.micro,
                 (long long)o.seq, comm->world_size(), o.steps);
   }
+  std::vector<Variant> vs;
+  vs.push_back(make_plain(o, *comm));
+  vs.push_back(make_engine(o, "stage0", 0, false, false));
+  vs.push_back(make_engine(o, "stage1", 1, false, false));
+  vs.push_back(make_engine(o, "stage2", 2, false, false));
+  vs.push_back(make_engine(o, "stage2+offload", 2, true, false));
+  vs.push_back(make_engine(o, "stage2+offload+dpu", 2, true, true));
+  for (int round = 0; round < o.warmup + o.steps; ++round) {
+    for (Variant& v : vs) {
+      comm->barrier()->wait();
+      const auto t0 = Clock::now();
+      v.step(round);
+      // The step ends when every rank is done with it: a rank that finishes
+      // early would otherwise time less than the step costs.
+      comm->barrier()->wait();
+      if (round >= o.warmup) v.times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    }
+  }
   struct Row {
     std::string name;
     double seconds;
   };
   std::vector<Row> rows;
-  std::string summary;
-  rows.push_back({"plain", time_plain(o, *comm)});
-  rows.push_back({"stage0", time_engine(o, *comm, 0, false, false, &summary)});
-  rows.push_back({"stage1", time_engine(o, *comm, 1, false, false, &summary)});
-  rows.push_back({"stage2", time_engine(o, *comm, 2, false, false, &summary)});
-  rows.push_back({"stage2+offload", time_engine(o, *comm, 2, true, false, &summary)});
-  rows.push_back({"stage2+offload+dpu", time_engine(o, *comm, 2, true, true, &summary)});
+  std::vector<std::string> summaries;
+  for (Variant& v : vs) {
+    rows.push_back({v.name, median(v.times)});
+    if (v.summary) summaries.push_back(v.name + ":\n" + v.summary());
+  }
   if (!root) return;
   const double plain = rows[0].seconds, stage0 = rows[1].seconds;
   const double tokens = static_cast<double>(o.micro * o.seq * comm->world_size());
@@ -166,7 +209,12 @@ void run_step(const StepOptions& o) {
                 tokens / r.seconds, r.seconds / plain, r.seconds / stage0,
                 tokens * gc.flops_per_token(o.seq) / r.seconds / 1e12);
   }
-  std::printf("(step-time ratios: below 1 is faster)\n%s", summary.c_str());
+  std::printf("(step-time ratios: below 1 is faster)\n");
+  if (o.summaries) {
+    for (const std::string& sm : summaries) std::printf("%s", sm.c_str());
+  } else if (!summaries.empty()) {
+    std::printf("%s", summaries.back().c_str());  // the last variant's; --summaries prints each
+  }
   if (o.json) {
     std::printf("{\"params\":%lld,\"world\":%d", (long long)gc.num_parameters(), comm->world_size());
     for (const Row& r : rows) std::printf(",\"%s_ms\":%.3f", r.name.c_str(), r.seconds * 1e3);
