@@ -11,6 +11,14 @@
 #     the TIMEOUT makes a hang a failure instead of a stalled suite.
 find_package(GTest REQUIRED)
 
+# Instrumented builds run several times slower: every test's timeout is
+# multiplied, so that a hang still fails but a slow pass does not.
+if(ZERO_SANITIZE)
+  set(ZERO_TEST_TIMEOUT_SCALE 4)
+else()
+  set(ZERO_TEST_TIMEOUT_SCALE 1)
+endif()
+
 set(ZERO_MPI_TEST_ENV
     "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1;OMPI_MCA_btl_vader_single_copy_mechanism=none;OMP_NUM_THREADS=1")
 
@@ -24,6 +32,7 @@ function(zero_add_unit_test name)
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 300)
   endif()
+  math(EXPR ARG_TIMEOUT "${ARG_TIMEOUT} * ${ZERO_TEST_TIMEOUT_SCALE}")
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE ${ARG_LIBS} GTest::gtest GTest::gtest_main)
   add_test(NAME ${name} COMMAND ${name})
@@ -39,6 +48,7 @@ function(zero_add_mpi_test name)
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 300)
   endif()
+  math(EXPR ARG_TIMEOUT "${ARG_TIMEOUT} * ${ZERO_TEST_TIMEOUT_SCALE}")
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE ${ARG_LIBS} zero_mpi_test_main)
   foreach(np ${ARG_NP})

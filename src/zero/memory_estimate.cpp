@@ -50,14 +50,15 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
     e.device_moments = 8 * part;
     e.device_padding += opt_pad + es * (partitioned_grads ? part_pad : flat_pad);
   }
-  // Stage 2 / offload: at most two transient buckets in flight (grad_reducer.h),
-  // each padded like the layout's; the two largest are the worst case.
+  // Stage 2 / offload: at most three transient buckets (grad_reducer.h: two
+  // being reduced, one being filled), each padded like the layout's; the
+  // three largest are the worst case.
   if (partitioned_grads) {
     std::vector<std::int64_t> sizes;
     for (const Bucket& b : layout.buckets()) sizes.push_back(static_cast<std::int64_t>(b.padded));
     std::sort(sizes.begin(), sizes.end(), std::greater<>());
-    for (std::size_t i = 0; i < std::min<std::size_t>(2, sizes.size()); ++i) e.device_buckets += es * sizes[i];
-    if (in.param_numels.empty()) e.device_buckets = 2 * es * std::min(in.bucket_numel, psi);  // sizes unknown
+    for (std::size_t i = 0; i < std::min<std::size_t>(3, sizes.size()); ++i) e.device_buckets += es * sizes[i];
+    if (in.param_numels.empty()) e.device_buckets = 3 * es * std::min(in.bucket_numel, psi);  // sizes unknown
   }
   if (in.micro_batch > 0 && in.seq_len > 0 && in.n_layer > 0) {
     // Per layer, 16-bit activations: s*b*h*(34 + 5*a*s/h) bytes (Korthikanti

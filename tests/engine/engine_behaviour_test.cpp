@@ -108,8 +108,8 @@ TEST_P(Formula, BytesMatchDesignTable) {
 
   // Buckets: reported apart and never model state. The full-gradient stages
   // (0, 1 without offload) reduce in place in the gradient buffer; stage 2
-  // and offload use transient buckets, at most two at a time (ZeRO-R's
-  // constant-size buffers). A bucket holds at most reduce_bucket_size
+  // and offload use transient buckets, at most three at a time (ZeRO-R's
+  // constant-size buffers: two being reduced, one being filled). A bucket holds at most reduce_bucket_size
   // elements unless one parameter is larger (l2.weight: 1920 > 1000), and is
   // padded to N * 32.
   std::vector<std::size_t> numels;
@@ -119,7 +119,7 @@ TEST_P(Formula, BytesMatchDesignTable) {
   const std::size_t largest = *std::max_element(numels.begin(), numels.end());
   const std::size_t align = static_cast<std::size_t>(N) * 32;
   const std::size_t cap = std::max<std::size_t>(cfg.zero_optimization.reduce_bucket_size, largest);
-  const std::int64_t bucket_bound = 2 * static_cast<std::int64_t>((cap + align - 1) / align * align) * es;
+  const std::int64_t bucket_bound = 3 * static_cast<std::int64_t>((cap + align - 1) / align * align) * es;
   const std::int64_t bucket_peak = s.peak[int(Tier::kDevice)][int(Kind::kBuckets)];
   EXPECT_EQ(s.bytes(Tier::kDevice, Kind::kBuckets), 0);  // all freed after backward
   if (stage == 2 || offload) {

@@ -21,8 +21,9 @@
 //    transient buffer, reduce-scattered on every micro-batch; the rank's chunk
 //    is handed to `consume` (which accumulates it into the gradient partition
 //    on the device or the host) and the bucket is freed at once. At most
-//    `max_in_flight` buckets exist at a time (ZeRO-R's constant-size buffers):
-//    a new bucket waits for the oldest reduction first. Only when autograd
+//    `max_in_flight` + 1 buckets exist at a time (ZeRO-R's constant-size
+//    buffers: `max_in_flight` being reduced, one being filled): a new bucket
+//    waits for the oldest reduction first. Only when autograd
 //    leaves more buckets than that partially filled at once (an order far
 //    from the layout's) do more exist.
 // Without overlap_comm a bucket is reduced, blocking, as soon as it is full.
