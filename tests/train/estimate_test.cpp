@@ -11,6 +11,18 @@
 namespace zero {
 namespace {
 
+// One micro-batch per rank, bf16, the given stage and optimizer offload.
+config::Config bf16_config(int world, int stage, bool offload) {
+  config::Config cfg;
+  cfg.train_micro_batch_size_per_gpu = 1;
+  cfg.gradient_accumulation_steps = 1;
+  cfg.train_batch_size = world;
+  cfg.bf16.enabled = true;
+  cfg.zero_optimization.stage = stage;
+  cfg.zero_optimization.offload_optimizer.device = offload ? "cpu" : "none";
+  return cfg;
+}
+
 TEST(Estimate, PaperExample) {
   // Psi = 7.5B, N = 64, mixed-precision Adam: 120, 31.4 and 16.6 GB per rank.
   EstimateInput in;
@@ -36,13 +48,7 @@ TEST(Estimate, MatchesTheEngineLedger) {
         if (dpu && !offload) continue;
         torch::manual_seed(0);
         auto model = std::make_shared<models::Gpt>(g);
-        config::Config cfg;
-        cfg.train_micro_batch_size_per_gpu = 1;
-        cfg.gradient_accumulation_steps = 1;
-        cfg.train_batch_size = comm->world_size();
-        cfg.bf16.enabled = true;
-        cfg.zero_optimization.stage = stage;
-        cfg.zero_optimization.offload_optimizer.device = offload ? "cpu" : "none";
+        config::Config cfg = bf16_config(comm->world_size(), stage, offload);
         cfg.zero_optimization.offload_optimizer.delayed_param_update = dpu;
         Engine engine(model, cfg, *comm);
         EstimateInput in;
@@ -79,14 +85,8 @@ TEST(Estimate, PaddingAndBucketsMatchTheEngineLayout) {
       if (offload && stage == 0) continue;
       torch::manual_seed(0);
       auto model = std::make_shared<models::Gpt>(g);
-      config::Config cfg;
-      cfg.train_micro_batch_size_per_gpu = 1;
-      cfg.gradient_accumulation_steps = 1;
-      cfg.train_batch_size = comm->world_size();
-      cfg.bf16.enabled = true;
-      cfg.zero_optimization.stage = stage;
+      config::Config cfg = bf16_config(comm->world_size(), stage, offload);
       cfg.zero_optimization.reduce_bucket_size = 3000;
-      cfg.zero_optimization.offload_optimizer.device = offload ? "cpu" : "none";
       Engine engine(model, cfg, *comm);
       EstimateInput in;
       in.params = g.num_parameters();
