@@ -231,15 +231,7 @@ SerialResult serial_reference(const config::Config& cfg, int steps, int warmup, 
     }
     GlobalBatch gb = global_batch(ModelKind::kMlp, t);
     for (auto& p : params) p.mutable_grad() = at::Tensor();
-    float loss_sum = 0.0f;
-    const int micro = kGlobalBatch / accum;
-    for (int j = 0; j < accum; ++j) {
-      at::Tensor loss = micro_loss(ModelKind::kMlp, *model, gb.x.narrow(0, j * micro, micro),
-                                   gb.y.narrow(0, j * micro, micro), at::kFloat);
-      (loss / accum).backward();
-      loss_sum += loss.item<float>();
-    }
-    r.losses.push_back(loss_sum / accum);
+    r.losses.push_back(accumulate_reference_grads(ModelKind::kMlp, *model, gb, accum));
     std::vector<at::Tensor> before;
     for (std::size_t i = 0; i < master.size(); ++i) {
       before.push_back(master[i].detach().clone());
@@ -399,15 +391,7 @@ TEST(Modules, TiedWeightsMatchPlainLibTorch) {
   for (int t = 0; t < kSteps; ++t) {
     GlobalBatch gb = global_batch(ModelKind::kTiedMlp, t);
     opt.zero_grad();
-    float loss_sum = 0.0f;
-    const int micro = kGlobalBatch / kAccum;
-    for (int j = 0; j < kAccum; ++j) {
-      at::Tensor loss = micro_loss(ModelKind::kTiedMlp, *model, gb.x.narrow(0, j * micro, micro),
-                                   gb.y.narrow(0, j * micro, micro), at::kFloat);
-      (loss / kAccum).backward();
-      loss_sum += loss.item<float>();
-    }
-    ref_losses.push_back(loss_sum / kAccum);
+    ref_losses.push_back(accumulate_reference_grads(ModelKind::kTiedMlp, *model, gb, kAccum));
     ref_norms.push_back(static_cast<float>(torch::nn::utils::clip_grad_norm_(params, cfg.gradient_clipping)));
     opt.step();
   }

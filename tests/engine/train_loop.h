@@ -63,6 +63,21 @@ inline at::Tensor micro_loss(ModelKind kind, torch::nn::Module& model, const at:
                                 y.reshape({-1}));
 }
 
+// A plain LibTorch reference step's backward: the global batch in `accum`
+// micro-batches, each loss divided by `accum` (fp32). Returns the mean loss.
+inline float accumulate_reference_grads(ModelKind kind, torch::nn::Module& model,
+                                        const GlobalBatch& gb, int accum) {
+  float loss_sum = 0.0f;
+  const int micro = kGlobalBatch / accum;
+  for (int j = 0; j < accum; ++j) {
+    at::Tensor loss = micro_loss(kind, model, gb.x.narrow(0, j * micro, micro),
+                                 gb.y.narrow(0, j * micro, micro), at::kFloat);
+    (loss / accum).backward();
+    loss_sum += loss.item<float>();
+  }
+  return loss_sum / accum;
+}
+
 // `hook(step, engine)` runs before each optimizer step's micro-batches.
 template <typename Hook>
 RunResult train(ModelKind kind, const config::Config& cfg, comm::Communicator& comm, int steps,
