@@ -21,6 +21,18 @@
 // The sequence is min(--seq, the model's context). FLOPs per token are
 // GptConfig::flops_per_token, as zero-train and zero-bench step count them.
 //
+// --optimizer torch is torch::optim::AdamW (what the C++ API offers: one
+// parameter at a time, several kernels each); --optimizer fused is ATen's
+// multi-tensor fused AdamW (at::_fused_adamw_, what Python's
+// torch.optim.AdamW(fused=True) calls), so the C++ and Python loops can be
+// compared kernel for kernel (bench/plain_pytorch.py); --optimizer zero is
+// zerocpp's own fused device Adam (zero::cuda::fused_adam_device, the
+// engine's GPU step), in CUDA builds. --checkpoint turns on
+// the model's per-block activation checkpointing. --breakdown times forward,
+// backward and the optimizer apart (a device sync after each); --profile N
+// runs one step under LibTorch's Kineto profiler and prints the N device
+// kernels with the most time, as bench/plain_pytorch.py --profile does.
+//
 // Peak memory is the caching allocator's peak of allocated bytes
 // (at::accelerator::getDeviceStats, reset before each size), on CUDA only;
 // on the CPU it is n/a. No CUDA header is included: CUDA is checked at run
@@ -28,17 +40,23 @@
 #include <ATen/ATen.h>
 #include <ATen/DeviceAccelerator.h>
 #include <ATen/autocast_mode.h>
+#include <ATen/ops/_foreach_add.h>
+#include <ATen/ops/_fused_adamw.h>
+#include <torch/csrc/autograd/profiler_kineto.h>
 #include <torch/cuda.h>
 #include <torch/optim/adamw.h>
 #include <torch/utils.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <new>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -48,6 +66,12 @@
 #include "commands.h"
 #include "zero/core/error.h"
 #include "zero/models/gpt.h"
+#include "zero/optim/adam.h"
+#if ZERO_BENCH_WITH_CUDA
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
+#include "zero/cuda/device_adam.h"
+#endif
 
 namespace zero::bench {
 namespace {
@@ -60,8 +84,12 @@ struct FitOptions {
   std::string dtype = "bf16";
   std::string sizes = "gpt2-tiny,gpt2-small-test";
   std::string matmul = "256,512";
+  std::string optimizer = "torch";
   std::int64_t micro = 4, seq = 1024;
   int steps = 3, warmup = 1;
+  int profile = 0;
+  bool checkpoint = false;
+  bool breakdown = false;
   bool json = false;
 };
 
@@ -202,7 +230,92 @@ struct SizeResult {
   std::string error;
   double step_s = 0, tokens_per_s = 0, tflops = 0;
   std::optional<std::int64_t> peak_bytes;
+  std::optional<std::array<double, 3>> breakdown_ms;  // forward, backward, optimizer
+  Json kernels;                                       // --profile
 };
+
+// AdamW(lr 1e-4, betas (0.9, 0.999), eps 1e-8, weight decay 0.1) over the
+// model's parameters: torch::optim::AdamW, or ATen's fused multi-tensor
+// kernel with the state Python's torch.optim.AdamW(fused=True) keeps.
+class PlainAdamW {
+ public:
+  PlainAdamW(std::vector<at::Tensor> params, const std::string& kind)
+      : params_(std::move(params)), zero_(kind == "zero") {
+    if (kind == "torch") {
+      torch_ = std::make_unique<torch::optim::AdamW>(params_, torch::optim::AdamWOptions(kLr).weight_decay(kWd));
+      return;
+    }
+    for (const auto& p : params_) {
+      exp_avg_.push_back(at::zeros_like(p));
+      exp_avg_sq_.push_back(at::zeros_like(p));
+      steps_.push_back(at::zeros({}, p.options().dtype(at::kFloat)));
+    }
+  }
+  void step() {
+    if (torch_) return torch_->step(), void();
+    if (zero_) return zero_step();
+    std::vector<at::Tensor> grads;
+    grads.reserve(params_.size());
+    for (const auto& p : params_) grads.push_back(p.grad());
+    at::_foreach_add_(steps_, 1);
+    at::_fused_adamw_(params_, grads, exp_avg_, exp_avg_sq_, {}, steps_, kLr, 0.9, 0.999, kWd, 1e-8,
+                      /*amsgrad=*/false, /*maximize=*/false);
+  }
+  void zero_grad() {
+    if (torch_) return torch_->zero_grad(), void();
+    for (auto& p : params_) p.mutable_grad() = at::Tensor();
+  }
+
+ private:
+  // zerocpp's own fused device Adam (zero::cuda::fused_adam_device), one
+  // launch per parameter on the current stream: the kernel the engine's
+  // stage 0-3 step runs on a GPU.
+  void zero_step() {
+#if ZERO_BENCH_WITH_CUDA
+    ++step_;
+    optim::AdamHyper h;
+    h.lr = static_cast<float>(kLr);
+    h.weight_decay = static_cast<float>(kWd);
+    h.step = step_;
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      const at::Tensor& p = params_[i];
+      const at::Tensor& g = p.grad();
+      void* stream = c10::impl::getDeviceGuardImpl(p.device().type())->getStream(p.device()).native_handle();
+      cuda::fused_adam_device(h, p.data_ptr<float>(), g.data_ptr(), DType::kFloat32, exp_avg_[i].data_ptr<float>(),
+                              exp_avg_sq_[i].data_ptr<float>(), static_cast<std::size_t>(p.numel()), 1.0f, nullptr,
+                              DType::kFloat32, stream);
+    }
+#else
+    ZERO_CHECK(false, "--optimizer zero needs zero-bench built with CUDA (ZERO_WITH_CUDA)");
+#endif
+  }
+
+  static constexpr double kLr = 1e-4, kWd = 0.1;
+  std::vector<at::Tensor> params_, exp_avg_, exp_avg_sq_, steps_;
+  std::unique_ptr<torch::optim::AdamW> torch_;
+  bool zero_ = false;
+  std::int64_t step_ = 0;
+};
+
+// The device kernels of a profiled region: name, calls, total ms; most time first.
+Json kernel_table(const torch::autograd::profiler::ProfilerResult& result, int top) {
+  std::map<std::string, std::pair<std::int64_t, double>> rows;
+  double total = 0;
+  for (const auto& e : result.events()) {
+    if (e.deviceType() != c10::DeviceType::CUDA) continue;
+    auto& r = rows[e.name()];
+    r.first += 1;
+    r.second += static_cast<double>(e.durationNs()) / 1e6;
+    total += static_cast<double>(e.durationNs()) / 1e6;
+  }
+  std::vector<std::pair<std::string, std::pair<std::int64_t, double>>> v(rows.begin(), rows.end());
+  std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.second.second > b.second.second; });
+  Json list = Json::array();
+  for (std::size_t i = 0; i < v.size() && static_cast<int>(i) < top; ++i) {
+    list.push_back({{"name", v[i].first}, {"calls", v[i].second.first}, {"ms", v[i].second.second}});
+  }
+  return Json{{"total_ms", total}, {"top", list}};
+}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -216,13 +329,14 @@ void train_size(const FitOptions& o, const Dev& d, SizeResult& r) {
   // Built on the host (the model's constructor initialises there), then moved.
   auto model = std::make_shared<models::Gpt>(r.config);
   model->to(d.device);
-  torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(1e-4).weight_decay(0.1));
-  std::vector<double> times;
-  for (int s = 0; s < o.warmup + o.steps; ++s) {
+  model->set_activation_checkpointing(o.checkpoint);
+  PlainAdamW opt(model->parameters(), o.optimizer);
+  auto batch = [&](int s) {
     torch::manual_seed(100 + s);
-    at::Tensor b = at::randint(r.config.vocab_size, {o.micro, r.seq + 1}, at::TensorOptions().dtype(at::kLong))
-                       .to(d.device);
-    d.sync();
+    return at::randint(r.config.vocab_size, {o.micro, r.seq + 1}, at::TensorOptions().dtype(at::kLong)).to(d.device);
+  };
+  // One step; with `phases`, a sync after forward and backward and the three times appended.
+  auto step = [&](const at::Tensor& b, std::vector<std::array<double, 3>>* phases) {
     const auto t0 = Clock::now();
     opt.zero_grad();
     at::Tensor loss;
@@ -230,9 +344,24 @@ void train_size(const FitOptions& o, const Dev& d, SizeResult& r) {
       AutocastScope autocast(d.device.type(), bf16);
       loss = model->loss(b.narrow(1, 0, r.seq), b.narrow(1, 1, r.seq));
     }
+    if (phases) d.sync();
+    const auto t1 = Clock::now();
     loss.backward();
+    if (phases) d.sync();
+    const auto t2 = Clock::now();
     opt.step();
     d.sync();
+    const auto t3 = Clock::now();
+    auto ms = [](auto a, auto b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
+    if (phases) phases->push_back({ms(t0, t1), ms(t1, t2), ms(t2, t3)});
+    return loss;
+  };
+  std::vector<double> times;
+  for (int s = 0; s < o.warmup + o.steps; ++s) {
+    at::Tensor b = batch(s);
+    d.sync();
+    const auto t0 = Clock::now();
+    at::Tensor loss = step(b, nullptr);
     if (s >= o.warmup) times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
     ZERO_CHECK(std::isfinite(loss.item<double>()), "size ", r.size, ": loss is not finite at step ", s);
   }
@@ -241,6 +370,35 @@ void train_size(const FitOptions& o, const Dev& d, SizeResult& r) {
   const double tokens = static_cast<double>(o.micro * r.seq);
   r.tokens_per_s = tokens / r.step_s;
   r.tflops = tokens * r.config.flops_per_token(r.seq) / r.step_s / 1e12;
+  if (o.breakdown) {
+    std::vector<std::array<double, 3>> phases;
+    for (int s = 0; s < o.steps; ++s) step(batch(1000 + s), &phases);
+    std::array<double, 3> med{};
+    for (int i = 0; i < 3; ++i) {
+      std::vector<double> v;
+      for (const auto& p : phases) v.push_back(p[i]);
+      med[i] = median(v);
+    }
+    r.breakdown_ms = med;
+    std::printf("  %s: forward %.1f ms, backward %.1f ms, optimizer %.1f ms\n", r.size.c_str(), med[0], med[1],
+                med[2]);
+  }
+  if (o.profile > 0 && d.cuda) {
+    namespace prof = torch::autograd::profiler;
+    using torch::profiler::impl::ActivityType;
+    const std::set<ActivityType> acts{ActivityType::CPU, ActivityType::CUDA};
+    const torch::profiler::impl::ProfilerConfig cfg(torch::profiler::impl::ProfilerState::KINETO);
+    prof::prepareProfiler(cfg, acts);
+    prof::enableProfiler(cfg, acts);
+    step(batch(2000), nullptr);
+    r.kernels = kernel_table(*prof::disableProfiler(), o.profile);
+    std::printf("  %s: device kernel time in one step %.1f ms; top %zu:\n", r.size.c_str(),
+                r.kernels["total_ms"].get<double>(), r.kernels["top"].size());
+    for (const auto& k : r.kernels["top"]) {
+      std::printf("    %9.2f ms %6lld x  %.110s\n", k["ms"].get<double>(), (long long)k["calls"].get<std::int64_t>(),
+                  k["name"].get<std::string>().c_str());
+    }
+  }
 }
 
 std::string fmt_bytes(const std::optional<std::int64_t>& b) {
@@ -267,6 +425,12 @@ Json size_json(const FitOptions& o, const SizeResult& r, double peak_tflops) {
     j["tflops"] = r.tflops;
     j["mfu"] = peak_tflops > 0 ? Json(r.tflops / peak_tflops) : Json(nullptr);
     j["peak_mem_gib"] = r.peak_bytes ? Json(static_cast<double>(*r.peak_bytes) / (1 << 30)) : Json(nullptr);
+    if (r.breakdown_ms) {
+      j["breakdown_ms"] = {{"forward", (*r.breakdown_ms)[0]},
+                           {"backward", (*r.breakdown_ms)[1]},
+                           {"optimizer", (*r.breakdown_ms)[2]}};
+    }
+    if (!r.kernels.is_null()) j["kernels"] = r.kernels;
   }
   return j;
 }
@@ -274,6 +438,11 @@ Json size_json(const FitOptions& o, const SizeResult& r, double peak_tflops) {
 void run_fit_plain(const FitOptions& o) {
   ZERO_CHECK(o.device == "cpu" || o.device == "cuda", "--device must be cpu or cuda, not '", o.device, "'");
   ZERO_CHECK(o.dtype == "bf16" || o.dtype == "fp32", "--dtype must be bf16 or fp32, not '", o.dtype, "'");
+  ZERO_CHECK(o.optimizer == "torch" || o.optimizer == "fused" || o.optimizer == "zero",
+             "--optimizer must be torch, fused or zero, not '", o.optimizer, "'");
+  ZERO_CHECK(o.optimizer != "zero" || o.device == "cuda",
+             "--optimizer zero is zerocpp's device Adam: it needs --device cuda");
+  ZERO_CHECK(o.profile >= 0, "--profile must not be negative");
   ZERO_CHECK(o.micro > 0 && o.seq > 0 && o.steps > 0 && o.warmup >= 0,
              "--micro-batch, --seq and --steps must be positive, --warmup not negative");
   Dev d;
@@ -282,6 +451,10 @@ void run_fit_plain(const FitOptions& o) {
                torch::cuda::device_count(), " devices)");
     d.device = at::Device(at::kCUDA, 0);
     d.cuda = true;
+    // The caching allocator exists once the device has been used: its peak
+    // statistics cannot be reset before ("Invalid device argument").
+    at::empty({1}, at::TensorOptions().device(d.device)).zero_();
+    d.sync();
   }
   const std::vector<std::string> sizes = split(o.sizes, ',');
   ZERO_CHECK(!sizes.empty(), "--sizes is empty");
@@ -295,9 +468,13 @@ void run_fit_plain(const FitOptions& o) {
     results.push_back(r);
   }
 
-  std::printf("zero-bench fit-plain: plain LibTorch loop (torch::optim::AdamW, fp32 params%s) on %s, "
+  const char* opt_name = o.optimizer == "torch"   ? "torch::optim::AdamW"
+                         : o.optimizer == "fused" ? "at::_fused_adamw_"
+                                                  : "zero::cuda::fused_adam_device";
+  std::printf("zero-bench fit-plain: plain LibTorch loop (%s, fp32 params%s%s) on %s, "
               "micro-batch %lld, %d timed steps (median) after %d warmup\n",
-              o.dtype == "bf16" ? ", bf16 autocast" : "", o.device.c_str(), (long long)o.micro, o.steps, o.warmup);
+              opt_name, o.dtype == "bf16" ? ", bf16 autocast" : "", o.checkpoint ? ", activation checkpointing" : "",
+              o.device.c_str(), (long long)o.micro, o.steps, o.warmup);
 
   // 1. The bf16 matmul ceiling.
   std::vector<MatmulResult> mm;
@@ -355,7 +532,8 @@ void run_fit_plain(const FitOptions& o) {
   j["bench"] = "fit-plain";
   j["device"] = o.device;
   j["dtype"] = o.dtype;
-  j["optimizer"] = "torch::optim::AdamW";
+  j["optimizer"] = opt_name;
+  j["checkpoint"] = o.checkpoint;
   j["precision"] = o.dtype == "bf16" ? "fp32 params, bf16 autocast" : "fp32";
   j["matmul_bf16"] = mj;
   j["matmul_peak_tflops"] = peak_json;
@@ -383,6 +561,14 @@ void add_fit_plain_command(CLI::App& app) {
   cmd->add_option("--seq", o->seq, "tokens per sequence (capped at each model's context)")->capture_default_str();
   cmd->add_option("--steps", o->steps, "timed steps per size")->capture_default_str();
   cmd->add_option("--warmup", o->warmup, "untimed steps per size")->capture_default_str();
+  cmd->add_option("--optimizer", o->optimizer,
+                  "torch (torch::optim::AdamW), fused (at::_fused_adamw_, as Python's AdamW(fused=True)) or zero "
+                  "(zerocpp's device Adam, CUDA builds)")
+      ->capture_default_str();
+  cmd->add_flag("--checkpoint", o->checkpoint, "per-block activation checkpointing");
+  cmd->add_flag("--breakdown", o->breakdown, "time forward, backward and the optimizer apart (extra steps)");
+  cmd->add_option("--profile", o->profile, "print the N device kernels with the most time in one step (CUDA)")
+      ->capture_default_str();
   cmd->add_flag("--json", o->json,
                 "print JSON lines as results come (the matmul peak, then each size) and one object of all "
                 "as the last line");
