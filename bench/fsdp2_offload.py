@@ -36,111 +36,8 @@ import sys
 import tempfile
 import time
 
-PRESETS = {  # zero::models::gpt_preset: layers, heads, width, context
-    "gpt2-tiny": (2, 2, 64, 64),
-    "gpt2-small-test": (4, 4, 128, 128),
-    "gpt2": (12, 12, 768, 1024),
-    "gpt2-medium": (24, 16, 1024, 1024),
-    "gpt2-large": (36, 20, 1280, 1024),
-    "gpt2-xl": (48, 25, 1600, 1024),
-}
-VOCAB = 256
-
-
-def parse_size(spec, seq):
-    """(layers, heads, width, context) of a preset or LxD[xH], as zero-bench fit-plain."""
-    if spec in PRESETS:
-        return PRESETS[spec]
-    try:
-        v = [int(x) for x in spec.split("x")]
-    except ValueError:
-        v = []
-    if len(v) not in (2, 3):
-        raise SystemExit(f"bad size '{spec}': one of {', '.join(PRESETS)} or LAYERSxWIDTH[xHEADS]")
-    layers, width = v[0], v[1]
-    heads = v[2] if len(v) == 3 else (width // 128 if width % 128 == 0 else width // 64)
-    if layers <= 0 or width <= 0 or heads <= 0 or width % heads:
-        raise SystemExit(f"bad size '{spec}': layers, width, heads positive, width a multiple of heads")
-    return layers, heads, width, max(1024, seq)
-
-
-def num_parameters(layers, width, context):
-    """GptConfig::num_parameters (tied head counted once)."""
-    d = width
-    block = 2 * d + d * 3 * d + 3 * d + d * d + d + 2 * d + d * 4 * d + 4 * d + 4 * d * d + d
-    return VOCAB * d + context * d + layers * block + 2 * d
-
-
-def flops_per_token(params, layers, width, seq):
-    """GptConfig::flops_per_token."""
-    return 6.0 * params + 6.0 * layers * seq * width
-
-
-def build_model_classes(torch):
-    nn = torch.nn
-    F = torch.nn.functional
-
-    class CausalSelfAttention(nn.Module):
-        def __init__(self, width, heads):
-            super().__init__()
-            self.n_head = heads
-            self.qkv = nn.Linear(width, 3 * width)
-            self.proj = nn.Linear(width, width)
-
-        def forward(self, x):
-            B, T, C = x.shape
-            qkv = self.qkv(x).view(B, T, 3, self.n_head, C // self.n_head).permute(2, 0, 3, 1, 4)
-            y = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], is_causal=True)
-            return self.proj(y.transpose(1, 2).reshape(B, T, C))
-
-    class Block(nn.Module):
-        def __init__(self, width, heads):
-            super().__init__()
-            self.ln1 = nn.LayerNorm(width)
-            self.attn = CausalSelfAttention(width, heads)
-            self.ln2 = nn.LayerNorm(width)
-            self.fc = nn.Linear(width, 4 * width)
-            self.proj = nn.Linear(4 * width, width)
-
-        def forward(self, x):
-            h = x + self.attn(self.ln1(x))
-            return h + self.proj(F.gelu(self.fc(self.ln2(h)), approximate="tanh"))
-
-    class Gpt(nn.Module):
-        def __init__(self, layers, heads, width, context):
-            super().__init__()
-            self.wte = nn.Embedding(VOCAB, width)
-            self.wpe = nn.Embedding(context, width)
-            self.h = nn.ModuleList([Block(width, heads) for _ in range(layers)])
-            self.ln_f = nn.LayerNorm(width)
-            self.n_layer = layers
-
-        @torch.no_grad()
-        def init_weights(self):
-            """GPT-2's initialisation, as zero::models::Gpt: N(0, 0.02), residual projections scaled
-            by 1/sqrt(2 * n_layer), biases 0, LayerNorms 1 and 0 (their defaults, set here because
-            the model is built on the meta device and materialised uninitialised)."""
-            for name, p in self.named_parameters():
-                if p.dim() == 2:
-                    residual = "proj.weight" in name
-                    p.normal_(0.0, 0.02 / math.sqrt(2.0 * self.n_layer) if residual else 0.02)
-                elif "ln" in name and name.endswith("weight"):
-                    p.fill_(1.0)
-                else:
-                    p.zero_()
-
-        def forward(self, idx):
-            T = idx.shape[1]
-            x = self.wte(idx) + self.wpe(torch.arange(T, device=idx.device))
-            for b in self.h:
-                x = b(x)
-            return self.ln_f(x) @ self.wte.weight.t()  # tied head
-
-        def loss(self, idx, targets):
-            logits = self(idx)
-            return F.cross_entropy(logits.float().reshape(-1, VOCAB), targets.reshape(-1))
-
-    return Gpt
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpt_port import VOCAB, build_model_classes, flops_per_token, num_parameters, parse_size  # noqa: E402
 
 
 def host_available_bytes():
@@ -162,6 +59,7 @@ def main():
     ap.add_argument("--seq", type=int, default=1024)
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--checkpoint", action="store_true", help="per-block activation checkpointing")
     ap.add_argument("--matmul-peak", type=float, default=0.0,
                     help="bf16 matmul TFLOP/s measured on this device (zero-bench fit-plain), for the MFU column")
     ap.add_argument("--json", action="store_true")
@@ -230,6 +128,7 @@ def main():
                 model = Gpt(r["layers"], r["heads"], r["width"], r["context"])
             model.to_empty(device="cpu")
             model.init_weights()
+            model.checkpoint = a.checkpoint
             counted = sum(p.numel() for p in model.parameters())
             if counted != r["params"]:
                 raise SystemExit(f"{r['size']}: the port has {counted} parameters, zero::models::Gpt "

@@ -1,32 +1,48 @@
 #!/usr/bin/env python3
-"""Merge the outputs of bench/gpu-compare's parts into one table and one JSON file.
+"""Merge the parts of one bench/gpu run into its tables and one JSON file.
 
-    gpu_report.py --plain PLAIN.log --fsdp FSDP.log --out RESULTS.json [--device-name NAME] [--torch VERSION]
+    gpu_report.py --dir RESULTS --stamp STAMP --out RESULTS/gpu-STAMP.json [--seconds S]
 
-PLAIN.log is the stdout of `zero-bench fit-plain --json`, FSDP.log that of
-`bench/fsdp2_offload.py --json`. Each prints one JSON line per size as it
-finishes and one object of all at the end; when a part was cut off by its
-timeout, the per-size lines it had printed are used and the part is marked
-"cut off". Part (b), zerocpp ZeRO-2 + CPU offload + DPU on the GPU, is not
-available (the engine has no CUDA path yet, docs/gpu.md) and is reported so.
+Each part's log is RESULTS/<part>-STAMP.log, the stdout of a bench program run
+with --json: one JSON line per size as it finishes and one object of all at the
+end (a part cut off by its timeout leaves only its per-size lines, and is
+marked "cut off"). The parts:
+
+    cpp-torch-adamw    zero-bench fit-plain --optimizer torch (and the matmul peak)
+    cpp-fused-adamw    zero-bench fit-plain --optimizer fused
+    cpp-zero-adam      zero-bench fit-plain --optimizer zero
+    python-plain       bench/plain_pytorch.py
+    python-plain-ckpt  bench/plain_pytorch.py --checkpoint
+    deepspeed-offload  bench/deepspeed_offload.py --checkpoint
+    fsdp2-offload      bench/fsdp2_offload.py --checkpoint
+
+Table 1 puts the C++ GPT beside the same model in Python, one row per loop,
+with the speed relative to Python's (Python step / this step: 1.00 = as fast)
+and the forward / backward / optimizer split. Table 2 puts the offload peers beside plain PyTorch, all with
+activation checkpointing. zerocpp's own ZeRO-Offload on the GPU is not
+available yet (the engine has no CUDA path, docs/gpu.md) and is said so.
 Only the standard library is used.
 """
 import argparse
 import json
+import os
 import sys
 import time
 
-B_NOT_AVAILABLE = "not available: the engine has no CUDA path yet (docs/gpu.md)"
+PARTS = ["cpp-torch-adamw", "cpp-fused-adamw", "cpp-zero-adam", "python-plain", "python-plain-ckpt", "deepspeed-offload",
+         "fsdp2-offload"]
+ZEROCPP_OFFLOAD = "not available: the engine has no CUDA path yet (docs/gpu.md)"
 
 
 def read_part(path):
-    """(summary object or None, per-size dicts, skipped reason or None, cut_off, matmul line or None)."""
+    """{summary, sizes, skipped, cut_off, matmul} of one part's log."""
     summary, sizes, skipped, matmul = None, [], None, None
     try:
         with open(path) as f:
             lines = f.read().splitlines()
     except OSError:
-        return None, [], f"no output ({path} missing)", True, None
+        return {"summary": None, "sizes": [], "skipped": f"no output ({os.path.basename(path)} missing)",
+                "cut_off": False, "matmul": None}
     for line in lines:
         line = line.strip()
         if not line.startswith("{"):
@@ -45,73 +61,120 @@ def read_part(path):
             sizes.append(obj)
     if summary is not None:
         sizes = summary.get("sizes", sizes)
-    return summary, sizes, skipped, summary is None and skipped is None, matmul
+    return {"summary": summary, "sizes": sizes, "skipped": skipped,
+            "cut_off": summary is None and skipped is None, "matmul": matmul}
 
 
-def cell(r, peak):
+def by_size(part):
+    return {r["size"]: r for r in part["sizes"]}
+
+
+def step_cell(r):
     if r is None:
         return "-"
     if r.get("status") != "ok":
         return r.get("status", "?")
-    mfu = r["tflops"] / peak if peak else None
-    mem = r.get("peak_mem_gib")
-    return (f"{r['tflops']:.3g} TF" + (f" {100 * mfu:.0f}%" if mfu is not None else "") +
-            (f" {mem:.1f}G" if mem is not None else ""))
+    return f"{r['step_ms']:.1f} ms {r['tflops']:.0f} TF"
+
+
+def split_cell(r):
+    b = (r or {}).get("breakdown_ms")
+    if not b:
+        return "-"
+    return f"{b['forward']:.0f}/{b['backward']:.0f}/{b['optimizer']:.0f}"
+
+
+def ratio(ref, r):
+    if not ref or not r or ref.get("status") != "ok" or r.get("status") != "ok":
+        return "-"
+    return f"{ref['step_ms'] / r['step_ms']:.3f}"
+
+
+def part_status(name, p):
+    if p["skipped"]:
+        return f"{name}: skipped: {p['skipped']}"
+    if p["cut_off"]:
+        return f"{name}: cut off (timeout or crash): only the sizes it finished are shown"
+    return f"{name}: largest that fits: {p['summary'].get('largest_fit')}"
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--plain", required=True)
-    ap.add_argument("--fsdp", required=True)
+    ap.add_argument("--dir", required=True)
+    ap.add_argument("--stamp", required=True)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--device-name", default="")
-    ap.add_argument("--torch", default="")
+    ap.add_argument("--seconds", type=float, default=None, help="wall time of the whole bench/gpu run")
     a = ap.parse_args()
 
-    p_sum, p_sizes, p_skip, p_cut, p_mm = read_part(a.plain)
-    f_sum, f_sizes, f_skip, f_cut, _ = read_part(a.fsdp)
-    p_mm = p_sum or p_mm or {}
-    peak = p_mm.get("matmul_peak_tflops")
-    plain_by = {r["size"]: r for r in p_sizes}
-    fsdp_by = {r["size"]: r for r in f_sizes}
-    order = [r["size"] for r in p_sizes] + [r["size"] for r in f_sizes if r["size"] not in plain_by]
+    parts = {n: read_part(os.path.join(a.dir, f"{n}-{a.stamp}.log")) for n in PARTS}
+    ct = parts["cpp-torch-adamw"]
+    mm = ct["summary"] or ct["matmul"] or {}
+    peak = mm.get("matmul_peak_tflops")
+    device = next((p["summary"].get("device_name") for p in parts.values()
+                   if p["summary"] and p["summary"].get("device_name")), "?")
+    torch_version = next((p["summary"].get("torch") for p in parts.values()
+                          if p["summary"] and p["summary"].get("torch")), "?")
+    print(f"device: {device}   torch: {torch_version}")
+    print("bf16 matmul peak: " + (f"{peak:.0f} TFLOP/s" if peak else "not measured") +
+          "".join(f"  [{m['n']}^3: {m['tflops']:.0f}]" for m in mm.get("matmul_bf16", []) or []))
 
-    mismatched = [s for s in order if s in plain_by and s in fsdp_by and plain_by[s]["params"] != fsdp_by[s]["params"]]
-    print(f"device: {a.device_name or '?'}   torch: {a.torch or '?'}")
-    print("bf16 matmul peak: " + (f"{peak:.3g} TFLOP/s" if peak else "not measured") +
-          "".join(f"  [{m['n']}: {m['tflops']:.2f}]" for m in p_mm.get("matmul_bf16", [])))
-    print("cells: TFLOP/s, MFU against that peak, peak device memory GiB")
-    head = f"{'size':<16} {'params M':>9} {'(a) plain LibTorch':>24} {'(b) zerocpp Z2+off+DPU':>24} {'(c) FSDP2 offload':>24}"
-    print(head)
+    loops = [("PyTorch AdamW(fused=True)", "python-plain"), ("C++ at::_fused_adamw_", "cpp-fused-adamw"),
+             ("C++ zero::cuda Adam", "cpp-zero-adam"), ("C++ torch::optim::AdamW", "cpp-torch-adamw")]
+    rows = {part: by_size(parts[part]) for _, part in loops}
+    py = rows["python-plain"]
+    order = list(dict.fromkeys(s for _, part in loops for s in rows[part]))
+    mismatch = [s for s in order if len({rows[p][s]["params"] for _, p in loops if s in rows[p]}) > 1]
+    print("\nTable 1. The C++ GPT and the same model in Python, plain loops, no activation checkpointing")
+    print("speed = Python step / this step (1.00 = as fast); split = forward/backward/optimizer ms (synced apart)")
+    print(f"{'size':<15} {'params M':>9} {'loop':<26} {'step ms':>9} {'TFLOP/s':>8} {'speed':>6} {'split':>12}")
     for s in order:
-        pr, fr = plain_by.get(s), fsdp_by.get(s)
-        params = (pr or fr)["params"]
-        print(f"{s:<16} {params / 1e6:9.1f} {cell(pr, peak):>24} {'n/a':>24} {cell(fr, peak):>24}")
-    for name, summ, skip, cut in (("(a)", p_sum, p_skip, p_cut), ("(c)", f_sum, f_skip, f_cut)):
-        if skip:
-            print(f"{name} skipped: {skip}")
-        elif cut:
-            print(f"{name} cut off (timeout or crash): only the sizes it finished are shown")
-        else:
-            print(f"{name} largest that fits: {summ.get('largest_fit')}")
-    print(f"(b) {B_NOT_AVAILABLE}")
-    if mismatched:
-        print(f"ERROR: parameter counts differ between (a) and (c) for {', '.join(mismatched)}", file=sys.stderr)
+        for label, part in loops:
+            r = rows[part].get(s)
+            if r is None:
+                continue
+            if r.get("status") != "ok":
+                print(f"{s:<15} {r['params'] / 1e6:9.1f} {label:<26} {r.get('status', '?'):>9}")
+                continue
+            print(f"{s:<15} {r['params'] / 1e6:9.1f} {label:<26} {r['step_ms']:9.1f} {r['tflops']:8.0f} "
+                  f"{ratio(py.get(s), r):>6} {split_cell(r):>12}")
 
-    out = {
-        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "device_name": a.device_name,
-        "torch": a.torch,
-        "matmul_peak_tflops": peak,
-        "matmul_bf16": p_mm.get("matmul_bf16"),
-        "a_plain_libtorch": {"summary": p_sum, "sizes": p_sizes, "skipped": p_skip, "cut_off": p_cut},
-        "b_zerocpp_zero2_offload_dpu": {"status": B_NOT_AVAILABLE},
-        "c_fsdp2_cpu_offload": {"summary": f_sum, "sizes": f_sizes, "skipped": f_skip, "cut_off": f_cut},
-    }
+    pk, ds, fs = by_size(parts["python-plain-ckpt"]), by_size(parts["deepspeed-offload"]), by_size(
+        parts["fsdp2-offload"])
+    order2 = list(dict.fromkeys(list(pk) + list(ds) + list(fs)))
+    print("\nTable 2. Offload peers beside plain PyTorch, activation checkpointing per block")
+    print("cells: median step, TFLOP/s; (x) = fraction of plain PyTorch's speed; GPU / host = peak GiB")
+    print(f"{'size':<15} {'params M':>9} | {'plain PyTorch':>18} | {'DeepSpeed Z2+offload':>34} | "
+          f"{'FSDP2+CPUOffload':>26} | zerocpp Z2+offload+DPU")
+    for s in order2:
+        base = pk.get(s)
+        r0 = base or ds.get(s) or fs.get(s)
+
+        def frac(r):
+            if not base or not r or base.get("status") != "ok" or r.get("status") != "ok":
+                return ""
+            return f" ({base['step_ms'] / r['step_ms']:.2f})"
+
+        d = ds.get(s)
+        dcell = step_cell(d) + frac(d)
+        if d and d.get("status") == "ok":
+            dcell += f" {d['peak_mem_gib']:.1f}/{d['host_peak_rss_gib']:.1f}G"
+        print(f"{s:<15} {r0['params'] / 1e6:9.1f} | {step_cell(base):>18} | {dcell:>34} | "
+              f"{step_cell(fs.get(s)) + frac(fs.get(s)):>26} | n/a")
+    print()
+    for n in PARTS:
+        print(part_status(n, parts[n]))
+    print(f"zerocpp ZeRO-2 + offload + DPU on the GPU: {ZEROCPP_OFFLOAD}")
+    if mismatch:
+        print(f"ERROR: parameter counts differ between the C++ and Python models for {', '.join(mismatch)}",
+              file=sys.stderr)
+
+    out = {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "device_name": device, "torch": torch_version,
+           "seconds": a.seconds, "matmul_peak_tflops": peak, "matmul_bf16": mm.get("matmul_bf16"),
+           "parts": parts, "zerocpp_offload": ZEROCPP_OFFLOAD}
     with open(a.out, "w") as f:
         json.dump(out, f, indent=1)
     print(f"results: {a.out}")
-    return 1 if mismatched else 0
+    return 1 if mismatch else 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# bench/gpu's benchmark parts on the CPU at gpt2-tiny, written under the
+# names bench/gpu gives them, then bench/gpu_report.py over them: the
+# pipeline's plumbing (flags, JSON lines, the merge, the skip of the GPU-only
+# peer), never its timings.
+set -euo pipefail
+root=$1 python=$2 bench=$3
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+st=smoke
+tiny=(--sizes gpt2-tiny --seq 32 --micro-batch 2 --steps 1 --warmup 1 --json)
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+"$bench" fit-plain --device cpu --optimizer torch --matmul 64 --breakdown "${tiny[@]}" >"$dir/cpp-torch-adamw-$st.log"
+"$bench" fit-plain --device cpu --optimizer fused --matmul none --breakdown "${tiny[@]}" >"$dir/cpp-fused-adamw-$st.log"
+"$python" "$root/bench/plain_pytorch.py" --device cpu --breakdown "${tiny[@]}" >"$dir/python-plain-$st.log"
+"$python" "$root/bench/plain_pytorch.py" --device cpu --checkpoint "${tiny[@]}" >"$dir/python-plain-ckpt-$st.log"
+"$python" "$root/bench/deepspeed_offload.py" "${tiny[@]}" >"$dir/deepspeed-offload-$st.log" 2>/dev/null
+"$python" "$root/bench/fsdp2_offload.py" --device cpu --checkpoint "${tiny[@]}" >"$dir/fsdp2-offload-$st.log"
+# The zero optimizer needs CUDA: a clear error, no log.
+if "$bench" fit-plain --device cpu --optimizer zero "${tiny[@]}" 2>"$dir/err"; then fail "--optimizer zero ran on the CPU"; fi
+grep -q "needs --device cuda" "$dir/err" || fail "--optimizer zero on the CPU: $(cat "$dir/err")"
+
+out=$("$python" "$root/bench/gpu_report.py" --dir "$dir" --stamp "$st" --out "$dir/gpu.json")
+echo "$out"
+for want in "C++ at::_fused_adamw_" "C++ torch::optim::AdamW" "PyTorch AdamW(fused=True)" \
+            "cpp-fused-adamw: largest that fits: gpt2-tiny" "python-plain-ckpt: largest that fits: gpt2-tiny" \
+            "deepspeed-offload: skipped" "fsdp2-offload: largest that fits: gpt2-tiny" \
+            "cpp-zero-adam: skipped: no output"; do
+  grep -qF -- "$want" <<<"$out" || fail "report lacks '$want'"
+done
+"$python" - "$dir/gpu.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+p = j["parts"]
+for name in ("cpp-torch-adamw", "cpp-fused-adamw", "python-plain"):
+    r = p[name]["sizes"][0]
+    assert r["status"] == "ok" and r["params"] == 120576, (name, r)
+    assert set(r["breakdown_ms"]) == {"forward", "backward", "optimizer"}, (name, r)
+assert p["python-plain-ckpt"]["summary"]["checkpoint"] is True
+assert p["deepspeed-offload"]["skipped"]
+PY
+echo "gpu pipeline smoke: ok"
