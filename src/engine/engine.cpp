@@ -1,5 +1,6 @@
 #include "zero/engine/engine.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -77,10 +78,16 @@ struct Engine::Impl {
     int index_;
   };
 
-  void register_split(Tier tier, Kind kind, std::size_t valid, std::size_t total,
-                      std::size_t elsize, const char* what) {
-    regs.push_back(e.ledger_.add(tier, kind, i64(valid * elsize), what));
-    regs.push_back(e.ledger_.add(tier, Kind::kPadding, i64((total - valid) * elsize), what));
+  // Registers an allocated buffer by what was allocated: the tensor's own
+  // nbytes(), of which `valid` elements are `kind` and the rest padding. A
+  // buffer allocated at the wrong size therefore shows in the ledger (and in
+  // every figure built on it), instead of the ledger repeating the sizes the
+  // allocation was meant to have.
+  void register_tensor(Tier tier, Kind kind, const at::Tensor& t, std::size_t valid, const char* what) {
+    const std::int64_t total = i64(t.nbytes());
+    const std::int64_t used = std::min(total, i64(valid * t.element_size()));
+    regs.push_back(e.ledger_.add(tier, kind, used, what));
+    regs.push_back(e.ledger_.add(tier, Kind::kPadding, total - used, what));
   }
 
   std::size_t chunk_flat_offset(const Bucket& b) const {
@@ -278,7 +285,6 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
   const FlatLayout& L = m.layout;
   const std::size_t psi = L.numel(), padded = L.padded_numel();
   const std::size_t part = L.partition_numel(), part_valid = L.partition_valid(m.shard_rank);
-  const std::size_t es = c10::elementSize(m.dtype);
   const Tier opt_tier = m.offload ? Tier::kHost : Tier::kDevice;
 
   at::NoGradGuard no_grad;
@@ -288,13 +294,13 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
   // device_memory_limit sees the real construction peak) and freed before
   // the moments are allocated.
   memory::MemoryLedger::Registration flat32_reg;
+  at::Tensor flat32 = at::zeros({i64(padded)}, at::TensorOptions().dtype(at::kFloat).device(device));
   if (m.dtype == at::kFloat) {
-    m.register_split(Tier::kDevice, Kind::kHalfParams, psi, padded, es, "the flat parameter buffer");
+    m.register_tensor(Tier::kDevice, Kind::kHalfParams, flat32, psi, "the flat parameter buffer");
   } else {
-    flat32_reg = ledger_.add(Tier::kDevice, Kind::kStaging, i64(padded * 4),
+    flat32_reg = ledger_.add(Tier::kDevice, Kind::kStaging, i64(flat32.nbytes()),
                              "the temporary fp32 copy of the parameters (construction only)");
   }
-  at::Tensor flat32 = at::zeros({i64(padded)}, at::TensorOptions().dtype(at::kFloat).device(device));
   for (std::size_t i = 0; i < m.params.size(); ++i) {
     const ParamSlot& s = L.params()[i];
     flat32.narrow(0, i64(s.offset), i64(s.numel)).copy_(m.params[i].reshape({-1}));
@@ -302,21 +308,20 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
   if (m.world > 1) comm_.broadcast(flat32.data_ptr(), padded, DType::kFloat32)->wait();
 
   // fp32 master partition.
-  m.regs.push_back(ledger_.add(opt_tier, Kind::kFp32Master, i64(part_valid * 4), "fp32 master weights"));
-  m.regs.push_back(ledger_.add(opt_tier, Kind::kPadding, i64((part - part_valid) * 4), "fp32 master padding"));
   const at::Device opt_device = m.offload ? at::Device(at::kCPU) : device;
   auto opt32 = at::TensorOptions().dtype(at::kFloat).device(opt_device);
   m.master = at::empty({i64(part)}, opt32);
+  m.register_tensor(opt_tier, Kind::kFp32Master, m.master, part_valid, "fp32 master weights");
   for (const Bucket& b : L.buckets()) {
     m.master.narrow(0, i64(b.partition_offset), i64(b.chunk))
         .copy_(flat32.narrow(0, i64(m.chunk_flat_offset(b)), i64(b.chunk)));
   }
 
   // The model's parameters: views into one flat buffer in the training precision.
-  if (m.dtype != at::kFloat) {
-    m.register_split(Tier::kDevice, Kind::kHalfParams, psi, padded, es, "the flat parameter buffer");
-  }
   m.flat_params = m.dtype == at::kFloat ? flat32 : flat32.to(m.dtype);
+  if (m.dtype != at::kFloat) {
+    m.register_tensor(Tier::kDevice, Kind::kHalfParams, m.flat_params, psi, "the flat parameter buffer");
+  }
   flat32 = at::Tensor();
   flat32_reg.release();
   for (std::size_t i = 0; i < m.params.size(); ++i) {
@@ -337,14 +342,13 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
   }
 
   // Optimizer moments, allocated after the temporary fp32 copy is gone.
-  const int n_moments = m.adagrad ? 1 : 2;
-  m.regs.push_back(ledger_.add(opt_tier, Kind::kMoments, i64(part_valid * 4 * n_moments), "optimizer moments"));
-  m.regs.push_back(ledger_.add(opt_tier, Kind::kPadding, i64((part - part_valid) * 4 * n_moments), "moment padding"));
   m.exp_avg = at::zeros({i64(part)}, opt32);
+  m.register_tensor(opt_tier, Kind::kMoments, m.exp_avg, part_valid, "optimizer moments");
   if (m.adagrad) {
     m.exp_avg.fill_(config_.optimizer.initial_accumulator_value);
   } else {
     m.exp_avg_sq = at::zeros({i64(part)}, opt32);
+    m.register_tensor(opt_tier, Kind::kMoments, m.exp_avg_sq, part_valid, "optimizer moments");
   }
 
   // Gradients.
@@ -356,21 +360,22 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
     if (m.offload) {
       const int copies = m.dpu ? 2 : 1;
       for (int c = 0; c < copies; ++c) {
-        m.register_split(Tier::kHost, Kind::kGrads, part_valid, part, 4, "the host gradient partition");
         m.host_grads[c] = at::zeros({i64(part)}, at::TensorOptions().dtype(at::kFloat));
+        m.register_tensor(Tier::kHost, Kind::kGrads, m.host_grads[c], part_valid, "the host gradient partition");
       }
       if (m.dtype != at::kFloat) {
-        m.regs.push_back(ledger_.add(Tier::kHost, Kind::kStaging, i64(part * es), "the host parameter staging buffer"));
         m.staging = at::empty({i64(part)}, at::TensorOptions().dtype(m.dtype));
+        m.regs.push_back(ledger_.add(Tier::kHost, Kind::kStaging, i64(m.staging.nbytes()),
+                                     "the host parameter staging buffer"));
       }
     } else {
-      m.register_split(Tier::kDevice, Kind::kGrads, part_valid, part, es, "the gradient partition");
       m.part_grads = at::zeros({i64(part)}, m.flat_params.options());
+      m.register_tensor(Tier::kDevice, Kind::kGrads, m.part_grads, part_valid, "the gradient partition");
     }
   } else {
     ro.mode = m.stage == 0 ? GradReduceMode::kAllReduceFull : GradReduceMode::kReduceScatterFull;
-    m.register_split(Tier::kDevice, Kind::kGrads, psi, padded, es, "the flat gradient buffer");
     m.full_grads = at::zeros({i64(padded)}, m.flat_params.options());
+    m.register_tensor(Tier::kDevice, Kind::kGrads, m.full_grads, psi, "the flat gradient buffer");
   }
   m.reducer = std::make_unique<GradReducer>(
       L, comm_, ledger_, ro, m.full_grads, like,

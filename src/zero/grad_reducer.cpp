@@ -51,10 +51,11 @@ at::Tensor GradReducer::bucket_storage(int b) {
     // slower than stage 1 that way (docs/PERFORMANCE.md).
     while (live_buckets_ > opts_.max_in_flight && !in_flight_.empty()) finish_oldest();
     ++live_buckets_;
+    at::Tensor t = at::zeros({static_cast<std::int64_t>(bucket.padded)}, like_.options());
+    // The bucket's own bytes, as allocated (a refusal frees it again).
     storage_reg_[static_cast<std::size_t>(b)] = ledger_.add(
-        memory::Tier::kDevice, memory::Kind::kBuckets,
-        static_cast<std::int64_t>(bucket.padded * like_.element_size()), "a gradient bucket");
-    s = at::zeros({static_cast<std::int64_t>(bucket.padded)}, like_.options());
+        memory::Tier::kDevice, memory::Kind::kBuckets, static_cast<std::int64_t>(t.nbytes()), "a gradient bucket");
+    s = std::move(t);
   }
   return s;
 }

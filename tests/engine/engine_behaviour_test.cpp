@@ -142,6 +142,29 @@ TEST_P(Formula, BytesMatchDesignTable) {
   // stage 1 on, one fp32 all-reduce of the squared gradient norm.
   const comm::CommStats& c = engine.last_step_comm();
   const std::int64_t padded = static_cast<std::int64_t>(layout.padded_numel());
+  // Padding, as measured from the allocated buffers (the engine registers
+  // each tensor's nbytes()): a replicated buffer holds padded - Psi elements
+  // of it on every rank, a partitioned one padded - Psi over all ranks
+  // together. A buffer allocated at another size than its share (a full-size
+  // master or moment on every rank: ZeRO saving nothing) shows here even
+  // where the model-state bytes, counted from the layout, look right.
+  {
+    const std::int64_t pad = padded - psi;
+    const std::int64_t opt_bytes = 12;  // fp32 master + two moments
+    std::int64_t want_dev = 0, want_host = 0;
+    if (offload) {
+      want_dev = N * pad * es;
+      want_host = pad * ((dpu ? 8 : 4) + opt_bytes);
+    } else if (stage == 0) {
+      want_dev = N * pad * (2 * es + opt_bytes);
+    } else if (stage == 1) {
+      want_dev = N * pad * 2 * es + pad * opt_bytes;
+    } else {
+      want_dev = N * pad * es + pad * (es + opt_bytes);
+    }
+    EXPECT_EQ(sum_over_ranks(comm, s.bytes(Tier::kDevice, Kind::kPadding)), want_dev);
+    EXPECT_EQ(sum_over_ranks(comm, s.bytes(Tier::kHost, Kind::kPadding)), want_host);
+  }
   const std::uint64_t grads_and_params = static_cast<std::uint64_t>(2 * (N - 1) * padded / N * es);
   const std::uint64_t norm_bytes = stage == 0 ? 0 : static_cast<std::uint64_t>(2 * (N - 1) * 4);
   EXPECT_EQ(c.total_bytes(), grads_and_params + norm_bytes);
