@@ -1,5 +1,5 @@
 // The memory-bandwidth ceiling of a CPU Adam step, measured in the same run
-// (DESIGN.md, "Performance method"): in-place kernels that move exactly the
+// (docs/design.md, "Performance method"): in-place kernels that move exactly the
 // streams of the real step with trivial arithmetic, on the same SIMD target
 // family, threads and tiles. STREAM triad is not this ceiling: it writes a
 // separate array (paying a read-for-ownership) where Adam updates in place.

@@ -1,6 +1,6 @@
 // zero-estimate: what fits where, before you run. Bytes per rank per tier for
 // a model (a GPT preset or a parameter count), world size, stage, offload and
-// precision, from DESIGN.md's formulas as the engine lays them out
+// precision, from docs/design.md's formulas as the engine lays them out
 // (zero/memory_estimate.h), plus buckets and the activations of a micro-batch.
 // With --device-mem and --host-mem: which configurations fit, best first.
 #include <cmath>

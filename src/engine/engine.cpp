@@ -104,7 +104,7 @@ struct Engine::Impl {
   void consume_chunk(int b, const at::Tensor& chunk) {
     const Bucket& bucket = layout.buckets()[static_cast<std::size_t>(b)];
     if (offload) {
-      // D2H in the training precision (DESIGN.md's 2 Psi/N bytes for bf16);
+      // D2H in the training precision (docs/design.md's 2 Psi/N bytes for bf16);
       // the host widens to fp32 as it accumulates.
       const at::Tensor src = chunk.is_cpu() ? chunk : chunk.to(at::kCPU);
       host_grads[host_cur].narrow(0, i64(bucket.partition_offset), i64(bucket.chunk)).add_(src);

@@ -1,5 +1,5 @@
 // Engine behaviour beyond parity: the memory and communication formulas of
-// DESIGN.md, the exact delayed parameter update, overflow handling, and the
+// docs/design.md, the exact delayed parameter update, overflow handling, and the
 // awkward modules (no parameters, frozen, tied, unused).
 #include <algorithm>
 #include <cstdio>

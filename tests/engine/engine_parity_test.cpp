@@ -1,4 +1,4 @@
-// The parity oracle (DESIGN.md "How correctness is known"): stage s, offload
+// The parity oracle (docs/design.md "How correctness is known"): stage s, offload
 // on/off, N ranks, fp32/bf16 must match the single-process stage-0 run on the
 // same global batch. Every rank computes that reference itself, in-process,
 // with the single-process communicator.

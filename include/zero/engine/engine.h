@@ -10,7 +10,7 @@
 //   }
 //   engine.flush();              // DPU: apply the last, still pending update
 //
-// What the engine does to the module (DESIGN.md "One training step"):
+// What the engine does to the module (docs/design.md "One training step"):
 //  - Trainable parameters become views into one flat buffer in the training
 //    precision (bf16 / fp16 / fp32), laid out as zero/flat_layout.h says.
 //    Rank 0's initial values are broadcast so that all ranks start equal.

@@ -2,7 +2,7 @@
 //
 // A buffer registers its bytes when it is allocated and unregisters them when
 // it is freed (MemoryLedger::Registration is the RAII handle). The ledger is
-// what the tools print and what the formula tests compare with DESIGN.md's
+// what the tools print and what the formula tests compare with docs/design.md's
 // table. The device tier may carry a budget (config device_memory_limit):
 // registering past it throws a zero::Error that says what was asked, what is
 // held, and which setting would fit.
@@ -39,7 +39,7 @@ struct LedgerSnapshot {
   std::array<std::int64_t, kNumTiers> tier_current{};
   std::array<std::int64_t, kNumTiers> tier_peak{};  // peak of the tier's total
   std::int64_t bytes(Tier t, Kind k) const { return current[int(t)][int(k)]; }
-  // Model-state bytes: everything but buckets, padding and staging (DESIGN.md's table).
+  // Model-state bytes: everything but buckets, padding and staging (docs/design.md's table).
   std::int64_t model_state_bytes(Tier t) const;
 };
 

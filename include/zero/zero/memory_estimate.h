@@ -1,5 +1,5 @@
 // What a configuration needs, per rank, before anything is allocated:
-// DESIGN.md's model-state formulas as the engine lays them out, plus
+// docs/design.md's model-state formulas as the engine lays them out, plus
 // communication buckets and an activation estimate. zero-estimate prints it;
 // tests hold it to the engine's measured ledger.
 #pragma once
