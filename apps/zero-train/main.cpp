@@ -254,6 +254,11 @@ int run(const Options& cli) {
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     total_seconds += seconds;
     const double loss = loss_sum / static_cast<double>(accum * comm->world_size());
+    // The mean over every rank: all ranks see the same value and stop together.
+    ZERO_CHECK(std::isfinite(loss), "step ", step + 1, ": the training loss is ", loss,
+               ": the model diverged or the data holds what it cannot fit. Lower the learning rate "
+               "(optimizer.params.lr, or the scheduler's warmup_max_lr), keep gradient_clipping on, and "
+               "with fp16 prefer bf16 (wider range); nothing after step ", step, " was trained");
     losses.push_back(loss);
     last_comm = engine.last_step_comm();
     train::add_comm(run_comm, last_comm);

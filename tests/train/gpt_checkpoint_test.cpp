@@ -2,9 +2,13 @@
 // as an ordinary backward (fp32, within 1e-6), with the checkpoints on the
 // device or on the host, and the same training run under the engine (whose
 // post-accumulate-grad hooks must see every gradient of a recomputed block).
+#include <atomic>
+#include <string_view>
+#include <unordered_set>
 #include <vector>
 
 #include <ATen/ops/randint.h>
+#include <ATen/record_function.h>
 #include <gtest/gtest.h>
 #include <torch/utils.h>
 
@@ -55,6 +59,74 @@ TEST(GptCheckpoint, SameLossAndGradientsAsWithout) {
   at::Tensor a = model.forward(batch.narrow(1, 0, 8));
   model.set_activation_checkpointing(false);
   EXPECT_TRUE(at::equal(a, model.forward(batch.narrow(1, 0, 8))));
+}
+
+// Counts the aten::gelu calls (one per block forward: the MLP's activation)
+// that run while it lives, on any thread.
+class GeluCounter {
+ public:
+  GeluCounter() {
+    count_ = 0;
+    handle_ = at::addGlobalCallback(
+        at::RecordFunctionCallback([](const at::RecordFunction& fn) -> std::unique_ptr<at::ObserverContext> {
+          if (std::string_view(fn.name()) == "aten::gelu") ++count_;
+          return nullptr;
+        }).scopes({at::RecordScope::FUNCTION}));
+  }
+  ~GeluCounter() { at::removeCallback(handle_); }
+  int count() const { return count_; }
+
+ private:
+  static inline std::atomic<int> count_{0};
+  at::CallbackHandle handle_;
+};
+
+// The autograd nodes a backward from `loss` would visit.
+std::size_t graph_nodes(const at::Tensor& loss) {
+  std::unordered_set<const torch::autograd::Node*> seen;
+  std::vector<torch::autograd::Node*> todo{loss.grad_fn().get()};
+  while (!todo.empty()) {
+    torch::autograd::Node* n = todo.back();
+    todo.pop_back();
+    if (n == nullptr || !seen.insert(n).second) continue;
+    for (const auto& e : n->next_edges()) todo.push_back(e.function.get());
+  }
+  return seen.size();
+}
+
+// Checkpointing really happens: forward keeps only the blocks' inputs (one
+// autograd node per block instead of the block's whole graph, whose nodes
+// hold its saved activations) and backward recomputes each block's forward
+// exactly once; without it nothing is recomputed.
+TEST(GptCheckpoint, RecomputesEachBlockOnceAndKeepsOnlyBlockInputs) {
+  torch::manual_seed(4);
+  models::GptConfig g = models::gpt_preset("gpt2-tiny");
+  g.n_layer = 3;
+  models::Gpt model(g);
+  const at::Tensor batch = at::randint(0, g.vocab_size, {2, 17}, at::kLong);
+  auto run = [&](bool checkpoint, bool on_cpu, int* forward_gelus, int* backward_gelus) {
+    model.set_activation_checkpointing(checkpoint, on_cpu);
+    GeluCounter counter;
+    at::Tensor loss = model.loss(batch.narrow(1, 0, 16), batch.narrow(1, 1, 16));
+    *forward_gelus = counter.count();
+    const std::size_t nodes = graph_nodes(loss);
+    loss.backward();
+    *backward_gelus = counter.count() - *forward_gelus;
+    return nodes;
+  };
+  int fwd = 0, bwd = 0;
+  const std::size_t plain_nodes = run(false, false, &fwd, &bwd);
+  EXPECT_EQ(fwd, g.n_layer);
+  EXPECT_EQ(bwd, 0) << "a plain backward recomputed a block";
+  for (bool on_cpu : {false, true}) {
+    const std::size_t ckpt_nodes = run(true, on_cpu, &fwd, &bwd);
+    EXPECT_EQ(fwd, g.n_layer) << "on_cpu " << on_cpu;
+    EXPECT_EQ(bwd, g.n_layer) << "backward must re-run every block once (on_cpu " << on_cpu << ")";
+    // Each block's graph (LayerNorms, attention, MLP: well over 10 nodes)
+    // collapses into one checkpoint node.
+    EXPECT_LE(ckpt_nodes + static_cast<std::size_t>(10 * g.n_layer), plain_nodes)
+        << "checkpointed graph " << ckpt_nodes << " nodes, plain " << plain_nodes;
+  }
 }
 
 TEST(GptCheckpoint, ParameterNumelsFollowTheModule) {

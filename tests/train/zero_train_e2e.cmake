@@ -1,6 +1,10 @@
 # zero-train end to end under mpirun -np NP for STEPS steps (EXTRA: one more
 # flag, or NONE); then its report: every rank's model-state bytes against
-# zero-estimate, per-rank communication, and per-step comm bytes in metrics.
+# zero-estimate, per-rank communication, per-step comm bytes in metrics, and
+# that it trained: every loss finite, the last below the first, and the
+# learning rate the engine used (metrics "lr", the engine's own) following
+# CONFIG's warm-up (tests/train/e2e_config.json: linear from 1e-3 to 6e-3 over
+# 4 steps), so that an engine that ignores set_lr fails here.
 if(NOT NP)
   set(NP 2)
 endif()
@@ -54,12 +58,36 @@ list(LENGTH lines n_lines)
 if(NOT n_lines EQUAL STEPS)
   message(FATAL_ERROR "expected ${STEPS} lines in metrics.jsonl, got ${n_lines}")
 endif()
+set(step 0)
+set(prev_lr -1)
 foreach(line ${lines})
   string(JSON rs GET "${line}" comm_bytes reduce_scatter)
   if(NOT rs GREATER 0)
     message(FATAL_ERROR "a metrics line has no per-step reduce-scatter bytes: ${line}")
   endif()
+  # A NaN or inf loss is written as null.
+  string(JSON loss_type TYPE "${line}" loss)
+  if(NOT loss_type STREQUAL "NUMBER")
+    message(FATAL_ERROR "a non-finite loss in metrics.jsonl: ${line}")
+  endif()
+  string(JSON loss GET "${line}" loss)
+  string(JSON lr GET "${line}" lr)
+  if(step EQUAL 0)
+    set(first_loss ${loss})
+    if(lr LESS 0.00099 OR lr GREATER 0.00101)
+      message(FATAL_ERROR "step 1 trained at lr ${lr}, the warm-up starts at 1e-3: ${line}")
+    endif()
+  elseif(step LESS 4 AND NOT lr GREATER prev_lr)
+    message(FATAL_ERROR "the lr did not follow the warm-up at step ${step} (${prev_lr} then ${lr}): the "
+                        "engine ignored set_lr?")
+  endif()
+  set(last_loss ${loss})
+  set(prev_lr ${lr})
+  math(EXPR step "${step} + 1")
 endforeach()
+if(NOT last_loss LESS first_loss)
+  message(FATAL_ERROR "the loss did not fall over ${STEPS} steps: ${first_loss} then ${last_loss}")
+endif()
 execute_process(COMMAND ${ESTIMATE} --params ${params} --world ${NP} --stage 2 --offload --precision bf16 --json
                 RESULT_VARIABLE rc OUTPUT_VARIABLE est)
 string(REGEX MATCH "{[^\n]*}\n?$" est_json "${est}")
