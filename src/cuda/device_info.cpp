@@ -1,5 +1,7 @@
 #include "zero/cuda/device_info.h"
 
+#include <filesystem>
+
 #include <cuda_runtime_api.h>
 
 #include "cuda_check.h"
@@ -16,6 +18,19 @@ int cuda_device_count() noexcept {
     return 0;
   }
   return count;
+}
+
+std::string cuda_device_count_error() {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e == cudaSuccess) return "";
+  (void)cudaGetLastError();
+  return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
+}
+
+bool nvidia_driver_present() {
+  std::error_code ec;
+  return std::filesystem::exists("/dev/nvidiactl", ec) || std::filesystem::exists("/proc/driver/nvidia/version", ec);
 }
 
 void set_cuda_device(int device) { CUDA_CHECK(cudaSetDevice(device)); }

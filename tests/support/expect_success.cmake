@@ -1,0 +1,25 @@
+# Runs a command that must succeed: exit status 0 AND output (stdout or
+# stderr) matching REGEX. PASS_REGULAR_EXPRESSION alone ignores the exit
+# status, so a program that printed the line and then crashed would pass.
+#   cmake -DREGEX=<regex> -P expect_success.cmake -- <command> <args>...
+set(cmd "")
+set(after_dashes FALSE)
+math(EXPR last "${CMAKE_ARGC} - 1")
+foreach(i RANGE ${last})
+  if(after_dashes)
+    list(APPEND cmd "${CMAKE_ARGV${i}}")
+  elseif(CMAKE_ARGV${i} STREQUAL "--")
+    set(after_dashes TRUE)
+  endif()
+endforeach()
+if(NOT cmd)
+  message(FATAL_ERROR "expect_success.cmake: no command after --")
+endif()
+execute_process(COMMAND ${cmd} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "exit status ${rc} (expected 0):\n${out}\n${err}")
+endif()
+if(NOT "${out}${err}" MATCHES "${REGEX}")
+  message(FATAL_ERROR "exit status 0, but the output does not match '${REGEX}':\n${out}\n${err}")
+endif()
+message(STATUS "${out}")
