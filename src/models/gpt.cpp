@@ -1,5 +1,6 @@
 #include "zero/models/gpt.h"
 
+#include <ATen/autocast_mode.h>
 #include <ATen/ops/arange.h>
 #include <ATen/ops/cross_entropy_loss.h>
 #include <ATen/ops/gelu.h>
@@ -107,6 +108,32 @@ at::Tensor Block::forward(const at::Tensor& x) {
 
 namespace {
 
+// Sets the autocast state of one device type for a scope, as the forward
+// that is being recomputed had it, and restores the previous state after.
+class AutocastAs {
+ public:
+  AutocastAs(c10::DeviceType type, bool enabled, at::ScalarType dtype)
+      : type_(type),
+        prev_enabled_(at::autocast::is_autocast_enabled(type)),
+        prev_dtype_(at::autocast::get_autocast_dtype(type)) {
+    at::autocast::set_autocast_enabled(type_, enabled);
+    at::autocast::set_autocast_dtype(type_, dtype);
+    at::autocast::increment_nesting();
+  }
+  ~AutocastAs() {
+    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+    at::autocast::set_autocast_enabled(type_, prev_enabled_);
+    at::autocast::set_autocast_dtype(type_, prev_dtype_);
+  }
+  AutocastAs(const AutocastAs&) = delete;
+  AutocastAs& operator=(const AutocastAs&) = delete;
+
+ private:
+  c10::DeviceType type_;
+  bool prev_enabled_;
+  at::ScalarType prev_dtype_;
+};
+
 // Reentrant activation checkpoint of one block, as torch.utils.checkpoint
 // with use_reentrant=True. Forward runs under no-grad (Function::apply turns
 // grad mode off) and saves only the block's input; backward re-runs the block
@@ -122,6 +149,14 @@ struct BlockCheckpoint : torch::autograd::Function<BlockCheckpoint> {
     // because saved_data holds IValues.
     ctx->saved_data["block"] = static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(block));
     ctx->saved_data["on_cpu"] = on_cpu;
+    // The recomputation must run in the precision the forward ran in: the
+    // autocast state of the input's device type (torch.utils.checkpoint
+    // saves and restores it too). Without it a bf16-autocast forward was
+    // recomputed in fp32 in backward: other gradients, and on an H100 a
+    // 1.21B GPT's checkpointed backward took 1.30 s instead of 0.14 s.
+    const c10::DeviceType type = x.device().type();
+    ctx->saved_data["autocast"] = at::autocast::is_autocast_enabled(type);
+    ctx->saved_data["autocast_dtype"] = at::autocast::get_autocast_dtype(type);
     if (on_cpu) {
       ctx->saved_data["device"] = x.device();
       ctx->saved_data["input"] = x.to(at::kCPU);
@@ -141,6 +176,8 @@ struct BlockCheckpoint : torch::autograd::Function<BlockCheckpoint> {
     at::Tensor y;
     {
       at::AutoGradMode grad_on(true);
+      AutocastAs autocast(input.device().type(), ctx->saved_data["autocast"].toBool(),
+                          ctx->saved_data["autocast_dtype"].toScalarType());
       y = block->forward(input);
     }
     torch::autograd::backward({y}, {grad_out[0]});
