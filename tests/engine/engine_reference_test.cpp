@@ -22,6 +22,8 @@
 
 #include <gtest/gtest.h>
 #include <torch/nn/utils/clip_grad.h>
+#include <torch/optim/adagrad.h>
+#include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
 
 #include "train_loop.h"
@@ -59,28 +61,53 @@ struct Trace {
   std::vector<at::Tensor> params;
 };
 
-// The plain LibTorch loop (fp32), computed once per model.
-const Trace& reference(ModelKind kind, const config::Config& cfg) {
-  static std::map<int, Trace> cache;
-  auto it = cache.find(static_cast<int>(kind));
+// The optimizers the engine offers, each with its LibTorch counterpart.
+enum class Opt { kAdamW, kAdamL2, kAdagrad };
+
+std::unique_ptr<torch::optim::Optimizer> libtorch_optimizer(Opt opt, std::vector<at::Tensor> params,
+                                                            const config::Config& cfg) {
+  const auto& o = cfg.optimizer;
+  switch (opt) {
+    case Opt::kAdamW:
+      return std::make_unique<torch::optim::AdamW>(
+          params, torch::optim::AdamWOptions(o.lr).betas({o.beta1, o.beta2}).eps(o.eps).weight_decay(o.weight_decay));
+    case Opt::kAdamL2:  // torch.optim.Adam's weight_decay is L2: decay * p added to the gradient
+      return std::make_unique<torch::optim::Adam>(
+          params, torch::optim::AdamOptions(o.lr).betas({o.beta1, o.beta2}).eps(o.eps).weight_decay(o.weight_decay));
+    case Opt::kAdagrad:
+      return std::make_unique<torch::optim::Adagrad>(params, torch::optim::AdagradOptions(o.lr)
+                                                                 .eps(o.eps)
+                                                                 .weight_decay(o.weight_decay)
+                                                                 .initial_accumulator_value(
+                                                                     o.initial_accumulator_value));
+  }
+  return nullptr;
+}
+
+void set_rate(torch::optim::Optimizer& opt, float lr) {
+  for (auto& group : opt.param_groups()) group.options().set_lr(lr);
+}
+
+// The plain LibTorch loop (fp32), computed once per model and optimizer.
+const Trace& reference(ModelKind kind, const config::Config& cfg, Opt which = Opt::kAdamW) {
+  static std::map<std::pair<int, int>, Trace> cache;
+  const auto key = std::make_pair(static_cast<int>(kind), static_cast<int>(which));
+  auto it = cache.find(key);
   if (it != cache.end()) return it->second;
   auto model = make_model(kind);
   std::vector<at::Tensor> params = model->parameters();
-  torch::optim::AdamW opt(params, torch::optim::AdamWOptions(cfg.optimizer.lr)
-                                      .betas({cfg.optimizer.beta1, cfg.optimizer.beta2})
-                                      .eps(cfg.optimizer.eps)
-                                      .weight_decay(cfg.optimizer.weight_decay));
+  auto opt = libtorch_optimizer(which, params, cfg);
   Trace t;
   for (int step = 0; step < kSteps; ++step) {
-    static_cast<torch::optim::AdamWOptions&>(opt.param_groups()[0].options()).lr(lr_at(step));
-    opt.zero_grad();
+    set_rate(*opt, lr_at(step));
+    opt->zero_grad();
     t.losses.push_back(accumulate_reference_grads(kind, *model, batch_at(kind, step), kAccumulation));
     t.norms.push_back(
         static_cast<float>(torch::nn::utils::clip_grad_norm_(params, cfg.gradient_clipping)));
-    opt.step();
+    opt->step();
   }
   for (const auto& p : params) t.params.push_back(p.detach().clone());
-  return cache.emplace(static_cast<int>(kind), std::move(t)).first->second;
+  return cache.emplace(key, std::move(t)).first->second;
 }
 
 enum class Precision { kFp32, kBf16, kFp16Dynamic, kFp16Static };
@@ -196,6 +223,68 @@ INSTANTIATE_TEST_SUITE_P(
                                      Precision::kFp16Static),
                      testing::Values(0, 1, 2, 3, 4)),
     [](const testing::TestParamInfo<Case>& info) { return case_name(info); });
+
+// The options the parity grid does not vary, each against its LibTorch
+// counterpart in fp32: Adam with L2 weight decay (torch::optim::Adam),
+// Adagrad (torch::optim::Adagrad), and AdamW with overlap_comm off (every
+// bucket reduced after backward instead of during it), at stage 0, 2 and
+// 2 + offload, with cpu_threads 2 under offload.
+using OptCase = std::tuple<ModelKind, Opt, int /*index into kLayouts*/>;
+class ReferenceOptions : public testing::TestWithParam<OptCase> {};
+
+TEST_P(ReferenceOptions, MatchLibTorch) {
+  auto [kind, which, layout] = GetParam();
+  auto [stage, offload] = kLayouts[layout];
+  comm::Communicator& comm = world_comm();
+  const int world = comm.world_size();
+  config::Config cfg =
+      make_config(stage, offload, false, world, kGlobalBatch / kAccumulation / world, kAccumulation);
+  if (which == Opt::kAdamL2) {
+    cfg.optimizer.type = "Adam";
+    cfg.optimizer.adam_w_mode = false;
+  } else if (which == Opt::kAdagrad) {
+    cfg.optimizer.type = "Adagrad";
+    cfg.optimizer.eps = 1e-10f;
+    cfg.optimizer.initial_accumulator_value = 0.1f;
+  } else {
+    cfg.zero_optimization.overlap_comm = false;
+  }
+  if (offload) cfg.zero_optimization.offload_optimizer.cpu_threads = 2;
+  const Trace& ref = reference(kind, cfg, which);
+  std::int64_t skipped = -1;
+  const Trace got = train_engine(kind, cfg, comm, &skipped);
+  EXPECT_EQ(skipped, 0);
+  ASSERT_EQ(got.losses.size(), ref.losses.size());
+  for (std::size_t i = 0; i < ref.losses.size(); ++i) {
+    EXPECT_NEAR(got.losses[i], ref.losses[i], 1e-5 * std::abs(ref.losses[i])) << "loss of step " << i;
+    EXPECT_NEAR(got.norms[i], ref.norms[i], 1e-4 * ref.norms[i]) << "gradient norm of step " << i;
+  }
+  ASSERT_EQ(got.params.size(), ref.params.size());
+  double max_diff = 0;
+  for (std::size_t i = 0; i < ref.params.size(); ++i) {
+    const at::Tensor diff = (got.params[i] - ref.params[i]).abs();
+    max_diff = std::max(max_diff, diff.max().item<double>());
+    const at::Tensor bound = ref.params[i].abs() * 1e-5 + 1e-5;
+    EXPECT_TRUE((diff <= bound).all().item<bool>())
+        << "parameter " << i << ": max abs diff " << diff.max().item<double>();
+  }
+  std::printf("[ measured ] %s: params max %.3g\n", testing::UnitTest::GetInstance()->current_test_info()->name(),
+              max_diff);
+}
+
+std::string option_case_name(const testing::TestParamInfo<OptCase>& info) {
+  auto [kind, which, layout] = info.param;
+  auto [stage, offload] = kLayouts[layout];
+  static const char* names[] = {"adamw_no_overlap", "adam_l2", "adagrad"};
+  return std::string(kind == ModelKind::kMlp ? "mlp_" : "transformer_") + names[static_cast<int>(which)] + "_stage" +
+         std::to_string(stage) + (offload ? "_offload" : "");
+}
+
+INSTANTIATE_TEST_SUITE_P(Options, ReferenceOptions,
+                         testing::Combine(testing::Values(ModelKind::kMlp, ModelKind::kTransformer),
+                                          testing::Values(Opt::kAdamL2, Opt::kAdagrad, Opt::kAdamW),
+                                          testing::Values(0, 2, 4)),
+                         option_case_name);
 
 }  // namespace
 }  // namespace zero::test
