@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <sstream>
 #include <unordered_set>
 
@@ -20,6 +21,8 @@
 #include "zero/zero/flat_layout.h"
 #include "zero/zero/grad_reducer.h"
 #include "zero/zero/torch_dtype.h"
+
+#include "module_guard.h"
 
 namespace zero {
 
@@ -66,6 +69,26 @@ struct Engine::Impl {
   comm::CommStats comm_at_step_start;
 
   std::uint64_t offload_bytes = 0;  // D2H + H2D copies since the last step
+  // A delayed update that failed: the master weights may be half written,
+  // so every later step(), flush() and gather rethrows it (it sticks).
+  std::exception_ptr update_error;
+
+  // Waits for the pending delayed update (if any); its error sticks.
+  void wait_for_update() {
+    if (update_error) std::rethrow_exception(update_error);
+    if (!worker) return;
+    try {
+      worker->wait();
+    } catch (...) {
+      update_error = std::current_exception();
+      update_pending = false;
+      throw;
+    }
+  }
+
+  // Declared last, so destroyed first: the hooks go before what they call,
+  // and the module gets its own tensors back while the flat buffer is alive.
+  detail::ModuleGuard guard;
 
   explicit Impl(Engine& engine) : e(engine) {}
 
@@ -214,7 +237,7 @@ struct Engine::Impl {
 
 Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
                comm::Communicator& comm)
-    : impl_(std::make_unique<Impl>(*this)), config_(std::move(config)), comm_(comm) {
+    : config_(std::move(config)), comm_(comm), impl_(std::make_unique<Impl>(*this)) {
   Impl& m = *impl_;
   ZERO_CHECK(module != nullptr, "zero::Engine needs a module, got a null pointer");
   m.module = std::move(module);
@@ -326,19 +349,25 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
   flat32_reg.release();
   for (std::size_t i = 0; i < m.params.size(); ++i) {
     const ParamSlot& s = L.params()[i];
+    m.guard.will_replace_trainable(m.params[i]);
     m.params[i].set_data(m.flat_params.narrow(0, i64(s.offset), i64(s.numel)).view(m.params[i].sizes()));
     m.params[i].mutable_grad().reset();
-    torch::autograd::impl::set_post_acc_grad_hooks(m.params[i],
-                                                   std::make_unique<Impl::GradHook>(&m, static_cast<int>(i)));
+    m.guard.install_hook(m.params[i], std::make_unique<Impl::GradHook>(&m, static_cast<int>(i)));
   }
   // Frozen floating-point parameters and buffers meet the training-precision
   // activations, so they take the training precision too (a frozen fp32
   // Linear fed bf16 inputs would fail in LibTorch with a dtype mismatch).
   for (at::Tensor p : m.module->parameters(/*recurse=*/true)) {
-    if (!p.requires_grad() && p.is_floating_point() && p.scalar_type() != m.dtype) p.set_data(p.to(m.dtype));
+    if (!p.requires_grad() && p.is_floating_point() && p.scalar_type() != m.dtype) {
+      m.guard.will_cast(p);
+      p.set_data(p.to(m.dtype));
+    }
   }
   for (at::Tensor b : m.module->buffers(/*recurse=*/true)) {
-    if (b.is_floating_point() && b.scalar_type() != m.dtype) b.set_data(b.to(m.dtype));
+    if (b.is_floating_point() && b.scalar_type() != m.dtype) {
+      m.guard.will_cast(b);
+      b.set_data(b.to(m.dtype));
+    }
   }
 
   // Optimizer moments, allocated after the temporary fp32 copy is gone.
@@ -397,16 +426,26 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
                  config_.optimizer.type.c_str(), m.offload ? ", offload cpu" : "",
                  m.dpu ? (", delayed update after " + std::to_string(m.dpu_warmup) + " steps").c_str() : "");
   }
+  m.guard.commit();
 }
 
 Engine::~Engine() {
   // A pending delayed update is finished (not applied) so that the worker
-  // never outlives the buffers it writes.
-  if (impl_ && impl_->worker) {
-    try {
-      impl_->worker->wait();
-    } catch (...) {
+  // never outlives the buffers it writes; what is lost is said once.
+  if (!impl_ || !impl_->worker) return;
+  Impl& m = *impl_;
+  const bool pending = m.update_pending;
+  try {
+    m.wait_for_update();
+    if (pending) {
+      std::fprintf(stderr,
+                   "zerocpp: the engine was destroyed with a delayed update pending: the update of step %lld "
+                   "was dropped and the module keeps the weights of the step before. Call engine.flush() "
+                   "after the last step.\n",
+                   static_cast<long long>(stats_.step));
     }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "zerocpp: the delayed update failed and was dropped: %s\n", e.what());
   }
 }
 
@@ -441,8 +480,9 @@ bool Engine::step() {
   ++m.micro_step;
   if (!boundary) return false;
   at::NoGradGuard no_grad;
+  if (m.update_error) std::rethrow_exception(m.update_error);
   if (m.update_pending) {
-    m.worker->wait();
+    m.wait_for_update();
     m.apply_update();
     m.update_pending = false;
   }
@@ -522,9 +562,10 @@ bool Engine::step() {
 
 void Engine::flush() {
   Impl& m = *impl_;
+  if (m.update_error) std::rethrow_exception(m.update_error);
   if (!m.update_pending) return;
   at::NoGradGuard no_grad;
-  m.worker->wait();
+  m.wait_for_update();
   m.apply_update();
   m.update_pending = false;
 }
@@ -532,7 +573,7 @@ void Engine::flush() {
 std::vector<at::Tensor> Engine::gather_master_params() {
   Impl& m = *impl_;
   at::NoGradGuard no_grad;
-  if (m.worker) m.worker->wait();
+  m.wait_for_update();
   const FlatLayout& L = m.layout;
   at::Tensor full = at::zeros({i64(L.padded_numel())}, at::TensorOptions().dtype(at::kFloat));
   at::Tensor master = m.master.to(at::kCPU);

@@ -678,3 +678,147 @@ TEST(Modules, NonCpuModuleIsRefusedAtConstruction) {
 
 }  // namespace
 }  // namespace zero::test
+
+// ---- Lifetime: the module after the engine ---------------------------------
+
+namespace zero::test {
+namespace {
+
+// One micro-batch of the MLP on this rank, through the engine's dtype.
+at::Tensor mlp_loss(torch::nn::Module& model, comm::Communicator& comm, c10::ScalarType dtype) {
+  GlobalBatch gb = global_batch(ModelKind::kMlp, 0);
+  const int micro = kGlobalBatch / comm.world_size();
+  return micro_loss(ModelKind::kMlp, model, gb.x.narrow(0, comm.rank() * micro, micro),
+                    gb.y.narrow(0, comm.rank() * micro, micro), dtype);
+}
+
+TEST(Lifetime, BackwardAfterTheEngineIsGoneIsPlainLibTorch) {
+  comm::Communicator& comm = world_comm();
+  for (bool bf16 : {false, true}) {
+    auto model = make_model(ModelKind::kMlp);
+    {
+      Engine engine(model, make_config(1, false, bf16, comm.world_size(), kGlobalBatch / comm.world_size(), 1),
+                    comm);
+      engine.backward(mlp_loss(*model, comm, engine.dtype()));
+      ASSERT_TRUE(engine.step());
+    }
+    // No hook calls into the freed engine (ASan: heap-use-after-free before
+    // the fix), the parameters are fp32 again and collect gradients as usual.
+    for (const auto& p : model->parameters()) {
+      EXPECT_EQ(p.scalar_type(), at::kFloat) << "bf16 " << bf16;
+      EXPECT_FALSE(p.grad().defined());
+    }
+    mlp_loss(*model, comm, at::kFloat).backward();
+    for (const auto& p : model->parameters()) {
+      ASSERT_TRUE(p.grad().defined()) << "a hook still takes the gradient away (bf16 " << bf16 << ")";
+      EXPECT_TRUE(at::isfinite(p.grad()).all().item<bool>());
+    }
+  }
+}
+
+TEST(Lifetime, FailedConstructorLeavesTheModuleAsItWas) {
+  // The device budget refuses after the parameters became views and got their
+  // hooks (the moments come later). One process: the refusal is per rank.
+  auto single = comm::make_single_process_communicator();
+  auto model = make_model(ModelKind::kMlp);
+  std::vector<at::Tensor> before;
+  for (const auto& p : model->parameters()) before.push_back(p.detach().clone());
+  std::vector<const void*> storages;
+  for (const auto& p : model->parameters()) storages.push_back(p.data_ptr());
+  config::Config cfg = make_config(0, false, true, 1, 2, 1);
+  std::vector<std::size_t> numels;
+  for (const auto& p : model->parameters()) numels.push_back(static_cast<std::size_t>(p.numel()));
+  const std::int64_t padded = static_cast<std::int64_t>(
+      FlatLayout(numels, static_cast<std::size_t>(cfg.zero_optimization.reduce_bucket_size), 1, 1, 32).padded_numel());
+  // Room for the construction peak (fp32 copy + fp32 master + bf16 params:
+  // 10 bytes per element) and the first moment, not the second.
+  cfg.device_memory_limit = 10 * padded;
+  try {
+    Engine engine(model, cfg, *single);
+    FAIL() << "expected the device budget to refuse the moments";
+  } catch (const ::zero::Error& e) {
+    // Refused after the parameters were views with hooks.
+    EXPECT_NE(std::string(e.what()).find("optimizer moments"), std::string::npos) << e.what();
+  }
+  std::size_t i = 0;
+  for (const auto& p : model->parameters()) {
+    EXPECT_EQ(p.scalar_type(), at::kFloat) << "parameter " << i;
+    EXPECT_EQ(p.data_ptr(), storages[i]) << "parameter " << i << " is not its own tensor again";
+    EXPECT_TRUE(at::equal(p, before[i])) << "parameter " << i;
+    ++i;
+  }
+  mlp_loss(*model, *single, at::kFloat).backward();
+  for (const auto& p : model->parameters()) EXPECT_TRUE(p.grad().defined()) << "a hook survived the failure";
+}
+
+TEST(Lifetime, SecondEngineStartsFromTheFirstOnesWeights) {
+  comm::Communicator& comm = world_comm();
+  const int world = comm.world_size();
+  auto model = make_model(ModelKind::kMlp);
+  const config::Config cfg = make_config(2, true, false, world, kGlobalBatch / world, 1);
+  std::vector<at::Tensor> master;
+  {
+    Engine first(model, cfg, comm);
+    for (int step = 0; step < 3; ++step) {
+      first.backward(mlp_loss(*model, comm, first.dtype()));
+      first.step();
+    }
+    master = first.gather_master_params();
+  }
+  // fp32 training: the module holds exactly the first engine's master weights.
+  std::size_t i = 0;
+  for (const auto& p : model->parameters()) {
+    EXPECT_TRUE(at::equal(p, master[i])) << "parameter " << i;
+    ++i;
+  }
+  // A second engine on it starts from them, as one on a fresh copy would.
+  auto fresh = make_model(ModelKind::kMlp);
+  {
+    torch::NoGradGuard no_grad;
+    i = 0;
+    for (auto& p : fresh->parameters()) p.copy_(master[i++]);
+  }
+  Engine second(model, cfg, comm), third(fresh, cfg, comm);
+  for (int step = 0; step < 2; ++step) {
+    second.backward(mlp_loss(*model, comm, second.dtype()));
+    second.step();
+    third.backward(mlp_loss(*fresh, comm, third.dtype()));
+    third.step();
+  }
+  const auto a = second.gather_master_params(), b = third.gather_master_params();
+  for (std::size_t k = 0; k < a.size(); ++k) EXPECT_TRUE(at::equal(a[k], b[k])) << "parameter " << k;
+}
+
+TEST(Lifetime, DestroyingWithAPendingDelayedUpdateSaysSo) {
+  comm::Communicator& comm = world_comm();
+  const int world = comm.world_size();
+  auto model = make_model(ModelKind::kMlp);
+  config::Config cfg = make_config(2, true, false, world, kGlobalBatch / world, 1);
+  cfg.zero_optimization.offload_optimizer.delayed_param_update = true;
+  cfg.zero_optimization.offload_optimizer.delayed_param_update_warmup_steps = 1;
+  testing::internal::CaptureStderr();
+  {
+    Engine engine(model, cfg, comm);
+    for (int step = 0; step < 2; ++step) {  // the second step is delayed: pending at the end
+      engine.backward(mlp_loss(*model, comm, engine.dtype()));
+      engine.step();
+    }
+  }
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("delayed update pending"), std::string::npos) << err;
+  EXPECT_NE(err.find("engine.flush()"), std::string::npos) << err;
+  // After flush() nothing is said.
+  testing::internal::CaptureStderr();
+  {
+    Engine engine(model, cfg, comm);
+    for (int step = 0; step < 2; ++step) {
+      engine.backward(mlp_loss(*model, comm, engine.dtype()));
+      engine.step();
+    }
+    engine.flush();
+  }
+  EXPECT_EQ(testing::internal::GetCapturedStderr().find("pending"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace zero::test

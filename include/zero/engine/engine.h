@@ -29,6 +29,14 @@
 //    other device is refused at construction; docs/gpu.md).
 //  - Gradients are released as soon as autograd hands them over
 //    (grad_reducer.h); p.grad() is undefined outside backward.
+//  - When the engine is destroyed (or its constructor fails) the module is a
+//    plain LibTorch module again: the engine's gradient hooks are removed,
+//    every trainable parameter is an fp32 tensor of its own holding the value
+//    the module computed with (in bf16/fp16 training the training-precision
+//    value, widened: gather_master_params() first for the fp32 masters), and
+//    frozen parameters and buffers have their own dtype back. After a failed
+//    constructor they are the very tensors they were. Another Engine can be
+//    built on the module.
 //
 // Loss scaling: backward() multiplies the loss by the current scale (fp16);
 // the optimizer step divides by it. The gradient average over ranks and
@@ -117,8 +125,6 @@ class Engine {
   std::string summary() const;
 
  private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
   config::Config config_;
   comm::Communicator& comm_;
   memory::MemoryLedger ledger_;
@@ -126,6 +132,10 @@ class Engine {
   float lr_ = 0.0f;
   comm::CommStats last_step_comm_;
   std::uint64_t last_step_offload_bytes_ = 0;
+  // Last, so destroyed first: its buffers unregister from a ledger that is
+  // still alive (also when the constructor throws).
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace zero
