@@ -73,6 +73,16 @@ struct Engine::Impl {
   // so every later step(), flush() and gather rethrows it (it sticks).
   std::exception_ptr update_error;
 
+  // Drops the gradients of the current accumulation window (after a backward
+  // that threw): the buffers are zeroed and the window restarts.
+  void discard_window() {
+    if (full_grads.defined()) full_grads.zero_();
+    if (part_grads.defined()) part_grads.zero_();
+    if (host_grads[host_cur].defined()) host_grads[host_cur].zero_();
+    for (auto& p : params) p.mutable_grad().reset();
+    micro_step -= micro_step % e.config_.gradient_accumulation_steps;
+  }
+
   // Waits for the pending delayed update (if any); its error sticks.
   void wait_for_update() {
     if (update_error) std::rethrow_exception(update_error);
@@ -464,14 +474,23 @@ void Engine::backward(const at::Tensor& loss) {
              "the loss does not require grad: was it computed from the engine's module under "
              "torch::NoGradGuard?");
   m.reducer->begin_backward(is_accumulation_boundary());
-  const float scale = m.scaler.scale();
-  if (scale != 1.0f) {
-    (loss.to(at::kFloat) * scale).backward();
-  } else {
-    loss.backward();
+  try {
+    const float scale = m.scaler.scale();
+    if (scale != 1.0f) {
+      (loss.to(at::kFloat) * scale).backward();
+    } else {
+      loss.backward();
+    }
+    at::NoGradGuard no_grad;
+    m.reducer->end_backward();
+  } catch (...) {
+    // Part of this micro-batch's gradients may be in the buffers: the whole
+    // accumulation window is dropped and the next backward starts a new one.
+    at::NoGradGuard no_grad;
+    m.reducer->abort();
+    m.discard_window();
+    throw;
   }
-  at::NoGradGuard no_grad;
-  m.reducer->end_backward();
 }
 
 bool Engine::step() {

@@ -135,4 +135,23 @@ void GradReducer::end_backward() {
   reducing_ = false;
 }
 
+void GradReducer::abort() {
+  while (!in_flight_.empty()) {
+    InFlight f = std::move(in_flight_.front());
+    in_flight_.pop_front();
+    try {
+      f.work->wait();
+    } catch (...) {
+      // The backward's own error is the one the caller reports.
+    }
+  }
+  for (std::size_t b = 0; b < storage_.size(); ++b) {
+    storage_[b] = at::Tensor();
+    storage_reg_[b].release();
+  }
+  live_buckets_ = 0;
+  reducing_ = false;
+  next_launch_ = 0;
+}
+
 }  // namespace zero

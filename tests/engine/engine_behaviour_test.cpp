@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <regex>
+#include <stdexcept>
 
 #include <gtest/gtest.h>
 #include <torch/nn/utils/clip_grad.h>
@@ -787,6 +788,51 @@ TEST(Lifetime, SecondEngineStartsFromTheFirstOnesWeights) {
   }
   const auto a = second.gather_master_params(), b = third.gather_master_params();
   for (std::size_t k = 0; k < a.size(); ++k) EXPECT_TRUE(at::equal(a[k], b[k])) << "parameter " << k;
+}
+
+// A backward that throws part way (after some buckets were launched) drops
+// its accumulation window; the engine then trains on as if the failed
+// micro-batches had never been: bitwise the run without them.
+TEST(Backward, AThrowDropsTheWindowAndTrainingGoesOn) {
+  comm::Communicator& comm = world_comm();
+  const int world = comm.world_size();
+  for (auto [stage, offload] : {std::pair{0, false}, std::pair{1, false}, std::pair{2, false}, std::pair{2, true}}) {
+    const std::string what = "stage " + std::to_string(stage) + (offload ? " offload" : "");
+    const config::Config cfg = make_config(stage, offload, false, world, kGlobalBatch / 2 / world, 2);
+    auto run = [&](bool with_failure) {
+      auto model = make_model(ModelKind::kMlp);
+      auto& mlp = static_cast<Mlp&>(*model);
+      Engine engine(model, cfg, comm);
+      GlobalBatch gb = global_batch(ModelKind::kMlp, 0);
+      const int micro = kGlobalBatch / 2 / world;
+      auto micro_loss_at = [&](int j, bool fail) {
+        const int begin = j * (kGlobalBatch / 2) + comm.rank() * micro;
+        at::Tensor a1 = mlp.l1->forward(gb.x.narrow(0, begin, micro));
+        // Thrown when a1's gradient arrives: after l3's and l2's parameter
+        // gradients (their buckets filled, some launched), before l1's.
+        if (fail) a1.register_hook([](const at::Tensor&) -> at::Tensor { throw std::runtime_error("boom"); });
+        at::Tensor out = mlp.l3->forward(at::gelu(mlp.l2->forward(at::gelu(a1))));
+        return at::mse_loss(out, gb.y.narrow(0, begin, micro));
+      };
+      for (int step = 0; step < 3; ++step) {
+        if (with_failure && step == 1) {
+          // A window whose second micro-batch fails: both are dropped.
+          engine.backward(micro_loss_at(0, false));
+          EXPECT_FALSE(engine.step());
+          EXPECT_THROW(engine.backward(micro_loss_at(1, true)), std::exception) << what;
+        }
+        for (int j = 0; j < 2; ++j) {
+          engine.backward(micro_loss_at(j, false));
+          EXPECT_EQ(engine.step(), j == 1) << what;
+        }
+      }
+      engine.flush();
+      return engine.gather_master_params();
+    };
+    const auto got = run(true), want = run(false);
+    ASSERT_EQ(got.size(), want.size());
+    for (std::size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(at::equal(got[i], want[i])) << what << " parameter " << i;
+  }
 }
 
 TEST(Lifetime, DestroyingWithAPendingDelayedUpdateSaysSo) {

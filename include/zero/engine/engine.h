@@ -93,7 +93,11 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  // Backward of one micro-batch's (mean) loss.
+  // Backward of one micro-batch's (mean) loss. If it throws (an error in the
+  // model's backward, a refused allocation), the gradients of the current
+  // accumulation window are dropped and the engine stays usable: the next
+  // backward starts a new window. On several ranks every rank must fail at
+  // the same point (collectives already started are waited for).
   void backward(const at::Tensor& loss);
   // Counts the micro-batch; on the accumulation boundary reduces what is left,
   // checks for overflow, clips and steps. Returns true when an optimizer step

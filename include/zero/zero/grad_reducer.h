@@ -68,6 +68,12 @@ class GradReducer {
   void begin_backward(bool reduce);
   void on_grad(int param, const at::Tensor& grad);
   void end_backward();
+  // After a backward that threw: waits for the collectives already started
+  // (MPI cannot cancel them; every rank must have started the same ones, as
+  // when all ranks hit the same error), drops their results and the buckets,
+  // and is ready for the next begin_backward(). What this backward added to
+  // full_grads is the caller's to discard.
+  void abort();
 
  private:
   struct InFlight {
