@@ -379,6 +379,22 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
       b.set_data(b.to(m.dtype));
     }
   }
+  // Frozen parameters and floating-point buffers start equal on every rank,
+  // as the trainable ones do (DDP broadcasts its buffers too): rank 0's.
+  if (m.world > 1) {
+    std::vector<at::Tensor> shared;
+    for (const at::Tensor& p : m.module->parameters(/*recurse=*/true)) {
+      if (!p.requires_grad() && p.scalar_type() == m.dtype) shared.push_back(p);
+    }
+    for (const at::Tensor& b : m.module->buffers(/*recurse=*/true)) {
+      if (b.scalar_type() == m.dtype) shared.push_back(b);
+    }
+    for (const at::Tensor& t : shared) {
+      at::Tensor c = t.detach().contiguous();
+      comm_.broadcast(c.data_ptr(), static_cast<std::size_t>(c.numel()), to_dtype(m.dtype))->wait();
+      if (!c.is_same(t)) t.detach().copy_(c);
+    }
+  }
 
   // Optimizer moments, allocated after the temporary fp32 copy is gone.
   m.exp_avg = at::zeros({i64(part)}, opt32);
@@ -423,7 +439,8 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
   m.pool = std::make_unique<optim::ThreadPool>(z.offload_optimizer.cpu_threads);
   if (m.dpu) m.worker = std::make_unique<offload::BackgroundWorker>();
 
-  comm_.reset_stats();
+  // The communicator's counters are its owner's: the engine counts the
+  // difference from here on.
   m.comm_at_step_start = comm_.stats();
   stats_.loss_scale = m.scaler.scale();
   stats_.lr = lr_;

@@ -835,6 +835,43 @@ TEST(Backward, AThrowDropsTheWindowAndTrainingGoesOn) {
   }
 }
 
+// An MLP whose first layer is frozen and which scales its output by a buffer.
+struct FrozenFirstLayer : torch::nn::Module {
+  FrozenFirstLayer() {
+    l1 = register_module("l1", torch::nn::Linear(16, 24));
+    l2 = register_module("l2", torch::nn::Linear(24, 4));
+    scale = register_buffer("scale", at::ones({4}));
+    l1->weight.requires_grad_(false);
+    l1->bias.requires_grad_(false);
+  }
+  at::Tensor forward(const at::Tensor& x) { return l2->forward(at::gelu(l1->forward(x))) * scale; }
+  torch::nn::Linear l1{nullptr}, l2{nullptr};
+  at::Tensor scale;
+};
+
+// Ranks that built their frozen layers and buffers differently (another
+// seed, another buffer value) train identically: the engine broadcasts them
+// from rank 0, as it does the trainable parameters.
+TEST(Modules, FrozenParametersAndBuffersStartEqualOnEveryRank) {
+  comm::Communicator& comm = world_comm();
+  const int world = comm.world_size();
+  for (bool bf16 : {false, true}) {
+    torch::manual_seed(77 + comm.rank());  // a different init on every rank
+    auto model = std::make_shared<FrozenFirstLayer>();
+    {
+      torch::NoGradGuard no_grad;
+      model->scale.fill_(1.0 + comm.rank());
+    }
+    Engine engine(model, make_config(2, false, bf16, world, 2, 1), comm);
+    for (const at::Tensor& t : {model->l1->weight, model->l1->bias, model->scale}) {
+      at::Tensor sum = t.detach().to(at::kFloat).contiguous().clone();
+      comm.all_reduce(sum.data_ptr(), static_cast<std::size_t>(sum.numel()), DType::kFloat32)->wait();
+      EXPECT_TRUE(at::equal(sum / world, t.detach().to(at::kFloat))) << "rank " << comm.rank() << " bf16 " << bf16;
+    }
+    EXPECT_TRUE(at::equal(model->scale.to(at::kFloat), at::ones({4})));  // rank 0's value
+  }
+}
+
 TEST(Lifetime, DestroyingWithAPendingDelayedUpdateSaysSo) {
   comm::Communicator& comm = world_comm();
   const int world = comm.world_size();
