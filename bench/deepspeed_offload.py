@@ -32,20 +32,10 @@ import time
 
 here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, here)
-from gpt_port import VOCAB, build_model_classes, flops_per_token, num_parameters, parse_size  # noqa: E402
+from gpt_port import (  # noqa: E402
+    VOCAB, build_model_classes, flops_per_token, host_available_bytes, num_parameters, parse_size)
 
 HOST_BYTES_PER_PARAM = 27.4  # DeepSpeed ZeRO-2 + offload_optimizer, measured (docs/PERFORMANCE.md)
-
-
-def host_available_bytes():
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
 
 
 def main():

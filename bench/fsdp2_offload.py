@@ -32,23 +32,15 @@ import argparse
 import json
 import math
 import os
+import resource
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpt_port import VOCAB, build_model_classes, flops_per_token, num_parameters, parse_size  # noqa: E402
-
-
-def host_available_bytes():
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
+from gpt_port import (  # noqa: E402
+    VOCAB, build_model_classes, flops_per_token,
+    host_available_bytes, num_parameters, parse_size, print_results)
 
 
 def main():
@@ -163,6 +155,7 @@ def main():
                      tflops=tokens * flops_per_token(r["params"], r["layers"], r["width"], seq) / step / 1e12)
             r["mfu"] = r["tflops"] / a.matmul_peak if a.matmul_peak > 0 else None
             r["peak_mem_gib"] = torch.cuda.max_memory_allocated(device) / 2**30 if cuda else None
+            r["host_peak_rss_gib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 2**30
             largest = r["size"]
         except torch.OutOfMemoryError as e:
             r["status"], r["error"] = "oom", str(e).splitlines()[0]
@@ -175,16 +168,7 @@ def main():
         emit(r)
         print(f"  {r['size']:<16} {r['status']}", flush=True)
 
-    print(f"{'size':<16} {'params M':>9} {'seq':>6} {'status':>11} {'step ms':>10} {'tokens/s':>10} "
-          f"{'TFLOP/s':>8} {'MFU':>6} {'peak GiB':>9}")
-    for r in results:
-        line = f"{r['size']:<16} {r['params'] / 1e6:9.1f} {r['seq']:6d} {r['status']:>11}"
-        if r["status"] == "ok":
-            mfu = f"{100 * r['mfu']:.0f}%" if r["mfu"] is not None else "-"
-            mem = f"{r['peak_mem_gib']:.2f}" if r["peak_mem_gib"] is not None else "n/a"
-            line += f" {r['step_ms']:10.1f} {r['tokens_per_s']:10.0f} {r['tflops']:8.3f} {mfu:>6} {mem:>9}"
-        print(line)
-    print(f"largest that fits: {largest or 'none'}")
+    print_results(results, largest)
     emit({"bench": "fsdp2-offload", "device": a.device, "device_name": device_name, "torch": torch.__version__,
           "smoke": not cuda, "optimizer": "torch.optim.AdamW (host)",
           "precision": "fp32 sharded params on host, bf16 compute, fp32 reduce",

@@ -5,7 +5,8 @@ zero::models::Gpt: byte vocabulary of 256, tied head, pre-LayerNorm blocks,
 scaled_dot_product_attention(is_causal=True), tanh GELU, fp32 cross-entropy.
 Sizes are those of `zero-bench fit-plain`: a preset or LxD[xH]; FLOPs per
 token are GptConfig::flops_per_token. Used by plain_pytorch.py,
-fsdp2_offload.py and deepspeed_offload.py, so the peers train one model.
+fsdp2_offload.py and deepspeed_offload.py, so the peers train one model; the
+helpers at the end (host memory, the results table) are theirs too.
 """
 import math
 
@@ -121,3 +122,29 @@ def build_model_classes(torch):
             return F.cross_entropy(logits.float().reshape(-1, VOCAB), targets.reshape(-1))
 
     return Gpt
+
+
+def host_available_bytes():
+    """MemAvailable of /proc/meminfo in bytes, or None."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def print_results(results, largest):
+    """The per-size table every peer prints, then the largest size that fit."""
+    print(f"{'size':<16} {'params M':>9} {'seq':>6} {'status':>11} {'step ms':>10} {'tokens/s':>10} "
+          f"{'TFLOP/s':>8} {'MFU':>6} {'peak GiB':>9}")
+    for r in results:
+        line = f"{r['size']:<16} {r['params'] / 1e6:9.1f} {r['seq']:6d} {r['status']:>11}"
+        if r["status"] == "ok":
+            mfu = f"{100 * r['mfu']:.0f}%" if r.get("mfu") is not None else "-"
+            mem = f"{r['peak_mem_gib']:.2f}" if r.get("peak_mem_gib") is not None else "n/a"
+            line += f" {r['step_ms']:10.1f} {r['tokens_per_s']:10.0f} {r['tflops']:8.3f} {mfu:>6} {mem:>9}"
+        print(line)
+    print(f"largest that fits: {largest or 'none'}")

@@ -13,13 +13,14 @@ marked "cut off"). The parts:
     cpp-zero-adam      zero-bench fit-plain --optimizer zero
     python-plain       bench/plain_pytorch.py
     python-plain-ckpt  bench/plain_pytorch.py --checkpoint
+    cpp-zero-adam-ckpt zero-bench fit-plain --optimizer zero --checkpoint
     deepspeed-offload  bench/deepspeed_offload.py --checkpoint
     fsdp2-offload      bench/fsdp2_offload.py --checkpoint
 
 Table 1 puts the C++ GPT beside the same model in Python, one row per loop,
 with the speed relative to Python's (Python step / this step: 1.00 = as fast)
-and the forward / backward / optimizer split. Table 2 puts the offload peers beside plain PyTorch, all with
-activation checkpointing. zerocpp's own ZeRO-Offload on the GPU is not
+and the forward / backward / optimizer split. Table 2 puts the offload peers beside plain PyTorch and the C++ GPT's plain
+loop, all with activation checkpointing. zerocpp's own ZeRO-Offload on the GPU is not
 available yet (the engine has no CUDA path, docs/gpu.md) and is said so.
 Only the standard library is used.
 """
@@ -29,8 +30,8 @@ import os
 import sys
 import time
 
-PARTS = ["cpp-torch-adamw", "cpp-fused-adamw", "cpp-zero-adam", "python-plain", "python-plain-ckpt", "deepspeed-offload",
-         "fsdp2-offload"]
+PARTS = ["cpp-torch-adamw", "cpp-fused-adamw", "cpp-zero-adam", "python-plain", "python-plain-ckpt",
+         "cpp-zero-adam-ckpt", "deepspeed-offload", "fsdp2-offload"]
 ZEROCPP_OFFLOAD = "not available: the engine has no CUDA path yet (docs/gpu.md)"
 
 
@@ -138,28 +139,29 @@ def main():
             print(f"{s:<15} {r['params'] / 1e6:9.1f} {label:<26} {r['step_ms']:9.1f} {r['tflops']:8.0f} "
                   f"{ratio(py.get(s), r):>6} {split_cell(r):>12}")
 
-    pk, ds, fs = by_size(parts["python-plain-ckpt"]), by_size(parts["deepspeed-offload"]), by_size(
-        parts["fsdp2-offload"])
-    order2 = list(dict.fromkeys(list(pk) + list(ds) + list(fs)))
-    print("\nTable 2. Offload peers beside plain PyTorch, activation checkpointing per block")
-    print("cells: median step, TFLOP/s; (x) = fraction of plain PyTorch's speed; GPU / host = peak GiB")
-    print(f"{'size':<15} {'params M':>9} | {'plain PyTorch':>18} | {'DeepSpeed Z2+offload':>34} | "
-          f"{'FSDP2+CPUOffload':>26} | zerocpp Z2+offload+DPU")
+    loops2 = [("plain PyTorch", "python-plain-ckpt"), ("C++ plain, zero::cuda Adam", "cpp-zero-adam-ckpt"),
+              ("DeepSpeed Z2 + CPU offload", "deepspeed-offload"), ("FSDP2 + CPUOffloadPolicy", "fsdp2-offload")]
+    rows2 = {part: by_size(parts[part]) for _, part in loops2}
+    base_rows = rows2["python-plain-ckpt"]
+    order2 = list(dict.fromkeys(s for _, part in loops2 for s in rows2[part]))
+    print("\nTable 2. With activation checkpointing per block: the offload peers beside the plain loops")
+    print("of plain = plain PyTorch's step / this step; GPU = peak allocated GiB; host = peak RSS GiB (DeepSpeed)")
+    print(f"{'size':<15} {'params M':>9} {'loop':<28} {'step ms':>9} {'TFLOP/s':>8} {'of plain':>8} {'GPU':>6} "
+          f"{'host':>6}")
     for s in order2:
-        base = pk.get(s)
-        r0 = base or ds.get(s) or fs.get(s)
-
-        def frac(r):
-            if not base or not r or base.get("status") != "ok" or r.get("status") != "ok":
-                return ""
-            return f" ({base['step_ms'] / r['step_ms']:.2f})"
-
-        d = ds.get(s)
-        dcell = step_cell(d) + frac(d)
-        if d and d.get("status") == "ok":
-            dcell += f" {d['peak_mem_gib']:.1f}/{d['host_peak_rss_gib']:.1f}G"
-        print(f"{s:<15} {r0['params'] / 1e6:9.1f} | {step_cell(base):>18} | {dcell:>34} | "
-              f"{step_cell(fs.get(s)) + frac(fs.get(s)):>26} | n/a")
+        for label, part in loops2:
+            r = rows2[part].get(s)
+            if r is None:
+                continue
+            if r.get("status") != "ok":
+                print(f"{s:<15} {r['params'] / 1e6:9.1f} {label:<28} {r.get('status', '?'):>9}")
+                continue
+            gpu = r.get("peak_mem_gib")
+            host = r.get("host_peak_rss_gib")
+            print(f"{s:<15} {r['params'] / 1e6:9.1f} {label:<28} {r['step_ms']:9.1f} {r['tflops']:8.0f} "
+                  f"{ratio(base_rows.get(s), r):>8} {('%.1f' % gpu) if gpu is not None else '-':>6} "
+                  f"{('%.1f' % host) if host is not None else '-':>6}")
+        print(f"{s:<15} {'':>9} {'zerocpp Z2 + offload + DPU':<28} {'n/a':>9}")
     print()
     for n in PARTS:
         print(part_status(n, parts[n]))

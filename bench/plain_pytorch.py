@@ -29,7 +29,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpt_port import VOCAB, build_model_classes, flops_per_token, num_parameters, parse_size  # noqa: E402
+from gpt_port import (  # noqa: E402
+    VOCAB, build_model_classes, flops_per_token, num_parameters, parse_size, print_results)
 
 
 def median(v):
@@ -194,16 +195,7 @@ def main():
         emit(r)
         print(f"  {r['size']:<16} {r['status']}", flush=True)
 
-    print(f"{'size':<16} {'params M':>9} {'seq':>6} {'status':>9} {'step ms':>10} {'tokens/s':>10} "
-          f"{'TFLOP/s':>8} {'MFU':>6} {'peak GiB':>9}")
-    for r in results:
-        line = f"{r['size']:<16} {r['params'] / 1e6:9.1f} {r['seq']:6d} {r['status']:>9}"
-        if r["status"] == "ok":
-            mfu = f"{100 * r['mfu']:.0f}%" if r["mfu"] is not None else "-"
-            mem = f"{r['peak_mem_gib']:.2f}" if r["peak_mem_gib"] is not None else "n/a"
-            line += f" {r['step_ms']:10.1f} {r['tokens_per_s']:10.0f} {r['tflops']:8.3f} {mfu:>6} {mem:>9}"
-        print(line)
-    print(f"largest that fits: {largest or 'none'}")
+    print_results(results, largest)
     emit({"bench": "plain-pytorch", "device": a.device, "device_name": device_name, "torch": torch.__version__,
           "optimizer": optimizer, "dtype": a.dtype, "checkpoint": a.checkpoint,
           "matmul_peak_tflops": a.matmul_peak or None, "sizes": results, "largest_fit": largest})

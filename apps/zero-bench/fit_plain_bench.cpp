@@ -65,6 +65,7 @@
 
 #include "commands.h"
 #include "zero/core/error.h"
+#include "zero/models/autocast_scope.h"
 #include "zero/models/gpt.h"
 #include "zero/optim/adam.h"
 #if ZERO_BENCH_WITH_CUDA
@@ -162,33 +163,6 @@ struct Dev {
   void empty_cache() const {
     if (cuda) at::accelerator::emptyCache();
   }
-};
-
-// bf16 autocast on `type` for a scope, as Python's torch.autocast does it.
-class AutocastScope {
- public:
-  AutocastScope(c10::DeviceType type, bool on) : type_(type), on_(on) {
-    if (!on_) return;
-    prev_enabled_ = at::autocast::is_autocast_enabled(type_);
-    prev_dtype_ = at::autocast::get_autocast_dtype(type_);
-    at::autocast::set_autocast_enabled(type_, true);
-    at::autocast::set_autocast_dtype(type_, at::kBFloat16);
-    at::autocast::increment_nesting();
-  }
-  ~AutocastScope() {
-    if (!on_) return;
-    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-    at::autocast::set_autocast_enabled(type_, prev_enabled_);
-    at::autocast::set_autocast_dtype(type_, prev_dtype_);
-  }
-  AutocastScope(const AutocastScope&) = delete;
-  AutocastScope& operator=(const AutocastScope&) = delete;
-
- private:
-  c10::DeviceType type_;
-  bool on_;
-  bool prev_enabled_ = false;
-  at::ScalarType prev_dtype_ = at::kBFloat16;
 };
 
 struct MatmulResult {
@@ -341,7 +315,8 @@ void train_size(const FitOptions& o, const Dev& d, SizeResult& r) {
     opt.zero_grad();
     at::Tensor loss;
     {
-      AutocastScope autocast(d.device.type(), bf16);
+      // bf16 autocast around forward and loss, as Python's torch.autocast; backward outside it.
+      models::AutocastScope autocast(d.device.type(), bf16, at::kBFloat16);
       loss = model->loss(b.narrow(1, 0, r.seq), b.narrow(1, 1, r.seq));
     }
     if (phases) d.sync();

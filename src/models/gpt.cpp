@@ -12,6 +12,7 @@
 #include <torch/nn/init.h>
 
 #include "zero/core/error.h"
+#include "zero/models/autocast_scope.h"
 
 namespace zero::models {
 namespace {
@@ -108,32 +109,6 @@ at::Tensor Block::forward(const at::Tensor& x) {
 
 namespace {
 
-// Sets the autocast state of one device type for a scope, as the forward
-// that is being recomputed had it, and restores the previous state after.
-class AutocastAs {
- public:
-  AutocastAs(c10::DeviceType type, bool enabled, at::ScalarType dtype)
-      : type_(type),
-        prev_enabled_(at::autocast::is_autocast_enabled(type)),
-        prev_dtype_(at::autocast::get_autocast_dtype(type)) {
-    at::autocast::set_autocast_enabled(type_, enabled);
-    at::autocast::set_autocast_dtype(type_, dtype);
-    at::autocast::increment_nesting();
-  }
-  ~AutocastAs() {
-    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-    at::autocast::set_autocast_enabled(type_, prev_enabled_);
-    at::autocast::set_autocast_dtype(type_, prev_dtype_);
-  }
-  AutocastAs(const AutocastAs&) = delete;
-  AutocastAs& operator=(const AutocastAs&) = delete;
-
- private:
-  c10::DeviceType type_;
-  bool prev_enabled_;
-  at::ScalarType prev_dtype_;
-};
-
 // Reentrant activation checkpoint of one block, as torch.utils.checkpoint
 // with use_reentrant=True. Forward runs under no-grad (Function::apply turns
 // grad mode off) and saves only the block's input; backward re-runs the block
@@ -176,8 +151,9 @@ struct BlockCheckpoint : torch::autograd::Function<BlockCheckpoint> {
     at::Tensor y;
     {
       at::AutoGradMode grad_on(true);
-      AutocastAs autocast(input.device().type(), ctx->saved_data["autocast"].toBool(),
-                          ctx->saved_data["autocast_dtype"].toScalarType());
+      // As the forward being recomputed had it.
+      AutocastScope autocast(input.device().type(), ctx->saved_data["autocast"].toBool(),
+                             ctx->saved_data["autocast_dtype"].toScalarType());
       y = block->forward(input);
     }
     torch::autograd::backward({y}, {grad_out[0]});

@@ -21,11 +21,6 @@ namespace {
 using memory::Kind;
 using memory::Tier;
 
-comm::Communicator& world_comm() {
-  static std::unique_ptr<comm::Communicator> c = comm::make_communicator();
-  return *c;
-}
-
 std::int64_t sum_over_ranks(comm::Communicator& comm, std::int64_t v) {
   double d = static_cast<double>(v);  // exact below 2^53
   float parts[2] = {static_cast<float>(std::floor(d / 65536.0)), static_cast<float>(std::fmod(d, 65536.0))};

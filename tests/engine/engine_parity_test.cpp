@@ -18,11 +18,6 @@ namespace {
 constexpr int kSteps = 10;
 constexpr int kAccumulation = 2;
 
-comm::Communicator& world_comm() {
-  static std::unique_ptr<comm::Communicator> c = comm::make_communicator();
-  return *c;
-}
-
 const RunResult& reference(ModelKind kind, bool bf16) {
   static std::map<std::pair<int, bool>, RunResult> cache;
   auto key = std::make_pair(static_cast<int>(kind), bf16);

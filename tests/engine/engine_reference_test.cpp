@@ -35,11 +35,6 @@ namespace {
 constexpr int kSteps = 10;
 constexpr int kAccumulation = 2;
 
-comm::Communicator& world_comm() {
-  static std::unique_ptr<comm::Communicator> c = comm::make_communicator();
-  return *c;
-}
-
 // A linear warm-up from lr/10 to lr: every step's rate differs from the
 // config's (1e-2), so an engine that ignores set_lr moves each weight by up
 // to about 0.45 lr-sized steps more than the reference.

@@ -18,6 +18,12 @@
 namespace zero::test {
 
 enum class ModelKind { kMlp, kTransformer, kTiedMlp };
+
+// The job's communicator (MPI under mpirun, else one process), made once.
+inline comm::Communicator& world_comm() {
+  static std::unique_ptr<comm::Communicator> c = comm::make_communicator();
+  return *c;
+}
 constexpr int kGlobalBatch = 16;
 
 struct RunResult {

@@ -2,19 +2,7 @@
 # stderr) matching REGEX. PASS_REGULAR_EXPRESSION alone ignores the exit
 # status, so a program that printed the line and then crashed would pass.
 #   cmake -DREGEX=<regex> -P expect_success.cmake -- <command> <args>...
-set(cmd "")
-set(after_dashes FALSE)
-math(EXPR last "${CMAKE_ARGC} - 1")
-foreach(i RANGE ${last})
-  if(after_dashes)
-    list(APPEND cmd "${CMAKE_ARGV${i}}")
-  elseif(CMAKE_ARGV${i} STREQUAL "--")
-    set(after_dashes TRUE)
-  endif()
-endforeach()
-if(NOT cmd)
-  message(FATAL_ERROR "expect_success.cmake: no command after --")
-endif()
+include(${CMAKE_CURRENT_LIST_DIR}/command_after_dashes.cmake)
 execute_process(COMMAND ${cmd} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "exit status ${rc} (expected 0):\n${out}\n${err}")
