@@ -83,7 +83,8 @@ struct Engine::Impl {
     micro_step -= micro_step % e.config_.gradient_accumulation_steps;
   }
 
-  // Waits for the pending delayed update (if any); its error sticks.
+  // Waits for the pending delayed update (if any; at once when there is
+  // none). Its error sticks: a failed update is rethrown by every call.
   void wait_for_update() {
     if (update_error) std::rethrow_exception(update_error);
     if (!worker) return;
@@ -390,9 +391,9 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
       if (b.scalar_type() == m.dtype) shared.push_back(b);
     }
     for (const at::Tensor& t : shared) {
-      at::Tensor c = t.detach().contiguous();
+      at::Tensor c = t.detach().contiguous();  // t itself unless it is strided
       comm_.broadcast(c.data_ptr(), static_cast<std::size_t>(c.numel()), to_dtype(m.dtype))->wait();
-      if (!c.is_same(t)) t.detach().copy_(c);
+      if (c.data_ptr() != t.data_ptr()) t.detach().copy_(c);
     }
   }
 
@@ -516,9 +517,8 @@ bool Engine::step() {
   ++m.micro_step;
   if (!boundary) return false;
   at::NoGradGuard no_grad;
-  if (m.update_error) std::rethrow_exception(m.update_error);
+  m.wait_for_update();
   if (m.update_pending) {
-    m.wait_for_update();
     m.apply_update();
     m.update_pending = false;
   }
@@ -598,10 +598,9 @@ bool Engine::step() {
 
 void Engine::flush() {
   Impl& m = *impl_;
-  if (m.update_error) std::rethrow_exception(m.update_error);
+  m.wait_for_update();
   if (!m.update_pending) return;
   at::NoGradGuard no_grad;
-  m.wait_for_update();
   m.apply_update();
   m.update_pending = false;
 }
