@@ -99,6 +99,32 @@ def part_status(name, p):
     return f"{name}: largest that fits: {p['summary'].get('largest_fit')}"
 
 
+def print_rows(parts, loops, label_width, ratio_column, extra_columns, trailer=None):
+    """One row per size and loop: step, TFLOP/s, the first loop's step over this one's, and the extra
+    (header, width, cell(r)) columns; `trailer` adds a not-available row per size. Returns the sizes whose
+    parameter counts differ between loops."""
+    rows = {part: by_size(parts[part]) for _, part in loops}
+    base = rows[loops[0][1]]
+    order = list(dict.fromkeys(s for _, part in loops for s in rows[part]))
+    ratio_header, ratio_width = ratio_column
+    print(f"{'size':<15} {'params M':>9} {'loop':<{label_width}} {'step ms':>9} {'TFLOP/s':>8} "
+          f"{ratio_header:>{ratio_width}}" + "".join(f" {h:>{w}}" for h, w, _ in extra_columns))
+    for s in order:
+        for label, part in loops:
+            r = rows[part].get(s)
+            if r is None:
+                continue
+            if r.get("status") != "ok":
+                print(f"{s:<15} {r['params'] / 1e6:9.1f} {label:<{label_width}} {r.get('status', '?'):>9}")
+                continue
+            extra = "".join(f" {cell(r):>{w}}" for _, w, cell in extra_columns)
+            print(f"{s:<15} {r['params'] / 1e6:9.1f} {label:<{label_width}} {r['step_ms']:9.1f} {r['tflops']:8.0f} "
+                  f"{ratio(base.get(s), r):>{ratio_width}}{extra}")
+        if trailer:
+            print(f"{s:<15} {'':>9} {trailer:<{label_width}} {'n/a':>9}")
+    return [s for s in order if len({rows[p][s]["params"] for _, p in loops if s in rows[p]}) > 1]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dir", required=True)
@@ -121,47 +147,20 @@ def main():
 
     loops = [("PyTorch AdamW(fused=True)", "python-plain"), ("C++ at::_fused_adamw_", "cpp-fused-adamw"),
              ("C++ zero::cuda Adam", "cpp-zero-adam"), ("C++ torch::optim::AdamW", "cpp-torch-adamw")]
-    rows = {part: by_size(parts[part]) for _, part in loops}
-    py = rows["python-plain"]
-    order = list(dict.fromkeys(s for _, part in loops for s in rows[part]))
-    mismatch = [s for s in order if len({rows[p][s]["params"] for _, p in loops if s in rows[p]}) > 1]
     print("\nTable 1. The C++ GPT and the same model in Python, plain loops, no activation checkpointing")
     print("speed = Python step / this step (1.00 = as fast); split = forward/backward/optimizer ms (synced apart)")
-    print(f"{'size':<15} {'params M':>9} {'loop':<26} {'step ms':>9} {'TFLOP/s':>8} {'speed':>6} {'split':>12}")
-    for s in order:
-        for label, part in loops:
-            r = rows[part].get(s)
-            if r is None:
-                continue
-            if r.get("status") != "ok":
-                print(f"{s:<15} {r['params'] / 1e6:9.1f} {label:<26} {r.get('status', '?'):>9}")
-                continue
-            print(f"{s:<15} {r['params'] / 1e6:9.1f} {label:<26} {r['step_ms']:9.1f} {r['tflops']:8.0f} "
-                  f"{ratio(py.get(s), r):>6} {split_cell(r):>12}")
+    mismatch = print_rows(parts, loops, 26, ("speed", 6), [("split", 12, split_cell)])
+
+    def gib(key):
+        return lambda r: ("%.1f" % r[key]) if r.get(key) is not None else "-"
 
     loops2 = [("plain PyTorch", "python-plain-ckpt"), ("C++ plain, zero::cuda Adam", "cpp-zero-adam-ckpt"),
               ("DeepSpeed Z2 + CPU offload", "deepspeed-offload"), ("FSDP2 + CPUOffloadPolicy", "fsdp2-offload")]
-    rows2 = {part: by_size(parts[part]) for _, part in loops2}
-    base_rows = rows2["python-plain-ckpt"]
-    order2 = list(dict.fromkeys(s for _, part in loops2 for s in rows2[part]))
     print("\nTable 2. With activation checkpointing per block: the offload peers beside the plain loops")
     print("of plain = plain PyTorch's step / this step; GPU = peak allocated GiB; host = peak RSS GiB (DeepSpeed)")
-    print(f"{'size':<15} {'params M':>9} {'loop':<28} {'step ms':>9} {'TFLOP/s':>8} {'of plain':>8} {'GPU':>6} "
-          f"{'host':>6}")
-    for s in order2:
-        for label, part in loops2:
-            r = rows2[part].get(s)
-            if r is None:
-                continue
-            if r.get("status") != "ok":
-                print(f"{s:<15} {r['params'] / 1e6:9.1f} {label:<28} {r.get('status', '?'):>9}")
-                continue
-            gpu = r.get("peak_mem_gib")
-            host = r.get("host_peak_rss_gib")
-            print(f"{s:<15} {r['params'] / 1e6:9.1f} {label:<28} {r['step_ms']:9.1f} {r['tflops']:8.0f} "
-                  f"{ratio(base_rows.get(s), r):>8} {('%.1f' % gpu) if gpu is not None else '-':>6} "
-                  f"{('%.1f' % host) if host is not None else '-':>6}")
-        print(f"{s:<15} {'':>9} {'zerocpp Z2 + offload + DPU':<28} {'n/a':>9}")
+    print_rows(parts, loops2, 28, ("of plain", 8),
+               [("GPU", 6, gib("peak_mem_gib")), ("host", 6, gib("host_peak_rss_gib"))],
+               trailer="zerocpp Z2 + offload + DPU")
     print()
     for n in PARTS:
         print(part_status(n, parts[n]))
