@@ -27,7 +27,11 @@
 // torch.optim.AdamW(fused=True) calls), so the C++ and Python loops can be
 // compared kernel for kernel (bench/plain_pytorch.py); --optimizer zero is
 // zerocpp's own fused device Adam (zero::cuda::fused_adam_device, the
-// engine's GPU step), in CUDA builds. --checkpoint turns on
+// engine's GPU step), in CUDA builds; --optimizer engine trains through
+// zero::Engine instead (ZeRO --stage, default 0, on a single-process
+// communicator; --dtype bf16 = the engine's bf16 parameters with fp32
+// masters, no autocast; --offload cpu [--dpu] offloads the optimizer): what
+// a zerocpp user runs, compared with the plain loops. --checkpoint turns on
 // the model's per-block activation checkpointing. --breakdown times forward,
 // backward and the optimizer apart (a device sync after each); --profile N
 // runs one step under LibTorch's Kineto profiler and prints the N device
@@ -47,6 +51,8 @@
 #include <torch/optim/adamw.h>
 #include <torch/utils.h>
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -64,7 +70,10 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "zero/comm/communicator.h"
+#include "zero/config/config.h"
 #include "zero/core/error.h"
+#include "zero/engine/engine.h"
 #include "zero/models/autocast_scope.h"
 #include "zero/models/gpt.h"
 #include "zero/optim/adam.h"
@@ -86,6 +95,9 @@ struct FitOptions {
   std::string sizes = "gpt2-tiny,gpt2-small-test";
   std::string matmul = "256,512";
   std::string optimizer = "torch";
+  int stage = 0;                 // --optimizer engine
+  std::string offload = "none";  // --optimizer engine: none or cpu
+  bool dpu = false;
   std::int64_t micro = 4, seq = 1024;
   int steps = 3, warmup = 1;
   int profile = 0;
@@ -204,6 +216,7 @@ struct SizeResult {
   std::string error;
   double step_s = 0, tokens_per_s = 0, tflops = 0;
   std::optional<std::int64_t> peak_bytes;
+  double host_peak_rss_gib = 0;  // the process's peak RSS so far (getrusage)
   std::optional<std::array<double, 3>> breakdown_ms;  // forward, backward, optimizer
   Json kernels;                                       // --profile
 };
@@ -304,7 +317,24 @@ void train_size(const FitOptions& o, const Dev& d, SizeResult& r) {
   auto model = std::make_shared<models::Gpt>(r.config);
   model->to(d.device);
   model->set_activation_checkpointing(o.checkpoint);
-  PlainAdamW opt(model->parameters(), o.optimizer);
+  const bool use_engine = o.optimizer == "engine";
+  std::unique_ptr<comm::Communicator> single;
+  std::unique_ptr<Engine> engine;
+  std::optional<PlainAdamW> opt;
+  if (use_engine) {
+    // The plain loops' AdamW hyperparameters, no clipping; one process.
+    Json c = {{"train_micro_batch_size_per_gpu", o.micro},
+              {"bf16", {{"enabled", bf16}}},
+              {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 1e-4}, {"betas", {0.9, 0.999}}, {"eps", 1e-8},
+                                                             {"weight_decay", 0.1}}}}},
+              {"zero_optimization", {{"stage", o.stage},
+                                     {"offload_optimizer", {{"device", o.offload}, {"delayed_param_update", o.dpu}}}}},
+              {"steps_per_print", 1000000}};
+    single = comm::make_single_process_communicator();
+    engine = std::make_unique<Engine>(model, config::parse_config(c.dump(), 1, "<fit-plain engine config>"), *single);
+  } else {
+    opt.emplace(model->parameters(), o.optimizer);
+  }
   auto batch = [&](int s) {
     torch::manual_seed(100 + s);
     return at::randint(r.config.vocab_size, {o.micro, r.seq + 1}, at::TensorOptions().dtype(at::kLong)).to(d.device);
@@ -312,19 +342,28 @@ void train_size(const FitOptions& o, const Dev& d, SizeResult& r) {
   // One step; with `phases`, a sync after forward and backward and the three times appended.
   auto step = [&](const at::Tensor& b, std::vector<std::array<double, 3>>* phases) {
     const auto t0 = Clock::now();
-    opt.zero_grad();
+    if (opt) opt->zero_grad();
     at::Tensor loss;
     {
       // bf16 autocast around forward and loss, as Python's torch.autocast; backward outside it.
-      models::AutocastScope autocast(d.device.type(), bf16, at::kBFloat16);
+      // The engine's parameters are bf16 already: no autocast.
+      models::AutocastScope autocast(d.device.type(), bf16 && !use_engine, at::kBFloat16);
       loss = model->loss(b.narrow(1, 0, r.seq), b.narrow(1, 1, r.seq));
     }
     if (phases) d.sync();
     const auto t1 = Clock::now();
-    loss.backward();
+    if (engine) {
+      engine->backward(loss);
+    } else {
+      loss.backward();
+    }
     if (phases) d.sync();
     const auto t2 = Clock::now();
-    opt.step();
+    if (engine) {
+      engine->step();
+    } else {
+      opt->step();
+    }
     d.sync();
     const auto t3 = Clock::now();
     auto ms = [](auto a, auto b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
@@ -340,7 +379,11 @@ void train_size(const FitOptions& o, const Dev& d, SizeResult& r) {
     if (s >= o.warmup) times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
     ZERO_CHECK(std::isfinite(loss.item<double>()), "size ", r.size, ": loss is not finite at step ", s);
   }
+  if (engine) engine->flush();
   r.peak_bytes = d.peak_bytes();
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  r.host_peak_rss_gib = static_cast<double>(ru.ru_maxrss) / (1 << 20);  // KiB -> GiB
   r.step_s = median(times);
   const double tokens = static_cast<double>(o.micro * r.seq);
   r.tokens_per_s = tokens / r.step_s;
@@ -400,6 +443,7 @@ Json size_json(const FitOptions& o, const SizeResult& r, double peak_tflops) {
     j["tflops"] = r.tflops;
     j["mfu"] = peak_tflops > 0 ? Json(r.tflops / peak_tflops) : Json(nullptr);
     j["peak_mem_gib"] = r.peak_bytes ? Json(static_cast<double>(*r.peak_bytes) / (1 << 30)) : Json(nullptr);
+    j["host_peak_rss_gib"] = r.host_peak_rss_gib;
     if (r.breakdown_ms) {
       j["breakdown_ms"] = {{"forward", (*r.breakdown_ms)[0]},
                            {"backward", (*r.breakdown_ms)[1]},
@@ -413,8 +457,10 @@ Json size_json(const FitOptions& o, const SizeResult& r, double peak_tflops) {
 void run_fit_plain(const FitOptions& o) {
   ZERO_CHECK(o.device == "cpu" || o.device == "cuda", "--device must be cpu or cuda, not '", o.device, "'");
   ZERO_CHECK(o.dtype == "bf16" || o.dtype == "fp32", "--dtype must be bf16 or fp32, not '", o.dtype, "'");
-  ZERO_CHECK(o.optimizer == "torch" || o.optimizer == "fused" || o.optimizer == "zero",
-             "--optimizer must be torch, fused or zero, not '", o.optimizer, "'");
+  ZERO_CHECK(o.optimizer == "torch" || o.optimizer == "fused" || o.optimizer == "zero" || o.optimizer == "engine",
+             "--optimizer must be torch, fused, zero or engine, not '", o.optimizer, "'");
+  ZERO_CHECK(o.optimizer == "engine" || (o.stage == 0 && o.offload == "none" && !o.dpu),
+             "--stage, --offload and --dpu configure --optimizer engine");
   ZERO_CHECK(o.optimizer != "zero" || o.device == "cuda",
              "--optimizer zero is zerocpp's device Adam: it needs --device cuda");
   ZERO_CHECK(o.profile >= 0, "--profile must not be negative");
@@ -443,13 +489,19 @@ void run_fit_plain(const FitOptions& o) {
     results.push_back(r);
   }
 
-  const char* opt_name = o.optimizer == "torch"   ? "torch::optim::AdamW"
-                         : o.optimizer == "fused" ? "at::_fused_adamw_"
-                                                  : "zero::cuda::fused_adam_device";
-  std::printf("zero-bench fit-plain: plain LibTorch loop (%s, fp32 params%s%s) on %s, "
+  const std::string opt_name =
+      o.optimizer == "torch"   ? "torch::optim::AdamW"
+      : o.optimizer == "fused" ? "at::_fused_adamw_"
+      : o.optimizer == "zero"  ? "zero::cuda::fused_adam_device"
+                               : "zero::Engine stage " + std::to_string(o.stage) +
+                                    (o.offload == "cpu" ? (o.dpu ? " + CPU offload + DPU" : " + CPU offload") : "");
+  const char* precision = o.optimizer == "engine" ? (o.dtype == "bf16" ? ", bf16 params + fp32 masters" : ", fp32")
+                                                  : (o.dtype == "bf16" ? ", fp32 params, bf16 autocast" : ", fp32");
+  std::printf("zero-bench fit-plain: %s loop (%s%s%s) on %s, "
               "micro-batch %lld, %d timed steps (median) after %d warmup\n",
-              opt_name, o.dtype == "bf16" ? ", bf16 autocast" : "", o.checkpoint ? ", activation checkpointing" : "",
-              o.device.c_str(), (long long)o.micro, o.steps, o.warmup);
+              o.optimizer == "engine" ? "zerocpp engine" : "plain LibTorch", opt_name.c_str(), precision,
+              o.checkpoint ? ", activation checkpointing" : "", o.device.c_str(), (long long)o.micro, o.steps,
+              o.warmup);
 
   // 1. The bf16 matmul ceiling.
   std::vector<MatmulResult> mm;
@@ -509,7 +561,7 @@ void run_fit_plain(const FitOptions& o) {
   j["dtype"] = o.dtype;
   j["optimizer"] = opt_name;
   j["checkpoint"] = o.checkpoint;
-  j["precision"] = o.dtype == "bf16" ? "fp32 params, bf16 autocast" : "fp32";
+  j["precision"] = std::string(precision).substr(2);
   j["matmul_bf16"] = mj;
   j["matmul_peak_tflops"] = peak_json;
   Json sj = Json::array();
@@ -537,9 +589,13 @@ void add_fit_plain_command(CLI::App& app) {
   cmd->add_option("--steps", o->steps, "timed steps per size")->capture_default_str();
   cmd->add_option("--warmup", o->warmup, "untimed steps per size")->capture_default_str();
   cmd->add_option("--optimizer", o->optimizer,
-                  "torch (torch::optim::AdamW), fused (at::_fused_adamw_, as Python's AdamW(fused=True)) or zero "
-                  "(zerocpp's device Adam, CUDA builds)")
+                  "torch (torch::optim::AdamW), fused (at::_fused_adamw_, as Python's AdamW(fused=True)), zero "
+                  "(zerocpp's device Adam, CUDA builds) or engine (zero::Engine; see --stage)")
       ->capture_default_str();
+  cmd->add_option("--stage", o->stage, "--optimizer engine: ZeRO stage")->capture_default_str();
+  cmd->add_option("--offload", o->offload, "--optimizer engine: none or cpu (offload_optimizer.device)")
+      ->capture_default_str();
+  cmd->add_flag("--dpu", o->dpu, "--optimizer engine with --offload cpu: the delayed parameter update");
   cmd->add_flag("--checkpoint", o->checkpoint, "per-block activation checkpointing");
   cmd->add_flag("--breakdown", o->breakdown, "time forward, backward and the optimizer apart (extra steps)");
   cmd->add_option("--profile", o->profile, "print the N device kernels with the most time in one step (CUDA)")

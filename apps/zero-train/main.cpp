@@ -17,11 +17,13 @@
 #include <ATen/ops/multinomial.h>
 #include <ATen/ops/softmax.h>
 #include <ATen/ops/stack.h>
+#include <ATen/ops/zeros.h>
 #include <CLI/CLI.hpp>
 #include <c10/core/GradMode.h>
 #include <torch/utils.h>
 
 #include "progress.h"
+#include "train_device.h"
 #include "train_report.h"
 #include "zero/comm/communicator.h"
 #include "zero/config/config.h"
@@ -49,7 +51,7 @@ constexpr const char* kDefaultConfig = R"({
 })";
 
 struct Options {
-  std::string config_path, model = "gpt2-tiny", report, out_dir = "runs/latest";
+  std::string config_path, model = "gpt2-tiny", report, out_dir = "runs/latest", device = "auto";
   std::int64_t n_layer = 0, n_head = 0, n_embd = 0, block_size = 0, seq_len = 0;
   std::int64_t steps = 300, warmup = -1, eval_every = 50, eval_batches = 8, sample = 0;
   double min_lr_ratio = 0.1;
@@ -68,27 +70,28 @@ at::Tensor make_batch(const std::vector<std::uint8_t>& data, const std::vector<s
 }
 
 double evaluate(models::Gpt& model, comm::Communicator& comm, const data::Corpus& corpus,
-                const Options& o, std::int64_t micro) {
+                const Options& o, std::int64_t micro, const c10::Device& device) {
   at::NoGradGuard no_grad;
   data::BatchSampler sampler(static_cast<std::int64_t>(corpus.validation.size()), o.seq_len, micro, 1,
                              comm.world_size(), comm.rank(), o.seed + 1);
   float sum = 0.0f;
   for (std::int64_t b = 0; b < o.eval_batches; ++b) {
-    at::Tensor batch = make_batch(corpus.validation, sampler.offsets(b, 0), o.seq_len);
+    at::Tensor batch = make_batch(corpus.validation, sampler.offsets(b, 0), o.seq_len).to(device);
     sum += model.loss(batch.narrow(1, 0, o.seq_len), batch.narrow(1, 1, o.seq_len)).item<float>();
   }
   comm.all_reduce(&sum, 1, DType::kFloat32)->wait();
   return sum / static_cast<double>(o.eval_batches * comm.world_size());
 }
 
-std::string generate(models::Gpt& model, std::int64_t n, std::int64_t block, std::uint64_t seed) {
+std::string generate(models::Gpt& model, std::int64_t n, std::int64_t block, std::uint64_t seed,
+                     const c10::Device& device) {
   at::NoGradGuard no_grad;
   torch::manual_seed(seed);
   std::vector<std::int64_t> ids = data::encode_bytes("\n");
   for (std::int64_t i = 0; i < n; ++i) {
     const std::int64_t start = std::max<std::int64_t>(0, static_cast<std::int64_t>(ids.size()) - block);
     std::vector<std::int64_t> ctx(ids.begin() + start, ids.end());
-    at::Tensor x = at::from_blob(ctx.data(), {1, static_cast<std::int64_t>(ctx.size())}, at::kLong).clone();
+    at::Tensor x = at::from_blob(ctx.data(), {1, static_cast<std::int64_t>(ctx.size())}, at::kLong).to(device);
     at::Tensor logits = model.forward(x).select(1, -1).to(at::kFloat) / 0.8;
     const std::int64_t next = at::multinomial(at::softmax(logits, -1), 1).item<std::int64_t>();
     ids.push_back(next);
@@ -164,8 +167,11 @@ int run(const Options& cli) {
   if (paths.empty()) paths = data::default_corpus_files();
   const data::Corpus corpus = data::load_corpus(paths);
   torch::manual_seed(o.seed);
-  auto model = std::make_shared<models::Gpt>(gc);
-  Engine engine(model, cfg, *comm);
+  const train::TrainDevice td = train::choose_device(o.device, *comm);
+  if (root) std::fprintf(stderr, "%s\n", td.reason.c_str());
+  auto model = std::make_shared<models::Gpt>(gc);  // initialised on the host: the same weights on any device
+  model->to(td.device);
+  Engine engine(model, cfg, td.device_comm ? *td.device_comm : *comm);
   const std::int64_t micro = cfg.train_micro_batch_size_per_gpu, accum = cfg.gradient_accumulation_steps;
   if (cfg.device_memory_limit > 0) {
     // The engine's persistent buffers are already checked against the budget;
@@ -242,14 +248,16 @@ int run(const Options& cli) {
   for (std::int64_t step = 0; step < o.steps; ++step) {
     engine.set_lr(schedule.lr(step));
     const auto t0 = std::chrono::steady_clock::now();
-    float loss_sum = 0.0f;
+    // Summed where the model is, read once per step (no host sync per micro-batch).
+    at::Tensor loss_acc = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(td.device));
     for (std::int64_t j = 0; j < accum; ++j) {
-      at::Tensor batch = make_batch(corpus.train, sampler.offsets(step, j), o.seq_len);
+      at::Tensor batch = make_batch(corpus.train, sampler.offsets(step, j), o.seq_len).to(td.device);
       at::Tensor loss = model->loss(batch.narrow(1, 0, o.seq_len), batch.narrow(1, 1, o.seq_len));
       engine.backward(loss);
       engine.step();
-      loss_sum += loss.item<float>();
+      loss_acc += loss.detach().to(at::kFloat);
     }
+    float loss_sum = loss_acc.item<float>();
     comm->all_reduce(&loss_sum, 1, DType::kFloat32)->wait();
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     total_seconds += seconds;
@@ -264,7 +272,7 @@ int run(const Options& cli) {
     train::add_comm(run_comm, last_comm);
     double val = -1.0;
     if (o.eval_every > 0 && ((step + 1) % o.eval_every == 0 || step + 1 == o.steps)) {
-      val = last_val = evaluate(*model, *comm, corpus, o, micro);
+      val = last_val = evaluate(*model, *comm, corpus, o, micro, td.device);
       val_losses.push_back({{"step", step + 1}, {"loss", val}});
     }
     const auto snap = engine.ledger().snapshot();
@@ -333,7 +341,7 @@ int run(const Options& cli) {
   }
   if (o.sample > 0 && root) {
     std::printf("---- sample (%lld bytes) ----\n%s\n----\n", (long long)o.sample,
-                generate(*model, o.sample, gc.block_size, o.seed).c_str());
+                generate(*model, o.sample, gc.block_size, o.seed, td.device).c_str());
   }
   comm->barrier()->wait();
   return 0;
@@ -367,6 +375,10 @@ int main(int argc, char** argv) {
   app.add_option("--sample", o.sample, "generate N bytes of text at the end")->capture_default_str();
   app.add_option("--report", o.report, "write a JSON report (memory per rank, communication, losses, speed)");
   app.add_option("--out", o.out_dir, "folder for metrics.jsonl and training.png")->capture_default_str();
+  app.add_option("--device", o.device,
+                 "auto (a GPU per rank when the node has enough, else the CPU), cpu, or cuda (rank r on "
+                 "cuda:<local rank r>; several ranks talk over NCCL)")
+      ->capture_default_str();
   app.add_option("--seed", o.seed, "seed of the model and the data order")->capture_default_str();
   app.add_flag("--checkpoint-activations", o.checkpoint_activations,
                "checkpoint activations per block (recompute in backward); also on when the config sets "

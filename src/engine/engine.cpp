@@ -10,14 +10,18 @@
 
 #include <ATen/ops/empty.h>
 #include <ATen/ops/linalg_vector_norm.h>
+#include <ATen/ops/stack.h>
 #include <ATen/ops/zeros.h>
+#include <c10/core/DeviceGuard.h>
 #include <c10/core/GradMode.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
 #include "zero/core/error.h"
 #include "zero/offload/background_worker.h"
 #include "zero/optim/cpu_adam.h"
+#include "zero/optim/device_adam_registry.h"
 #include "zero/zero/flat_layout.h"
 #include "zero/zero/grad_reducer.h"
 #include "zero/zero/torch_dtype.h"
@@ -48,6 +52,13 @@ struct Engine::Impl {
   bool offload = false, dpu = false;
   int dpu_warmup = 0;
   bool adagrad = false;
+  // Where the module lives, and with it the flat parameter and gradient
+  // buffers and every collective's buffer. On an accelerator the optimizer
+  // partition is there too (the registered device Adam steps it) unless it is
+  // offloaded, and the host buffers of offload are pinned.
+  at::Device device{at::kCPU};
+  bool on_accelerator = false;
+  optim::DeviceAdamFn device_adam = nullptr;
   c10::ScalarType dtype = c10::ScalarType::Float;
   LossScaler scaler;
 
@@ -161,17 +172,23 @@ struct Engine::Impl {
     if (part_grads.defined()) part_grads.zero_();
   }
 
-  // Squared L2 norm of this rank's (summed, still scaled) gradient partition;
-  // inf or NaN when any element is not finite.
-  double local_grad_sq_norm(int host_index) const {
-    double sq = 0.0;
+  // Squared L2 norm of this rank's (summed, still scaled) gradient partition,
+  // a one-element fp64 tensor where the gradients are (so that on a GPU it
+  // is computed without a host read); inf or NaN when any element is not
+  // finite. Each bucket's norm is fp32, their squares are summed in fp64.
+  at::Tensor local_grad_sq_norm(int host_index) const {
+    std::vector<at::Tensor> norms;
+    norms.reserve(layout.buckets().size());
     for (const Bucket& b : layout.buckets()) {
-      const float n = at::linalg_vector_norm(grad_chunk(b, host_index), 2, c10::nullopt, false,
-                                             at::kFloat)
-                          .item<float>();
-      sq += static_cast<double>(n) * n;
+      norms.push_back(at::linalg_vector_norm(grad_chunk(b, host_index), 2, c10::nullopt, false, at::kFloat));
     }
-    return sq;
+    return at::stack(norms).to(at::kDouble).square().sum();
+  }
+
+  // The stream the module's work runs on (a cudaStream_t as void* on CUDA):
+  // the device Adam is enqueued there, after the gradients it reads.
+  void* current_stream() const {
+    return c10::impl::getDeviceGuardImpl(device.type())->getStream(device).native_handle();
   }
 
   // The optimizer on this rank's partition; runs on the main thread or on
@@ -217,7 +234,12 @@ struct Engine::Impl {
         buf.grad_scale = grad_scale;
         buf.half_out = half_out;
         buf.half_dtype = to_dtype(dtype);
-        optim::adam_step(h, buf, pool.get());
+        if (on_accelerator && !offload) {
+          const c10::DeviceGuard on_device(device);
+          device_adam(h, buf, current_stream());
+        } else {
+          optim::adam_step(h, buf, pool.get());
+        }
       }
     }
   }
@@ -301,12 +323,34 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
              " frozen): nothing to train. Check requires_grad on its parameters.");
   const at::Device device = m.params.front().device();
   for (std::size_t i = 0; i < m.params.size(); ++i) {
-    // No GPU path yet: the CPU Adam would be handed device pointers and the
-    // host buffers are not pinned. Refuse before allocating anything.
-    ZERO_CHECK(m.params[i].device().is_cpu(), "parameter ", i, " is on ", m.params[i].device().str(),
-               ": zero::Engine has no GPU path yet (its optimizer step and offload copies work on "
-               "CPU memory only). Train on the CPU for now (module->to(torch::kCPU)); docs/gpu.md "
-               "says what exists for GPUs and what is not done yet.");
+    ZERO_CHECK(m.params[i].device() == device, "parameter ", i, " is on ", m.params[i].device().str(),
+               " but parameter 0 is on ", device.str(),
+               ": zero::Engine trains a module on one device. Move it there first (module->to(device)).");
+  }
+  m.device = device;
+  m.on_accelerator = !device.is_cpu();
+  const std::string backend = comm_.backend_name();
+  if (m.on_accelerator) {
+    // Refuse before allocating anything. Every collective runs on the flat
+    // buffers, which live where the module is.
+    ZERO_CHECK(device.is_cuda(), "the module is on ", device.str(),
+               ": zero::Engine trains on the CPU or on a CUDA GPU. Move it to one of them.");
+    ZERO_CHECK(backend == "nccl" || (backend == "single" && m.world == 1), "the module is on ",
+               device.str(), " but the communicator is '", backend,
+               "', whose collectives work on host memory: give the engine an NCCL communicator "
+               "(zero::cuda::make_nccl_communicator(bootstrap, local_rank), as zero-train --device cuda "
+               "does), or for one process the single-process one.");
+    m.device_adam = optim::device_adam();
+    ZERO_CHECK(m.offload || m.device_adam != nullptr, "the module is on ", device.str(),
+               " but no device Adam is linked into this program: link zero_cuda (the zerocpp "
+               "target does), or offload the optimizer (offload_optimizer.device=\"cpu\").");
+    ZERO_CHECK(m.offload || !m.adagrad, "optimizer ", config_.optimizer.type, " has no kernel on ",
+               device.str(), ": use Adam/AdamW there, or offload the optimizer to the CPU "
+               "(offload_optimizer.device=\"cpu\"), where Adagrad runs.");
+  } else {
+    ZERO_CHECK(backend != "nccl", "the communicator is NCCL but the module is on the CPU: move the "
+               "module to its GPU (module->to(torch::Device(torch::kCUDA, local_rank))), or use the "
+               "MPI or single-process communicator (zero::comm::make_communicator()).");
   }
 
   std::vector<std::size_t> numels;
@@ -343,7 +387,7 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
 
   // fp32 master partition.
   const at::Device opt_device = m.offload ? at::Device(at::kCPU) : device;
-  auto opt32 = at::TensorOptions().dtype(at::kFloat).device(opt_device);
+  auto opt32 = at::TensorOptions().dtype(at::kFloat).device(opt_device).pinned_memory(m.offload && m.on_accelerator);
   m.master = at::empty({i64(part)}, opt32);
   m.register_tensor(opt_tier, Kind::kFp32Master, m.master, part_valid, "fp32 master weights");
   for (const Bucket& b : L.buckets()) {
@@ -414,13 +458,16 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
   if (m.offload || m.stage == 2) {
     ro.mode = GradReduceMode::kReduceScatter;
     if (m.offload) {
+      // Pinned when the module is on a GPU: its copies then run at the
+      // link's speed and may be asynchronous.
+      const auto host32 = at::TensorOptions().dtype(at::kFloat).pinned_memory(m.on_accelerator);
       const int copies = m.dpu ? 2 : 1;
       for (int c = 0; c < copies; ++c) {
-        m.host_grads[c] = at::zeros({i64(part)}, at::TensorOptions().dtype(at::kFloat));
+        m.host_grads[c] = at::zeros({i64(part)}, host32);
         m.register_tensor(Tier::kHost, Kind::kGrads, m.host_grads[c], part_valid, "the host gradient partition");
       }
       if (m.dtype != at::kFloat) {
-        m.staging = at::empty({i64(part)}, at::TensorOptions().dtype(m.dtype));
+        m.staging = at::empty({i64(part)}, host32.dtype(m.dtype));
         m.regs.push_back(ledger_.add(Tier::kHost, Kind::kStaging, i64(m.staging.nbytes()),
                                      "the host parameter staging buffer"));
       }
@@ -447,9 +494,9 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
   stats_.lr = lr_;
   if (m.rank == 0) {
     std::fprintf(stderr,
-                 "zerocpp: stage %d, %s, %d rank%s, %zu parameters in %zu bucket%s (%zu frozen), "
+                 "zerocpp: stage %d, %s on %s, %d rank%s, %zu parameters in %zu bucket%s (%zu frozen), "
                  "optimizer %s%s%s\n",
-                 m.stage, c10::toString(m.dtype), m.world, m.world == 1 ? "" : "s", psi,
+                 m.stage, c10::toString(m.dtype), m.device.str().c_str(), m.world, m.world == 1 ? "" : "s", psi,
                  L.buckets().size(), L.buckets().size() == 1 ? "" : "s", static_cast<std::size_t>(frozen),
                  config_.optimizer.type.c_str(), m.offload ? ", offload cpu" : "",
                  m.dpu ? (", delayed update after " + std::to_string(m.dpu_warmup) + " steps").c_str() : "");
@@ -523,8 +570,13 @@ bool Engine::step() {
     m.update_pending = false;
   }
   const int grads_index = m.host_cur;
-  double sq = m.local_grad_sq_norm(grads_index);
-  if (m.layout.shard_world() > 1) {
+  // The one host read of the step: the global squared norm (overflow check
+  // and clip coefficient both come from it).
+  const at::Tensor local_sq = m.local_grad_sq_norm(grads_index);
+  double sq = 0.0;
+  if (m.layout.shard_world() <= 1) {
+    sq = local_sq.item<double>();
+  } else {
     // Each rank sums its buckets' squares in double; the cross-rank sum is
     // fp32 (the communicator has no fp64). Its 2^-24 relative rounding moves
     // the clip coefficient by far less than the 1e-6 of clip_grad_norm_'s
@@ -532,9 +584,9 @@ bool Engine::step() {
     // ~1.8e19, i.e. a still-scaled fp16 gradient far beyond overflow or a
     // diverged bf16/fp32 run) becomes inf and the step is skipped as an
     // overflow, logged and counted like any other.
-    float v = static_cast<float>(sq);
-    comm_.all_reduce(&v, 1, DType::kFloat32)->wait();
-    sq = v;
+    at::Tensor v = local_sq.to(at::TensorOptions().dtype(at::kFloat).device(m.device));
+    comm_.all_reduce(v.data_ptr(), 1, DType::kFloat32)->wait();
+    sq = v.item<float>();
   }
   // Sum over ranks and micro-batches, times the loss scale -> the mean gradient.
   const double inv = 1.0 / (static_cast<double>(m.world) * config_.gradient_accumulation_steps *
@@ -610,8 +662,10 @@ std::vector<at::Tensor> Engine::gather_master_params() {
   at::NoGradGuard no_grad;
   m.wait_for_update();
   const FlatLayout& L = m.layout;
-  at::Tensor full = at::zeros({i64(L.padded_numel())}, at::TensorOptions().dtype(at::kFloat));
-  at::Tensor master = m.master.to(at::kCPU);
+  // Gathered where the collectives' buffers live (the module's device), then
+  // handed out on the host.
+  at::Tensor full = at::zeros({i64(L.padded_numel())}, at::TensorOptions().dtype(at::kFloat).device(m.device));
+  at::Tensor master = m.master.to(m.device);
   for (const Bucket& b : L.buckets()) {
     full.narrow(0, i64(m.chunk_flat_offset(b)), i64(b.chunk))
         .copy_(master.narrow(0, i64(b.partition_offset), i64(b.chunk)));
@@ -622,6 +676,7 @@ std::vector<at::Tensor> Engine::gather_master_params() {
           ->wait();
     }
   }
+  full = full.to(at::kCPU);
   std::vector<at::Tensor> out;
   for (std::size_t i = 0; i < m.params.size(); ++i) {
     const ParamSlot& s = L.params()[i];
@@ -635,7 +690,8 @@ std::string Engine::summary() const {
   std::ostringstream os;
   os << "zerocpp summary (rank " << impl_->rank << " of " << impl_->world << ", stage "
      << impl_->stage << (impl_->offload ? ", offload cpu" : "") << (impl_->dpu ? ", DPU" : "")
-     << ", " << c10::toString(impl_->dtype) << ", " << num_parameters() << " parameters)\n";
+     << ", " << c10::toString(impl_->dtype) << " on " << impl_->device.str() << ", " << num_parameters()
+     << " parameters)\n";
   for (int t = 0; t < memory::kNumTiers; ++t) {
     if (s.tier_peak[t] == 0) continue;
     os << "  " << memory::tier_name(static_cast<Tier>(t)) << ": "

@@ -25,8 +25,13 @@
 //    ZeRO does: momentum and weight decay still move it.
 //  - The fp32 master weights and optimizer moments exist only for the rank's
 //    partition (stage >= 1), on the host when offload_optimizer.device="cpu".
-//  - The module must be on the CPU: there is no GPU path yet (a module on any
-//    other device is refused at construction; docs/gpu.md).
+//  - The module is on the CPU or on one CUDA GPU (cuda:<local rank>); every
+//    trainable parameter on the same device. On a GPU the flat buffers and
+//    (without offload) the optimizer partition are there, the optimizer step
+//    is zero_cuda's fused device Adam (link zero_cuda; Adagrad only with
+//    offload), and the communicator must be NCCL
+//    (zero::cuda::make_nccl_communicator) or, for one process, the
+//    single-process one. Offloaded host buffers are then pinned. docs/gpu.md.
 //  - Gradients are released as soon as autograd hands them over
 //    (grad_reducer.h); p.grad() is undefined outside backward.
 //  - When the engine is destroyed (or its constructor fails) the module is a
