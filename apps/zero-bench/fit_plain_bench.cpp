@@ -30,7 +30,8 @@
 // engine's GPU step), in CUDA builds; --optimizer engine trains through
 // zero::Engine instead (ZeRO --stage, default 0, on a single-process
 // communicator; --dtype bf16 = the engine's bf16 parameters with fp32
-// masters, no autocast; --offload cpu [--dpu] offloads the optimizer): what
+// masters, no autocast; --offload cpu [--dpu] offloads the optimizer, the
+// delayed update starting after one step): what
 // a zerocpp user runs, compared with the plain loops. --checkpoint turns on
 // the model's per-block activation checkpointing. --breakdown times forward,
 // backward and the optimizer apart (a device sync after each); --profile N
@@ -328,7 +329,8 @@ void train_size(const FitOptions& o, const Dev& d, SizeResult& r) {
               {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 1e-4}, {"betas", {0.9, 0.999}}, {"eps", 1e-8},
                                                              {"weight_decay", 0.1}}}}},
               {"zero_optimization", {{"stage", o.stage},
-                                     {"offload_optimizer", {{"device", o.offload}, {"delayed_param_update", o.dpu}}}}},
+                                     {"offload_optimizer", {{"device", o.offload}, {"delayed_param_update", o.dpu},
+                                                            {"delayed_param_update_warmup_steps", 1}}}}},
               {"steps_per_print", 1000000}};
     single = comm::make_single_process_communicator();
     engine = std::make_unique<Engine>(model, config::parse_config(c.dump(), 1, "<fit-plain engine config>"), *single);

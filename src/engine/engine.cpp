@@ -6,6 +6,7 @@
 #include <cstring>
 #include <exception>
 #include <sstream>
+#include <thread>
 #include <unordered_set>
 
 #include <ATen/ops/empty.h>
@@ -13,7 +14,9 @@
 #include <ATen/ops/stack.h>
 #include <ATen/ops/zeros.h>
 #include <c10/core/DeviceGuard.h>
+#include <c10/core/Event.h>
 #include <c10/core/GradMode.h>
+#include <c10/core/StreamGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
@@ -59,6 +62,35 @@ struct Engine::Impl {
   at::Device device{at::kCPU};
   bool on_accelerator = false;
   optim::DeviceAdamFn device_adam = nullptr;
+
+  // ZeRO-Offload on a GPU (offload && on_accelerator). Each reduced chunk of
+  // the micro-batch that ends the accumulation window goes to pinned host
+  // memory in the training precision, on a copy stream, while backward goes
+  // on; earlier micro-batches accumulate on the device (dev_accum, only when
+  // gradient_accumulation_steps > 1). The host gradients are then not summed
+  // on the CPU (host_grads hold the training precision: 2 bytes per
+  // parameter in bf16/fp16), and their norm is taken on the device as the
+  // chunks pass (bucket_norms). The updated parameters go up on the copy
+  // stream too. Events order it all; the host waits only where the CPU reads
+  // what a copy wrote (d2h_done, before the CPU Adam) or writes what a copy
+  // still reads (h2d_done, before the CPU Adam rewrites the staging buffer).
+  bool gpu_offload = false;
+  std::optional<c10::Stream> copy_stream;
+  at::Tensor dev_accum;
+  std::vector<at::Tensor> bucket_norms;  // fp32 scalars on the device, one per bucket of the window
+  bool boundary_backward = false;        // the backward now running ends the accumulation window
+  bool window_first = true;              // ...and it is the window's first (dev_accum is overwritten)
+  std::array<std::shared_ptr<c10::Event>, 2> d2h_done;
+  std::shared_ptr<c10::Event> h2d_done;
+
+  c10::Stream compute_stream() const {
+    return c10::impl::getDeviceGuardImpl(device.type())->getStream(device);
+  }
+  std::shared_ptr<c10::Event> record_on(const c10::Stream& stream) const {
+    auto ev = std::make_shared<c10::Event>(device.type());
+    ev->record(stream);
+    return ev;
+  }
   c10::ScalarType dtype = c10::ScalarType::Float;
   LossScaler scaler;
 
@@ -87,9 +119,11 @@ struct Engine::Impl {
   // Drops the gradients of the current accumulation window (after a backward
   // that threw): the buffers are zeroed and the window restarts.
   void discard_window() {
+    bucket_norms.clear();
+    window_first = true;
     if (full_grads.defined()) full_grads.zero_();
     if (part_grads.defined()) part_grads.zero_();
-    if (host_grads[host_cur].defined()) host_grads[host_cur].zero_();
+    if (host_grads[host_cur].defined() && !gpu_offload) host_grads[host_cur].zero_();
     for (auto& p : params) p.mutable_grad().reset();
     micro_step -= micro_step % e.config_.gradient_accumulation_steps;
   }
@@ -148,6 +182,7 @@ struct Engine::Impl {
   // Accumulates this rank's reduced chunk of bucket b into the partition.
   void consume_chunk(int b, const at::Tensor& chunk) {
     const Bucket& bucket = layout.buckets()[static_cast<std::size_t>(b)];
+    if (gpu_offload) return consume_chunk_gpu_offload(bucket, chunk);
     if (offload) {
       // D2H in the training precision (docs/design.md's 2 Psi/N bytes for bf16);
       // the host widens to fp32 as it accumulates.
@@ -159,6 +194,33 @@ struct Engine::Impl {
     }
   }
 
+  void consume_chunk_gpu_offload(const Bucket& bucket, const at::Tensor& chunk) {
+    const std::int64_t off = i64(bucket.partition_offset), n = i64(bucket.chunk);
+    at::Tensor g = chunk;
+    if (dev_accum.defined()) {
+      at::Tensor acc = dev_accum.narrow(0, off, n);
+      if (window_first) {
+        acc.copy_(chunk);
+      } else {
+        acc.add_(chunk);
+      }
+      if (!boundary_backward) return;
+      g = acc;
+    }
+    bucket_norms.push_back(at::linalg_vector_norm(g, 2, c10::nullopt, false, at::kFloat));
+    // Down on the copy stream, after the compute stream has produced g.
+    const c10::Stream compute = compute_stream();
+    record_on(compute)->block(*copy_stream);
+    {
+      const c10::StreamGuard on_copy(*copy_stream);
+      host_grads[host_cur].narrow(0, off, n).copy_(g, /*non_blocking=*/true);
+    }
+    // The reducer frees its bucket when this returns: the allocator must not
+    // hand the memory out again before the copy stream has read it.
+    if (!dev_accum.defined()) g.record_stream(*copy_stream);
+    offload_bytes += g.nbytes();  // D2H
+  }
+
   // The gradient of this rank's chunk of bucket b, as the optimizer reads it.
   at::Tensor grad_chunk(const Bucket& b, int host_index) const {
     if (offload) return host_grads[host_index].narrow(0, i64(b.partition_offset), i64(b.chunk));
@@ -167,7 +229,10 @@ struct Engine::Impl {
   }
 
   void zero_grads(int host_index) {
-    if (offload) host_grads[host_index].zero_();
+    bucket_norms.clear();
+    window_first = true;
+    // On a GPU the host gradients are overwritten by each window's copies.
+    if (offload && !gpu_offload) host_grads[host_index].zero_();
     if (full_grads.defined()) full_grads.zero_();
     if (part_grads.defined()) part_grads.zero_();
   }
@@ -195,6 +260,13 @@ struct Engine::Impl {
   // the DPU worker. No collectives in here.
   void run_optimizer(int host_index, float grad_scale, float lr, std::int64_t step) {
     const config::OptimizerConfig& o = e.config_.optimizer;
+    if (gpu_offload) {
+      // The CPU reads the gradients the copy stream brought down, and
+      // rewrites the staging (or, in fp32, master) memory that the last
+      // upload read from.
+      if (d2h_done[host_index]) d2h_done[host_index]->synchronize();
+      if (h2d_done) h2d_done->synchronize();
+    }
     for (const Bucket& b : layout.buckets()) {
       at::Tensor g = grad_chunk(b, host_index);
       const std::size_t po = b.partition_offset;
@@ -247,6 +319,25 @@ struct Engine::Impl {
   // Brings the updated partition to the model: offload copies the half
   // partition host -> device, then the chunks are all-gathered (stage >= 1).
   void apply_update() {
+    if (gpu_offload) {
+      // Up on the copy stream; the compute stream (the next forward, the
+      // all-gather) waits on the device, not the host.
+      const c10::Stream compute = compute_stream();
+      record_on(compute)->block(*copy_stream);
+      {
+        const c10::StreamGuard on_copy(*copy_stream);
+        for (const Bucket& b : layout.buckets()) {
+          at::Tensor dst = flat_params.narrow(0, i64(chunk_flat_offset(b)), i64(b.chunk));
+          const at::Tensor& src = dtype == at::kFloat ? master : staging;
+          dst.copy_(src.narrow(0, i64(b.partition_offset), i64(b.chunk)), /*non_blocking=*/true);
+          offload_bytes += b.chunk * flat_params.element_size();  // H2D
+        }
+      }
+      h2d_done = record_on(*copy_stream);
+      h2d_done->block(compute);
+      all_gather_params();
+      return;
+    }
     for (const Bucket& b : layout.buckets()) {
       at::Tensor dst = flat_params.narrow(0, i64(chunk_flat_offset(b)), i64(b.chunk));
       if (dtype == at::kFloat) {
@@ -256,6 +347,11 @@ struct Engine::Impl {
       }
       if (offload) offload_bytes += b.chunk * flat_params.element_size();  // H2D
     }
+    all_gather_params();
+  }
+
+  // Stage >= 1: every rank's updated chunks to every rank.
+  void all_gather_params() {
     if (layout.shard_world() > 1) {
       std::vector<comm::WorkPtr> works;
       for (const Bucket& b : layout.buckets()) {
@@ -329,6 +425,7 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
   }
   m.device = device;
   m.on_accelerator = !device.is_cpu();
+  m.gpu_offload = m.offload && m.on_accelerator;
   const std::string backend = comm_.backend_name();
   if (m.on_accelerator) {
     // Refuse before allocating anything. Every collective runs on the flat
@@ -463,13 +560,22 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
       const auto host32 = at::TensorOptions().dtype(at::kFloat).pinned_memory(m.on_accelerator);
       const int copies = m.dpu ? 2 : 1;
       for (int c = 0; c < copies; ++c) {
-        m.host_grads[c] = at::zeros({i64(part)}, host32);
+        // On a GPU in the training precision, as they come down (see Impl).
+        m.host_grads[c] = at::zeros({i64(part)}, host32.dtype(m.gpu_offload ? m.dtype : at::kFloat));
         m.register_tensor(Tier::kHost, Kind::kGrads, m.host_grads[c], part_valid, "the host gradient partition");
       }
       if (m.dtype != at::kFloat) {
         m.staging = at::empty({i64(part)}, host32.dtype(m.dtype));
         m.regs.push_back(ledger_.add(Tier::kHost, Kind::kStaging, i64(m.staging.nbytes()),
                                      "the host parameter staging buffer"));
+      }
+      if (m.gpu_offload) {
+        m.copy_stream = c10::impl::getDeviceGuardImpl(device.type())->getStreamFromGlobalPool(device);
+        if (config_.gradient_accumulation_steps > 1) {
+          m.dev_accum = at::zeros({i64(part)}, m.flat_params.options());
+          m.register_tensor(Tier::kDevice, Kind::kGrads, m.dev_accum, part_valid,
+                            "the device gradient partition (accumulation)");
+        }
       }
     } else {
       m.part_grads = at::zeros({i64(part)}, m.flat_params.options());
@@ -484,7 +590,14 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
       L, comm_, ledger_, ro, m.full_grads, like,
       [impl = &m](int b, const at::Tensor& chunk) { impl->consume_chunk(b, chunk); });
 
-  m.pool = std::make_unique<optim::ThreadPool>(z.offload_optimizer.cpu_threads);
+  // On a GPU the CPU Adam leaves one core to the thread that feeds the GPU
+  // (a fully busy CPU slowed the GPU's steps by up to 40% on the H100
+  // machine, docs/PERFORMANCE.md); offload_optimizer.cpu_threads overrides.
+  int cpu_threads = z.offload_optimizer.cpu_threads;
+  if (cpu_threads == 0 && m.gpu_offload) {
+    cpu_threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) - 1);
+  }
+  m.pool = std::make_unique<optim::ThreadPool>(cpu_threads);
   if (m.dpu) m.worker = std::make_unique<offload::BackgroundWorker>();
 
   // The communicator's counters are its owner's: the engine counts the
@@ -538,7 +651,8 @@ void Engine::backward(const at::Tensor& loss) {
   ZERO_CHECK(loss.requires_grad(),
              "the loss does not require grad: was it computed from the engine's module under "
              "torch::NoGradGuard?");
-  m.reducer->begin_backward(is_accumulation_boundary());
+  m.boundary_backward = is_accumulation_boundary();
+  m.reducer->begin_backward(m.boundary_backward);
   try {
     const float scale = m.scaler.scale();
     if (scale != 1.0f) {
@@ -548,6 +662,7 @@ void Engine::backward(const at::Tensor& loss) {
     }
     at::NoGradGuard no_grad;
     m.reducer->end_backward();
+    m.window_first = false;
   } catch (...) {
     // Part of this micro-batch's gradients may be in the buffers: the whole
     // accumulation window is dropped and the next backward starts a new one.
@@ -572,7 +687,9 @@ bool Engine::step() {
   const int grads_index = m.host_cur;
   // The one host read of the step: the global squared norm (overflow check
   // and clip coefficient both come from it).
-  const at::Tensor local_sq = m.local_grad_sq_norm(grads_index);
+  if (m.gpu_offload) m.d2h_done[static_cast<std::size_t>(grads_index)] = m.record_on(*m.copy_stream);
+  const at::Tensor local_sq = m.gpu_offload ? at::stack(m.bucket_norms).to(at::kDouble).square().sum()
+                                            : m.local_grad_sq_norm(grads_index);
   double sq = 0.0;
   if (m.layout.shard_world() <= 1) {
     sq = local_sq.item<double>();

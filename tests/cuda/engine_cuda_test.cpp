@@ -4,7 +4,9 @@
 // so agreement here carries that reference over to the GPU path: its device
 // Adam, the gradient norm and overflow check computed on the device, clipping,
 // accumulation, loss scaling, offload to pinned host memory and the delayed
-// update, and the NCCL communicator at world size 1.
+// update (on a GPU: gradients down and parameters up on a copy stream, the
+// gradient norm on the device, accumulation on the device), and the NCCL
+// communicator at world size 1.
 //
 // Tolerances: the two devices sum in different orders (GEMM tiles, norms), so
 // fp32 agrees to ~1e-6 per step and bf16/fp16 to their rounding. The final
@@ -150,12 +152,17 @@ TEST_P(EngineCuda, MatchesTheCpuEngine) {
   const TrainRun cpu = train(k, at::Device(at::kCPU));
   const TrainRun gpu = train(k, at::Device(at::kCUDA, 0));
   const bool half = k.dtype != "fp32";
-  expect_close(gpu.losses, cpu.losses, half ? 3e-2 : 1e-4, "loss");
-  expect_close(gpu.grad_norms, cpu.grad_norms, half ? 3e-2 : 1e-4, "grad norm");
-  expect_close(gpu.clipped_norms, cpu.clipped_norms, half ? 3e-2 : 1e-4, "clipped grad norm");
+  // Adagrad's first steps move each weight by about lr * sign(g): a tiny
+  // gradient whose rounding differs between the devices moves its weight a
+  // whole step the other way, so its runs drift apart faster than Adam's.
+  const bool adagrad = k.optimizer == "Adagrad";
+  const double per_step = half ? 3e-2 : adagrad ? 1e-3 : 1e-4;
+  expect_close(gpu.losses, cpu.losses, per_step, "loss");
+  expect_close(gpu.grad_norms, cpu.grad_norms, per_step, "grad norm");
+  expect_close(gpu.clipped_norms, cpu.clipped_norms, per_step, "clipped grad norm");
   EXPECT_EQ(gpu.skipped, cpu.skipped);
   const double err = relative_update_error(gpu, cpu);
-  EXPECT_LT(err, half ? 5e-2 : 1e-3) << "relative difference of the updates";
+  EXPECT_LT(err, half ? 5e-2 : adagrad ? 1e-2 : 1e-3) << "relative difference of the updates";
   // The run trained: the update is not empty.
   double moved = 0;
   for (std::size_t i = 0; i < cpu.final.size(); ++i) moved += (gpu.final[i] - gpu.initial[i]).abs().sum().item<double>();
@@ -191,6 +198,8 @@ std::vector<Case> cases() {
   add("offload_bf16_stage2_accum2", 2, 2, 0.05f, "bf16", "cpu");
   add("offload_bf16_stage2_dpu", 2, 1, 0.05f, "bf16", "cpu", true);
   add("offload_fp32_stage2_dpu_accum2", 2, 2, 0.0f, "fp32", "cpu", true);
+  add("offload_fp16_stage2_accum2_dynamic_scale", 2, 2, 0.05f, "fp16", "cpu");
+  add("offload_bf16_stage1_dpu_accum3", 1, 3, 0.05f, "bf16", "cpu", true);
   add("adagrad_offload_stage2", 2, 1, 0.0f, "fp32", "cpu", false, "Adagrad");
   add("nccl_fp32_stage0", 0, 2, 0.05f, "fp32", "none", false, "AdamW", true);
   add("nccl_bf16_stage2_clip", 2, 1, 0.05f, "bf16", "none", false, "AdamW", true);
