@@ -381,7 +381,6 @@ void train_size(const FitOptions& o, const Dev& d, SizeResult& r) {
     if (s >= o.warmup) times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
     ZERO_CHECK(std::isfinite(loss.item<double>()), "size ", r.size, ": loss is not finite at step ", s);
   }
-  if (engine) engine->flush();
   r.peak_bytes = d.peak_bytes();
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
@@ -419,6 +418,7 @@ void train_size(const FitOptions& o, const Dev& d, SizeResult& r) {
                   k["name"].get<std::string>().c_str());
     }
   }
+  if (engine) engine->flush();  // the delayed update of the last step
 }
 
 std::string fmt_bytes(const std::optional<std::int64_t>& b) {

@@ -10,6 +10,7 @@
 #include <unordered_set>
 
 #include <ATen/ops/empty.h>
+#include <ATen/ops/from_blob.h>
 #include <ATen/ops/linalg_vector_norm.h>
 #include <ATen/ops/stack.h>
 #include <ATen/ops/zeros.h>
@@ -22,6 +23,7 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include "zero/core/error.h"
+#include "zero/core/pinned_host_allocator.h"
 #include "zero/offload/background_worker.h"
 #include "zero/optim/cpu_adam.h"
 #include "zero/optim/device_adam_registry.h"
@@ -65,12 +67,12 @@ struct Engine::Impl {
 
   // ZeRO-Offload on a GPU (offload && on_accelerator). Each reduced chunk of
   // the micro-batch that ends the accumulation window goes to pinned host
-  // memory in the training precision, on a copy stream, while backward goes
-  // on; earlier micro-batches accumulate on the device (dev_accum, only when
-  // gradient_accumulation_steps > 1). The host gradients are then not summed
-  // on the CPU (host_grads hold the training precision: 2 bytes per
-  // parameter in bf16/fp16), and their norm is taken on the device as the
-  // chunks pass (bucket_norms). The updated parameters go up on the copy
+  // memory on a copy stream while backward goes on: in the training
+  // precision (2 bytes per parameter in bf16/fp16), or, when
+  // gradient_accumulation_steps > 1, as the window's fp32 sum, which the
+  // earlier micro-batches built on the device (dev_accum). The host
+  // gradients are therefore never summed on the CPU, and their norm is taken
+  // on the device as the chunks pass (bucket_norms). The updated parameters go up on the copy
   // stream too. Events order it all; the host waits only where the CPU reads
   // what a copy wrote (d2h_done, before the CPU Adam) or writes what a copy
   // still reads (h2d_done, before the CPU Adam rewrites the staging buffer).
@@ -82,6 +84,27 @@ struct Engine::Impl {
   bool window_first = true;              // ...and it is the window's first (dev_accum is overwritten)
   std::array<std::shared_ptr<c10::Event>, 2> d2h_done;
   std::shared_ptr<c10::Event> h2d_done;
+  // bf16/fp16 without accumulation: the CPU Adam writes the updated
+  // parameters over the gradients they came from (adam.h allows it), and
+  // that buffer goes up: one host buffer per step for both directions
+  // (16 bytes per parameter with DPU), and no wait for the last upload
+  // before the next CPU step (the copy stream orders the upload before the
+  // next download into the same buffer).
+  bool update_in_grads = false;
+  int update_index = 0;  // the host_grads buffer that holds the update to apply
+
+  // n elements of `dtype` in host memory: pinned, of exactly that size, when
+  // the module is on a GPU (see zero/core/pinned_host_allocator.h).
+  at::Tensor host_tensor(std::size_t n, c10::ScalarType dtype) const {
+    const auto opts = at::TensorOptions().dtype(dtype);
+    if (!on_accelerator) return at::empty({i64(n)}, opts);
+    if (const PinnedHostAllocator* a = pinned_host_allocator()) {
+      void* ptr = a->allocate(n * c10::elementSize(dtype));
+      auto release = a->release;
+      return at::from_blob(ptr, {i64(n)}, [release](void* q) { release(q); }, opts);
+    }
+    return at::empty({i64(n)}, opts.pinned_memory(true));
+  }
 
   c10::Stream compute_stream() const {
     return c10::impl::getDeviceGuardImpl(device.type())->getStream(device);
@@ -265,16 +288,17 @@ struct Engine::Impl {
       // rewrites the staging (or, in fp32, master) memory that the last
       // upload read from.
       if (d2h_done[host_index]) d2h_done[host_index]->synchronize();
-      if (h2d_done) h2d_done->synchronize();
+      if (h2d_done && !update_in_grads) h2d_done->synchronize();
     }
     for (const Bucket& b : layout.buckets()) {
       at::Tensor g = grad_chunk(b, host_index);
       const std::size_t po = b.partition_offset;
       void* half_out = nullptr;
       if (dtype != at::kFloat) {
-        half_out = offload ? static_cast<char*>(staging.data_ptr()) + po * staging.element_size()
-                           : static_cast<char*>(flat_params.data_ptr()) +
-                                 chunk_flat_offset(b) * flat_params.element_size();
+        half_out = update_in_grads ? g.data_ptr()
+                   : offload       ? static_cast<char*>(staging.data_ptr()) + po * staging.element_size()
+                                   : static_cast<char*>(flat_params.data_ptr()) +
+                                         chunk_flat_offset(b) * flat_params.element_size();
       }
       float* p = master.data_ptr<float>() + po;
       if (adagrad) {
@@ -328,7 +352,7 @@ struct Engine::Impl {
         const c10::StreamGuard on_copy(*copy_stream);
         for (const Bucket& b : layout.buckets()) {
           at::Tensor dst = flat_params.narrow(0, i64(chunk_flat_offset(b)), i64(b.chunk));
-          const at::Tensor& src = dtype == at::kFloat ? master : staging;
+          const at::Tensor& src = update_in_grads ? host_grads[update_index] : dtype == at::kFloat ? master : staging;
           dst.copy_(src.narrow(0, i64(b.partition_offset), i64(b.chunk)), /*non_blocking=*/true);
           offload_bytes += b.chunk * flat_params.element_size();  // H2D
         }
@@ -484,8 +508,8 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
 
   // fp32 master partition.
   const at::Device opt_device = m.offload ? at::Device(at::kCPU) : device;
-  auto opt32 = at::TensorOptions().dtype(at::kFloat).device(opt_device).pinned_memory(m.offload && m.on_accelerator);
-  m.master = at::empty({i64(part)}, opt32);
+  auto opt32 = at::TensorOptions().dtype(at::kFloat).device(opt_device);
+  m.master = m.offload ? m.host_tensor(part, at::kFloat) : at::empty({i64(part)}, opt32);
   m.register_tensor(opt_tier, Kind::kFp32Master, m.master, part_valid, "fp32 master weights");
   for (const Bucket& b : L.buckets()) {
     m.master.narrow(0, i64(b.partition_offset), i64(b.chunk))
@@ -539,12 +563,12 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
   }
 
   // Optimizer moments, allocated after the temporary fp32 copy is gone.
-  m.exp_avg = at::zeros({i64(part)}, opt32);
+  m.exp_avg = m.offload ? m.host_tensor(part, at::kFloat).zero_() : at::zeros({i64(part)}, opt32);
   m.register_tensor(opt_tier, Kind::kMoments, m.exp_avg, part_valid, "optimizer moments");
   if (m.adagrad) {
     m.exp_avg.fill_(config_.optimizer.initial_accumulator_value);
   } else {
-    m.exp_avg_sq = at::zeros({i64(part)}, opt32);
+    m.exp_avg_sq = m.offload ? m.host_tensor(part, at::kFloat).zero_() : at::zeros({i64(part)}, opt32);
     m.register_tensor(opt_tier, Kind::kMoments, m.exp_avg_sq, part_valid, "optimizer moments");
   }
 
@@ -557,22 +581,26 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
     if (m.offload) {
       // Pinned when the module is on a GPU: its copies then run at the
       // link's speed and may be asynchronous.
-      const auto host32 = at::TensorOptions().dtype(at::kFloat).pinned_memory(m.on_accelerator);
       const int copies = m.dpu ? 2 : 1;
+      m.update_in_grads = m.gpu_offload && m.dtype != at::kFloat && config_.gradient_accumulation_steps == 1;
       for (int c = 0; c < copies; ++c) {
-        // On a GPU in the training precision, as they come down (see Impl).
-        m.host_grads[c] = at::zeros({i64(part)}, host32.dtype(m.gpu_offload ? m.dtype : at::kFloat));
+        // On a GPU as they come down (see Impl): the training precision, or
+        // the device's fp32 sum when micro-batches accumulate.
+        const bool half_grads = m.gpu_offload && config_.gradient_accumulation_steps == 1;
+        m.host_grads[c] = m.host_tensor(part, half_grads ? m.dtype : at::kFloat).zero_();
         m.register_tensor(Tier::kHost, Kind::kGrads, m.host_grads[c], part_valid, "the host gradient partition");
       }
-      if (m.dtype != at::kFloat) {
-        m.staging = at::empty({i64(part)}, host32.dtype(m.dtype));
+      if (m.dtype != at::kFloat && !m.update_in_grads) {
+        m.staging = m.host_tensor(part, m.dtype);
         m.regs.push_back(ledger_.add(Tier::kHost, Kind::kStaging, i64(m.staging.nbytes()),
                                      "the host parameter staging buffer"));
       }
       if (m.gpu_offload) {
         m.copy_stream = c10::impl::getDeviceGuardImpl(device.type())->getStreamFromGlobalPool(device);
         if (config_.gradient_accumulation_steps > 1) {
-          m.dev_accum = at::zeros({i64(part)}, m.flat_params.options());
+          // fp32, as the host sums on the CPU path: a window's fp16 sum
+          // may overflow where each micro-batch does not.
+          m.dev_accum = at::zeros({i64(part)}, m.flat_params.options().dtype(at::kFloat));
           m.register_tensor(Tier::kDevice, Kind::kGrads, m.dev_accum, part_valid,
                             "the device gradient partition (accumulation)");
         }
@@ -745,6 +773,7 @@ bool Engine::step() {
   const float grad_scale = static_cast<float>(inv * clip);
   const std::int64_t opt_step = ++m.optimizer_step;
   const float lr = lr_;
+  m.update_index = grads_index;
   if (m.dpu && stats_.step >= m.dpu_warmup) {
     m.worker->submit([impl = impl_.get(), grads_index, grad_scale, lr, opt_step] {
       impl->run_optimizer(grads_index, grad_scale, lr, opt_step);

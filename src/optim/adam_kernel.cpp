@@ -86,11 +86,15 @@ void AdamSpan(const detail::AdamScalars& s, const AdamBuffers& b, std::size_t be
 
   // Local copies of the pointers: stores through them cannot then alias `b`,
   // so the compiler keeps them in registers.
+  // grads and half_out are not restrict: half_out may be grads itself
+  // (adam.h). The per-vector update (whose arguments are restrict) never
+  // touches half_out, and each chunk's grads are read before its half values
+  // are stored.
   float* HWY_RESTRICT params = b.params;
-  const void* HWY_RESTRICT grads = b.grads;
+  const void* grads = b.grads;
   float* HWY_RESTRICT exp_avg = b.exp_avg;
   float* HWY_RESTRICT exp_avg_sq = b.exp_avg_sq;
-  void* HWY_RESTRICT half_out = b.half_out;
+  void* half_out = b.half_out;
 
   // Updates [from, to) (whole vectors), prefetching every stream
   // kPrefetchElements ahead once per line. The prefetch address stays inside

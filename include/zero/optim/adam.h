@@ -21,7 +21,10 @@
 // Buffer contract: params, exp_avg and exp_avg_sq hold n fp32 elements each
 // and are updated in place; grads holds n elements of grad_dtype and is only
 // read; half_out (if set) holds n elements of half_dtype and is only written. Pointers need no alignment. No two of the
-// buffers (half_out included) may overlap. Each element is updated
+// buffers may overlap, with one exception: half_out may be grads itself
+// (the same n elements, grad_dtype == half_dtype), each gradient then
+// replaced by its updated parameter (the engine's GPU offload does this to
+// keep one host buffer per step for both directions). Each element is updated
 // independently, so a NaN or inf grad poisons only its own element.
 //
 // One step is one pass over memory: each stream is read once and written once

@@ -3,7 +3,7 @@
 // The engine layer never links zero_cuda (docs/gpu.md, "The isolation rule"),
 // yet its optimizer step must run zero_cuda's fused kernel when the module is
 // on a GPU. zero_cuda registers that kernel here at static initialisation
-// (src/cuda/register_device_adam.cpp; linking zero_cuda pulls the registrar
+// (src/cuda/register_for_engine.cpp; linking zero_cuda pulls the registrar
 // in), and the engine looks it up when it is given a module on a GPU. A
 // program that did not link zero_cuda finds nothing and gets an error that
 // says so.
