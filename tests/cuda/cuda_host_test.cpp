@@ -6,6 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include "zero/core/pinned_host_allocator.h"
+#include "zero/optim/device_adam_registry.h"
+
 #include "zero/core/error.h"
 #include "zero/cuda/device_adam.h"
 #include "zero/cuda/device_buffer.h"
@@ -18,6 +21,16 @@
 
 namespace zero::cuda {
 namespace {
+
+// Linking zero_cuda registers its device Adam and pinned host allocator for
+// the engine (src/cuda/register_for_engine.cpp, pulled in by the link
+// option of zero_cuda): without them the engine refuses a GPU module.
+TEST(CudaHost, LinkingZeroCudaRegistersWhatTheEngineNeeds) {
+  EXPECT_NE(zero::optim::device_adam(), nullptr);
+  ASSERT_NE(zero::pinned_host_allocator(), nullptr);
+  EXPECT_NE(zero::pinned_host_allocator()->allocate, nullptr);
+  EXPECT_NE(zero::pinned_host_allocator()->release, nullptr);
+}
 
 TEST(CudaHost, DeviceCountNeverThrows) {
   int n = -1;
