@@ -40,4 +40,6 @@ const bool registered = [] {
 }  // namespace zero::cuda
 
 // The anchor the linker is told to resolve.
-extern "C" int zero_cuda_engine_registrar = 1;
+extern "C" {
+int zero_cuda_engine_registrar = 1;
+}

@@ -1,0 +1,165 @@
+#include "grad_path.h"
+
+#include <ATen/ops/empty.h>
+#include <ATen/ops/linalg_vector_norm.h>
+#include <ATen/ops/stack.h>
+#include <ATen/ops/zeros.h>
+#include <c10/core/StreamGuard.h>
+
+#include "optimizer_partition.h"  // register_tensor
+
+namespace zero::detail {
+
+using memory::Kind;
+using memory::Tier;
+
+namespace {
+std::int64_t i64(std::size_t n) { return static_cast<std::int64_t>(n); }
+}  // namespace
+
+GradPath::GradPath(const FlatLayout& layout, const DeviceContext& ctx, Options options, comm::Communicator& comm,
+                   memory::MemoryLedger& ledger, const at::Tensor& like)
+    : layout_(layout), ctx_(ctx), o_(options), gpu_offload_(options.offload && ctx.on_accelerator()) {
+  const std::size_t psi = layout.numel(), padded = layout.padded_numel();
+  const std::size_t part = layout.partition_numel(), part_valid = layout.partition_valid(o_.shard_rank);
+  GradReducer::Options ro;
+  ro.overlap_comm = o_.overlap_comm;
+  if (o_.offload || o_.stage == 2) {
+    ro.mode = GradReduceMode::kReduceScatter;
+    if (o_.offload) {
+      // On a GPU as they come down (see the header): the training precision,
+      // or the device's fp32 sum when micro-batches accumulate.
+      const bool half_grads = gpu_offload_ && o_.accumulation == 1;
+      const int copies = o_.dpu ? 2 : 1;
+      for (int c = 0; c < copies; ++c) {
+        host_grads_[static_cast<std::size_t>(c)] =
+            ctx.host_tensor(part, half_grads ? like.scalar_type() : at::kFloat).zero_();
+        register_tensor(ledger, regs_, Tier::kHost, Kind::kGrads, host_grads_[static_cast<std::size_t>(c)],
+                        part_valid, "the host gradient partition");
+      }
+      if (gpu_offload_ && o_.accumulation > 1) {
+        // fp32, as the host sums on the CPU path: a window's fp16 sum may
+        // overflow where each micro-batch does not.
+        dev_accum_ = at::zeros({i64(part)}, like.options().dtype(at::kFloat));
+        register_tensor(ledger, regs_, Tier::kDevice, Kind::kGrads, dev_accum_, part_valid,
+                        "the device gradient partition (accumulation)");
+      }
+    } else {
+      part_grads_ = at::zeros({i64(part)}, like.options());
+      register_tensor(ledger, regs_, Tier::kDevice, Kind::kGrads, part_grads_, part_valid, "the gradient partition");
+    }
+  } else {
+    ro.mode = o_.stage == 0 ? GradReduceMode::kAllReduceFull : GradReduceMode::kReduceScatterFull;
+    full_grads_ = at::zeros({i64(padded)}, like.options());
+    register_tensor(ledger, regs_, Tier::kDevice, Kind::kGrads, full_grads_, psi, "the flat gradient buffer");
+  }
+  reducer_ = std::make_unique<GradReducer>(layout, comm, ledger, ro, full_grads_, at::empty({0}, like.options()),
+                                           [this](int b, const at::Tensor& chunk) { consume(b, chunk); });
+}
+
+void GradPath::begin_backward(bool boundary) {
+  boundary_ = boundary;
+  reducer_->begin_backward(boundary);
+}
+
+void GradPath::on_grad(int index, const at::Tensor& grad) { reducer_->on_grad(index, grad); }
+
+void GradPath::end_backward() {
+  reducer_->end_backward();
+  window_first_ = false;
+}
+
+void GradPath::abort() {
+  reducer_->abort();
+  bucket_norms_.clear();
+  window_first_ = true;
+  if (full_grads_.defined()) full_grads_.zero_();
+  if (part_grads_.defined()) part_grads_.zero_();
+  if (host_grads_[static_cast<std::size_t>(cur_)].defined() && !gpu_offload_) {
+    host_grads_[static_cast<std::size_t>(cur_)].zero_();
+  }
+}
+
+// Accumulates this rank's reduced chunk of bucket b into the partition.
+void GradPath::consume(int b, const at::Tensor& chunk) {
+  const Bucket& bucket = layout_.buckets()[static_cast<std::size_t>(b)];
+  if (gpu_offload_) return consume_gpu_offload(bucket, chunk);
+  if (o_.offload) {
+    // D2H in the training precision (docs/design.md's 2 Psi/N bytes for bf16);
+    // the host widens to fp32 as it accumulates.
+    const at::Tensor src = chunk.is_cpu() ? chunk : chunk.to(at::kCPU);
+    host_grads_[static_cast<std::size_t>(cur_)].narrow(0, i64(bucket.partition_offset), i64(bucket.chunk)).add_(src);
+    copied_ += src.nbytes();  // D2H
+  } else {
+    part_grads_.narrow(0, i64(bucket.partition_offset), i64(bucket.chunk)).add_(chunk);
+  }
+}
+
+void GradPath::consume_gpu_offload(const Bucket& bucket, const at::Tensor& chunk) {
+  const std::int64_t off = i64(bucket.partition_offset), n = i64(bucket.chunk);
+  at::Tensor g = chunk;
+  if (dev_accum_.defined()) {
+    at::Tensor acc = dev_accum_.narrow(0, off, n);
+    if (window_first_) {
+      acc.copy_(chunk);
+    } else {
+      acc.add_(chunk);
+    }
+    if (!boundary_) return;
+    g = acc;
+  }
+  bucket_norms_.push_back(at::linalg_vector_norm(g, 2, c10::nullopt, false, at::kFloat));
+  // Down on the copy stream, after the compute stream has produced g.
+  ctx_.record_on(ctx_.current_stream())->block(*ctx_.copy_stream);
+  {
+    const c10::StreamGuard on_copy(*ctx_.copy_stream);
+    host_grads_[static_cast<std::size_t>(cur_)].narrow(0, off, n).copy_(g, /*non_blocking=*/true);
+  }
+  // The reducer frees its bucket when this returns: the allocator must not
+  // hand the memory out again before the copy stream has read it.
+  if (!dev_accum_.defined()) g.record_stream(*ctx_.copy_stream);
+  copied_ += g.nbytes();  // D2H
+}
+
+at::Tensor GradPath::chunk(const Bucket& b, int buf) const {
+  if (o_.offload) return host_grads_[static_cast<std::size_t>(buf)].narrow(0, i64(b.partition_offset), i64(b.chunk));
+  if (full_grads_.defined()) return full_grads_.narrow(0, i64(chunk_flat_offset(b)), i64(b.chunk));
+  return part_grads_.narrow(0, i64(b.partition_offset), i64(b.chunk));
+}
+
+at::Tensor GradPath::local_sq_norm(int buf) const {
+  if (gpu_offload_) return at::stack(bucket_norms_).to(at::kDouble).square().sum();
+  std::vector<at::Tensor> norms;
+  norms.reserve(layout_.buckets().size());
+  for (const Bucket& b : layout_.buckets()) {
+    norms.push_back(at::linalg_vector_norm(chunk(b, buf), 2, c10::nullopt, false, at::kFloat));
+  }
+  return at::stack(norms).to(at::kDouble).square().sum();
+}
+
+void GradPath::window_done(int buf) {
+  if (gpu_offload_) down_done_[static_cast<std::size_t>(buf)] = ctx_.record_on(*ctx_.copy_stream);
+}
+
+void GradPath::wait_down(int buf) const {
+  if (const auto& ev = down_done_[static_cast<std::size_t>(buf)]) ev->synchronize();
+}
+
+void GradPath::zero(int buf) {
+  bucket_norms_.clear();
+  window_first_ = true;
+  // On a GPU the host gradients are overwritten by each window's copies.
+  if (o_.offload && !gpu_offload_) host_grads_[static_cast<std::size_t>(buf)].zero_();
+  if (full_grads_.defined()) full_grads_.zero_();
+  if (part_grads_.defined()) part_grads_.zero_();
+}
+
+void GradPath::flip() { cur_ ^= 1; }
+
+std::uint64_t GradPath::take_copied_bytes() {
+  const std::uint64_t n = copied_;
+  copied_ = 0;
+  return n;
+}
+
+}  // namespace zero::detail

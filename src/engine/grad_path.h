@@ -1,0 +1,109 @@
+// Where gradients go: from autograd's hooks into the reducer's buckets, over
+// the communicator, into this rank's gradient buffer — the full flat buffer
+// (stages 0/1), a device partition (stage 2), or host memory (offload) —
+// and how the optimizer then reads them (chunk()) and their norm.
+//
+// ZeRO-Offload on a GPU: each reduced chunk of the micro-batch that ends the
+// accumulation window goes down to pinned host memory on the copy stream
+// while backward goes on: in the training precision, or, when micro-batches
+// accumulate, as the window's fp32 sum, built on the device by the earlier
+// ones. The host gradients are therefore never summed on the CPU, and their
+// norm is taken on the device as the chunks pass. window_done() records
+// when the copies of a window are done; wait_down() waits for it on the
+// host (before the CPU step reads them). With DPU two host buffers
+// alternate (flip()).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include <ATen/Tensor.h>
+#include <c10/core/Event.h>
+
+#include "device_context.h"
+#include "zero/comm/communicator.h"
+#include "zero/memory/memory_ledger.h"
+#include "zero/zero/flat_layout.h"
+#include "zero/zero/grad_reducer.h"
+
+namespace zero::detail {
+
+class GradPath {
+ public:
+  struct Options {
+    int stage = 0;
+    bool offload = false;
+    bool dpu = false;
+    int accumulation = 1;
+    bool overlap_comm = true;
+    int shard_rank = 0;
+    // bf16/fp16 offload on a GPU without accumulation: the CPU step writes
+    // the updated parameters over the host gradients (adam.h allows it),
+    // and that buffer goes up (update_in_grads()).
+    bool update_in_grads = false;
+  };
+  // like: a tensor with the dtype and device of the training-precision
+  // parameters. Allocates this rank's buffers and the reducer.
+  GradPath(const FlatLayout& layout, const DeviceContext& ctx, Options options, comm::Communicator& comm,
+           memory::MemoryLedger& ledger, const at::Tensor& like);
+
+  void begin_backward(bool boundary);
+  // Autograd has finished parameter `index`'s gradient.
+  void on_grad(int index, const at::Tensor& grad);
+  void end_backward();
+  // After a backward that threw: waits for what the reducer started, drops
+  // the window's gradients (the caller resets the parameters' .grad).
+  void abort();
+
+  // This rank's gradient chunk of bucket b in buffer `buf` (host buffers
+  // alternate under DPU; 0 otherwise), as the optimizer reads it.
+  at::Tensor chunk(const Bucket& b, int buf) const;
+  // The squared L2 norm of this rank's (summed, still scaled) gradients, a
+  // one-element fp64 tensor where they are (no host read on a GPU); inf or
+  // NaN when any element is not finite. Each bucket's norm is fp32, their
+  // squares are summed in fp64.
+  at::Tensor local_sq_norm(int buf) const;
+  // The window's gradients are complete: on a GPU with offload, records
+  // their copies' completion.
+  void window_done(int buf);
+  // Blocks until the window's copies into `buf` are done (GPU offload).
+  void wait_down(int buf) const;
+  // Clears buffer `buf` (and the window's state) for the next window.
+  void zero(int buf);
+
+  int current() const { return cur_; }
+  // DPU: the next window's gradients go to the other host buffer.
+  void flip();
+  bool update_in_grads() const { return o_.update_in_grads; }
+  const at::Tensor& host(int buf) const { return host_grads_[static_cast<std::size_t>(buf)]; }
+  // Bytes copied device -> host since the last call.
+  std::uint64_t take_copied_bytes();
+
+ private:
+  void consume(int b, const at::Tensor& chunk);
+  void consume_gpu_offload(const Bucket& bucket, const at::Tensor& chunk);
+  std::size_t chunk_flat_offset(const Bucket& b) const {
+    return b.offset + static_cast<std::size_t>(o_.shard_rank) * b.chunk;
+  }
+
+  const FlatLayout& layout_;
+  const DeviceContext& ctx_;
+  Options o_;
+  bool gpu_offload_ = false;
+  at::Tensor full_grads_;                 // stage 0/1 without offload: device, padded
+  at::Tensor part_grads_;                 // stage 2 without offload: device partition
+  std::array<at::Tensor, 2> host_grads_;  // offload: host partition (two with DPU)
+  at::Tensor dev_accum_;                  // GPU offload with accumulation: fp32 device partition
+  int cur_ = 0;
+  bool boundary_ = false;      // the backward now running ends the window
+  bool window_first_ = true;   // ...and is its first (dev_accum_ is overwritten)
+  std::vector<at::Tensor> bucket_norms_;  // GPU offload: fp32 device scalars of the window
+  std::array<std::shared_ptr<c10::Event>, 2> down_done_;
+  std::uint64_t copied_ = 0;
+  std::vector<memory::MemoryLedger::Registration> regs_;
+  std::unique_ptr<GradReducer> reducer_;  // last: its consumer calls back into this object
+};
+
+}  // namespace zero::detail

@@ -1,0 +1,135 @@
+#include "optimizer_partition.h"
+
+#include <algorithm>
+#include <thread>
+
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
+#include <c10/core/DeviceGuard.h>
+
+#include "zero/core/error.h"
+#include "zero/optim/cpu_adam.h"
+#include "zero/zero/torch_dtype.h"
+
+namespace zero::detail {
+
+using memory::Kind;
+using memory::Tier;
+
+namespace {
+std::int64_t i64(std::size_t n) { return static_cast<std::int64_t>(n); }
+}  // namespace
+
+void register_tensor(memory::MemoryLedger& ledger, std::vector<memory::MemoryLedger::Registration>& regs,
+                     Tier tier, Kind kind, const at::Tensor& t, std::size_t valid, const char* what) {
+  const std::int64_t total = i64(t.nbytes());
+  const std::int64_t used = std::min(total, i64(valid * t.element_size()));
+  regs.push_back(ledger.add(tier, kind, used, what));
+  regs.push_back(ledger.add(tier, Kind::kPadding, total - used, what));
+}
+
+OptimizerPartition::OptimizerPartition(const config::Config& config, const FlatLayout& layout,
+                                       const DeviceContext& ctx, Options options, memory::MemoryLedger& ledger)
+    : opt_(config.optimizer), layout_(layout), ctx_(ctx), o_(options), ledger_(ledger),
+      adagrad_(config.optimizer.is_adagrad()) {
+  if (ctx_.on_accelerator() && !o_.offload) {
+    device_adam_ = optim::device_adam();
+    ZERO_CHECK(device_adam_ != nullptr, "the module is on ", ctx_.device.str(),
+               " but no device Adam is linked into this program: link zero_cuda (the zerocpp "
+               "target does), or offload the optimizer (offload_optimizer.device=\"cpu\").");
+    ZERO_CHECK(!adagrad_, "optimizer ", opt_.type, " has no kernel on ", ctx_.device.str(),
+               ": use Adam/AdamW there, or offload the optimizer to the CPU "
+               "(offload_optimizer.device=\"cpu\"), where Adagrad runs.");
+  }
+  // On a GPU the CPU step leaves one core to the thread that feeds the GPU
+  // (a fully busy CPU slowed the GPU's steps by up to 40% on the H100
+  // machine, docs/PERFORMANCE.md); offload_optimizer.cpu_threads overrides.
+  int threads = config.zero_optimization.offload_optimizer.cpu_threads;
+  if (threads == 0 && o_.offload && ctx_.on_accelerator()) {
+    threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) - 1);
+  }
+  pool_ = std::make_unique<optim::ThreadPool>(threads);
+}
+
+void OptimizerPartition::seed_master(const at::Tensor& flat32) {
+  const std::size_t part = layout_.partition_numel();
+  const std::size_t valid = layout_.partition_valid(o_.shard_rank);
+  const Tier tier = o_.offload ? Tier::kHost : Tier::kDevice;
+  master_ = o_.offload ? ctx_.host_tensor(part, at::kFloat)
+                       : at::empty({i64(part)}, at::TensorOptions().dtype(at::kFloat).device(ctx_.device));
+  register_tensor(ledger_, regs_, tier, Kind::kFp32Master, master_, valid, "fp32 master weights");
+  for (const Bucket& b : layout_.buckets()) {
+    master_.narrow(0, i64(b.partition_offset), i64(b.chunk))
+        .copy_(flat32.narrow(0, i64(b.offset + static_cast<std::size_t>(o_.shard_rank) * b.chunk), i64(b.chunk)));
+  }
+}
+
+void OptimizerPartition::allocate_moments() {
+  const std::size_t part = layout_.partition_numel();
+  const std::size_t valid = layout_.partition_valid(o_.shard_rank);
+  const Tier tier = o_.offload ? Tier::kHost : Tier::kDevice;
+  auto zeros = [&] {
+    return o_.offload ? ctx_.host_tensor(part, at::kFloat).zero_()
+                      : at::zeros({i64(part)}, at::TensorOptions().dtype(at::kFloat).device(ctx_.device));
+  };
+  exp_avg_ = zeros();
+  register_tensor(ledger_, regs_, tier, Kind::kMoments, exp_avg_, valid, "optimizer moments");
+  if (adagrad_) {
+    exp_avg_.fill_(opt_.initial_accumulator_value);
+  } else {
+    exp_avg_sq_ = zeros();
+    register_tensor(ledger_, regs_, tier, Kind::kMoments, exp_avg_sq_, valid, "optimizer moments");
+  }
+  if (o_.staging) {
+    staging_ = ctx_.host_tensor(part, o_.dtype);
+    regs_.push_back(ledger_.add(Tier::kHost, Kind::kStaging, i64(staging_.nbytes()),
+                                "the host parameter staging buffer"));
+  }
+}
+
+void OptimizerPartition::step(const GradsFn& grads, const HalfOutFn& half_out, float grad_scale, float lr,
+                              std::int64_t step) {
+  for (const Bucket& b : layout_.buckets()) {
+    at::Tensor g = grads(b);
+    const std::size_t po = b.partition_offset;
+    void* half = o_.dtype != at::kFloat ? half_out(b, g) : nullptr;
+    float* p = master_.data_ptr<float>() + po;
+    if (adagrad_) {
+      optim::AdagradHyper h;
+      h.lr = lr;
+      h.eps = opt_.eps;
+      h.weight_decay = opt_.weight_decay;
+      h.step = step;
+      optim::AdagradBuffers buf{p, g.data_ptr(), to_dtype(g.scalar_type()), exp_avg_.data_ptr<float>() + po,
+                                b.chunk, grad_scale, half, to_dtype(o_.dtype)};
+      optim::adagrad_step(h, buf, pool_.get());
+    } else {
+      optim::AdamHyper h;
+      h.lr = lr;
+      h.beta1 = opt_.beta1;
+      h.beta2 = opt_.beta2;
+      h.eps = opt_.eps;
+      h.weight_decay = opt_.weight_decay;
+      h.decoupled_weight_decay = opt_.decoupled_weight_decay();
+      h.step = step;
+      optim::AdamBuffers buf;
+      buf.params = p;
+      buf.grads = g.data_ptr();
+      buf.grad_dtype = to_dtype(g.scalar_type());
+      buf.exp_avg = exp_avg_.data_ptr<float>() + po;
+      buf.exp_avg_sq = exp_avg_sq_.data_ptr<float>() + po;
+      buf.n = b.chunk;
+      buf.grad_scale = grad_scale;
+      buf.half_out = half;
+      buf.half_dtype = to_dtype(o_.dtype);
+      if (device_adam_ != nullptr) {
+        const c10::DeviceGuard on_device(ctx_.device);
+        device_adam_(h, buf, ctx_.native_stream());
+      } else {
+        optim::adam_step(h, buf, pool_.get());
+      }
+    }
+  }
+}
+
+}  // namespace zero::detail

@@ -1,0 +1,78 @@
+// The optimizer's state for this rank's partition: the fp32 master weights
+// and the moments (on the device, or on the host with offload), the staging
+// buffer the CPU step writes the updated training-precision parameters to,
+// the CPU thread pool, and the step itself: the CPU Adam/Adagrad kernels on
+// host memory, the registered device Adam (zero/optim/device_adam_registry.h)
+// on a GPU. No collectives in here: the DPU worker runs step().
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include <ATen/Tensor.h>
+
+#include "device_context.h"
+#include "zero/config/config.h"
+#include "zero/memory/memory_ledger.h"
+#include "zero/optim/device_adam_registry.h"
+#include "zero/optim/thread_pool.h"
+#include "zero/zero/flat_layout.h"
+
+namespace zero::detail {
+
+class OptimizerPartition {
+ public:
+  struct Options {
+    bool offload = false;         // state in host memory, the CPU kernels
+    bool staging = false;         // offload in bf16/fp16 with a staging buffer for the update
+    c10::ScalarType dtype = c10::ScalarType::Float;  // the training precision
+    int shard_rank = 0;
+  };
+  // Throws before allocating when the device has no kernel for the optimizer.
+  OptimizerPartition(const config::Config& config, const FlatLayout& layout, const DeviceContext& ctx,
+                     Options options, memory::MemoryLedger& ledger);
+
+  // The master partition from the rank's chunks of `flat32` (the full fp32
+  // parameters).
+  void seed_master(const at::Tensor& flat32);
+  // The moments (zeros; Adagrad: its initial accumulator). Allocated after
+  // the caller has freed its construction temporaries.
+  void allocate_moments();
+
+  // One step of this rank's partition. grads(b): bucket b's gradient chunk;
+  // half_out(b, grad): where the updated training-precision chunk goes
+  // (nullptr: nowhere, as in fp32).
+  using GradsFn = std::function<at::Tensor(const Bucket&)>;
+  using HalfOutFn = std::function<void*(const Bucket&, const at::Tensor& grad)>;
+  void step(const GradsFn& grads, const HalfOutFn& half_out, float grad_scale, float lr, std::int64_t step);
+
+  // The rank's partition, fp32.
+  const at::Tensor& master() const { return master_; }
+  // The updated training-precision partition (offload with staging).
+  const at::Tensor& staging() const { return staging_; }
+
+ private:
+  const config::OptimizerConfig& opt_;
+  const FlatLayout& layout_;
+  const DeviceContext& ctx_;
+  Options o_;
+  memory::MemoryLedger& ledger_;
+  bool adagrad_ = false;
+  optim::DeviceAdamFn device_adam_ = nullptr;
+  at::Tensor master_, exp_avg_, exp_avg_sq_, staging_;
+  std::unique_ptr<optim::ThreadPool> pool_;
+  std::vector<memory::MemoryLedger::Registration> regs_;
+};
+
+// Registers an allocated buffer by what was allocated: the tensor's own
+// nbytes(), of which `valid` elements are `kind` and the rest padding. A
+// buffer allocated at the wrong size therefore shows in the ledger (and in
+// every figure built on it), instead of the ledger repeating the sizes the
+// allocation was meant to have.
+void register_tensor(memory::MemoryLedger& ledger, std::vector<memory::MemoryLedger::Registration>& regs,
+                     memory::Tier tier, memory::Kind kind, const at::Tensor& t, std::size_t valid, const char* what);
+
+}  // namespace zero::detail

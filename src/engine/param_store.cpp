@@ -1,0 +1,201 @@
+#include "param_store.h"
+
+#include <unordered_set>
+
+#include <ATen/ops/zeros.h>
+#include <c10/core/StreamGuard.h>
+
+#include "optimizer_partition.h"  // register_tensor
+#include "zero/core/error.h"
+#include "zero/zero/torch_dtype.h"
+
+namespace zero::detail {
+
+using memory::Kind;
+using memory::Tier;
+
+namespace {
+
+// Partitions are padded so that every rank's chunk starts on a 64-byte line.
+constexpr std::size_t kAlignElements = 32;
+
+std::int64_t i64(std::size_t n) { return static_cast<std::int64_t>(n); }
+
+}  // namespace
+
+ParamStore::ParamStore(std::shared_ptr<torch::nn::Module> module, c10::ScalarType dtype, std::size_t bucket_size,
+                       int world, int rank, int stage)
+    : module_(std::move(module)), dtype_(dtype), world_(world), rank_(rank) {
+  // Trainable parameters, each once (tied weights appear twice in the module).
+  std::unordered_set<const void*> seen;
+  for (const at::Tensor& p : module_->parameters(/*recurse=*/true)) {
+    if (!p.requires_grad()) {
+      ++frozen_;
+      continue;
+    }
+    if (!seen.insert(p.unsafeGetTensorImpl()).second) continue;
+    ZERO_CHECK(p.scalar_type() == at::kFloat, "parameter ", params_.size(), " is ", c10::toString(p.scalar_type()),
+               ": give zero::Engine an fp32 module; it makes the bf16/fp16 copy itself");
+    params_.push_back(p);
+  }
+  ZERO_CHECK(!params_.empty(), "the module has no trainable parameters (", frozen_,
+             " frozen): nothing to train. Check requires_grad on its parameters.");
+  const c10::Device d = params_.front().device();
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    ZERO_CHECK(params_[i].device() == d, "parameter ", i, " is on ", params_[i].device().str(),
+               " but parameter 0 is on ", d.str(),
+               ": zero::Engine trains a module on one device. Move it there first (module->to(device)).");
+  }
+  std::vector<std::size_t> numels;
+  for (const auto& p : params_) numels.push_back(static_cast<std::size_t>(p.numel()));
+  const int shard_world = stage == 0 ? 1 : world;
+  shard_rank_ = stage == 0 ? 0 : rank;
+  ZERO_CHECK(bucket_size > 0, "zero_optimization.reduce_bucket_size must be positive");
+  layout_ = FlatLayout(numels, bucket_size, world, shard_world, kAlignElements);
+}
+
+at::Tensor ParamStore::initial_fp32(comm::Communicator& comm, memory::MemoryLedger& ledger) {
+  // In fp32 training it becomes the flat parameter buffer; otherwise it is a
+  // temporary, counted in the device ledger while it lives (so that
+  // device_memory_limit sees the real construction peak) and freed before
+  // the moments are allocated.
+  const std::size_t padded = layout_.padded_numel();
+  at::Tensor flat32 = at::zeros({i64(padded)}, at::TensorOptions().dtype(at::kFloat).device(device()));
+  if (dtype_ == at::kFloat) {
+    register_tensor(ledger, regs_, Tier::kDevice, Kind::kHalfParams, flat32, layout_.numel(),
+                    "the flat parameter buffer");
+  } else {
+    flat32_temp_ = ledger.add(Tier::kDevice, Kind::kStaging, i64(flat32.nbytes()),
+                              "the temporary fp32 copy of the parameters (construction only)");
+  }
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const ParamSlot& s = layout_.params()[i];
+    flat32.narrow(0, i64(s.offset), i64(s.numel)).copy_(params_[i].reshape({-1}));
+  }
+  if (world_ > 1) comm.broadcast(flat32.data_ptr(), padded, DType::kFloat32)->wait();
+  return flat32;
+}
+
+void ParamStore::adopt(at::Tensor flat32, comm::Communicator& comm, memory::MemoryLedger& ledger,
+                       ModuleGuard& guard) {
+  flat_ = dtype_ == at::kFloat ? flat32 : flat32.to(dtype_);
+  if (dtype_ != at::kFloat) {
+    register_tensor(ledger, regs_, Tier::kDevice, Kind::kHalfParams, flat_, layout_.numel(),
+                    "the flat parameter buffer");
+  }
+  flat32 = at::Tensor();
+  flat32_temp_.release();
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const ParamSlot& s = layout_.params()[i];
+    guard.will_replace_trainable(params_[i]);
+    params_[i].set_data(flat_.narrow(0, i64(s.offset), i64(s.numel)).view(params_[i].sizes()));
+    params_[i].mutable_grad().reset();
+  }
+  // Frozen floating-point parameters and buffers meet the training-precision
+  // activations, so they take the training precision too (a frozen fp32
+  // Linear fed bf16 inputs would fail in LibTorch with a dtype mismatch).
+  for (at::Tensor p : module_->parameters(/*recurse=*/true)) {
+    if (!p.requires_grad() && p.is_floating_point() && p.scalar_type() != dtype_) {
+      guard.will_cast(p);
+      p.set_data(p.to(dtype_));
+    }
+  }
+  for (at::Tensor b : module_->buffers(/*recurse=*/true)) {
+    if (b.is_floating_point() && b.scalar_type() != dtype_) {
+      guard.will_cast(b);
+      b.set_data(b.to(dtype_));
+    }
+  }
+  // Frozen parameters and floating-point buffers start equal on every rank,
+  // as the trainable ones do (DDP broadcasts its buffers too): rank 0's.
+  if (world_ > 1) {
+    std::vector<at::Tensor> shared;
+    for (const at::Tensor& p : module_->parameters(/*recurse=*/true)) {
+      if (!p.requires_grad() && p.scalar_type() == dtype_) shared.push_back(p);
+    }
+    for (const at::Tensor& b : module_->buffers(/*recurse=*/true)) {
+      if (b.scalar_type() == dtype_) shared.push_back(b);
+    }
+    for (const at::Tensor& t : shared) {
+      at::Tensor c = t.detach().contiguous();  // t itself unless it is strided
+      comm.broadcast(c.data_ptr(), static_cast<std::size_t>(c.numel()), to_dtype(dtype_))->wait();
+      if (c.data_ptr() != t.data_ptr()) t.detach().copy_(c);
+    }
+  }
+}
+
+void ParamStore::publish(const at::Tensor& src, bool offloaded, comm::Communicator& comm, const DeviceContext& ctx) {
+  if (src.defined() && offloaded && ctx.copy_stream) {
+    // Up on the copy stream; the compute stream (the next forward, the
+    // all-gather) waits on the device, not the host.
+    const c10::Stream compute = ctx.current_stream();
+    ctx.record_on(compute)->block(*ctx.copy_stream);
+    {
+      const c10::StreamGuard on_copy(*ctx.copy_stream);
+      for (const Bucket& b : layout_.buckets()) {
+        flat_.narrow(0, i64(chunk_flat_offset(b)), i64(b.chunk))
+            .copy_(src.narrow(0, i64(b.partition_offset), i64(b.chunk)), /*non_blocking=*/true);
+        copied_ += b.chunk * flat_.element_size();  // H2D
+      }
+    }
+    up_done_ = ctx.record_on(*ctx.copy_stream);
+    up_done_->block(compute);
+  } else {
+    for (const Bucket& b : layout_.buckets()) {
+      if (src.defined()) {
+        flat_.narrow(0, i64(chunk_flat_offset(b)), i64(b.chunk))
+            .copy_(src.narrow(0, i64(b.partition_offset), i64(b.chunk)));
+      }
+      if (offloaded) copied_ += b.chunk * flat_.element_size();  // H2D
+    }
+  }
+  all_gather(comm);
+}
+
+void ParamStore::wait_up() const {
+  if (up_done_) up_done_->synchronize();
+}
+
+std::uint64_t ParamStore::take_copied_bytes() {
+  const std::uint64_t n = copied_;
+  copied_ = 0;
+  return n;
+}
+
+// Stage >= 1: every rank's updated chunks to every rank.
+void ParamStore::all_gather(comm::Communicator& comm) {
+  if (layout_.shard_world() <= 1) return;
+  std::vector<comm::WorkPtr> works;
+  const std::size_t es = flat_.element_size();
+  for (const Bucket& b : layout_.buckets()) {
+    auto* base = static_cast<char*>(flat_.data_ptr()) + b.offset * es;
+    auto* mine = base + static_cast<std::size_t>(rank_) * b.chunk * es;
+    works.push_back(comm.all_gather(mine, base, b.chunk, to_dtype(dtype_)));
+  }
+  for (auto& w : works) w->wait();
+}
+
+std::vector<at::Tensor> ParamStore::gather(const at::Tensor& master_partition, comm::Communicator& comm) const {
+  // Gathered where the collectives' buffers live (the module's device), then
+  // handed out on the host.
+  const FlatLayout& L = layout_;
+  at::Tensor full = at::zeros({i64(L.padded_numel())}, at::TensorOptions().dtype(at::kFloat).device(device()));
+  const at::Tensor master = master_partition.to(device());
+  for (const Bucket& b : L.buckets()) {
+    full.narrow(0, i64(chunk_flat_offset(b)), i64(b.chunk))
+        .copy_(master.narrow(0, i64(b.partition_offset), i64(b.chunk)));
+    if (L.shard_world() > 1) {
+      auto* base = static_cast<char*>(full.data_ptr()) + b.offset * 4;
+      comm.all_gather(base + static_cast<std::size_t>(rank_) * b.chunk * 4, base, b.chunk, DType::kFloat32)->wait();
+    }
+  }
+  full = full.to(at::kCPU);
+  std::vector<at::Tensor> out;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const ParamSlot& s = L.params()[i];
+    out.push_back(full.narrow(0, i64(s.offset), i64(s.numel)).view(params_[i].sizes()).clone());
+  }
+  return out;
+}
+
+}  // namespace zero::detail

@@ -1,0 +1,90 @@
+// The module's parameters as the engine holds them: the trainable ones (each
+// once, in the module's order) as views into one flat buffer in the training
+// precision, laid out by zero/flat_layout.h; the frozen ones and the
+// floating-point buffers cast to that precision; all equal to rank 0's at
+// construction. After a step, publish() brings the rank's updated chunks
+// into the flat buffer and all-gathers them from every rank.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include <ATen/Tensor.h>
+#include <c10/core/Event.h>
+#include <torch/nn/module.h>
+
+#include "device_context.h"
+#include "module_guard.h"
+#include "zero/comm/communicator.h"
+#include "zero/memory/memory_ledger.h"
+#include "zero/zero/flat_layout.h"
+
+namespace zero::detail {
+
+class ParamStore {
+ public:
+  // Collects the trainable parameters (each once; they must be fp32) and
+  // lays them out. Throws before changing anything.
+  ParamStore(std::shared_ptr<torch::nn::Module> module, c10::ScalarType dtype, std::size_t bucket_size, int world,
+             int rank, int stage);
+
+  const std::vector<at::Tensor>& params() const { return params_; }
+  std::int64_t frozen_count() const { return frozen_; }
+  const FlatLayout& layout() const { return layout_; }
+  c10::Device device() const { return params_.front().device(); }
+  int shard_rank() const { return shard_rank_; }
+  const std::shared_ptr<torch::nn::Module>& module() const { return module_; }
+
+  // Construction, in this order (the ledger's construction peak depends on it):
+  // 1. the full fp32 parameters, flat, on the device, equal to rank 0's
+  //    (counted in the ledger while they live);
+  at::Tensor initial_fp32(comm::Communicator& comm, memory::MemoryLedger& ledger);
+  // 2. (the caller seeds the master weights from it, then) the flat
+  //    training-precision buffer made from it, the parameters made views of
+  //    it, frozen parameters and floating-point buffers cast and broadcast.
+  //    `flat32` is consumed. Changes go through `guard`.
+  void adopt(at::Tensor flat32, comm::Communicator& comm, memory::MemoryLedger& ledger, ModuleGuard& guard);
+
+  // After a step: `src` (the rank's updated partition, fp32 master or
+  // training-precision staging; undefined when the optimizer wrote the flat
+  // buffer itself) into the rank's chunks, then the all-gather (stage >= 1).
+  // `offloaded`: src is in host memory (the copies are counted). On a GPU
+  // with a copy stream the copies go there, and the compute stream waits
+  // for them on the device.
+  void publish(const at::Tensor& src, bool offloaded, comm::Communicator& comm, const DeviceContext& ctx);
+  // The rank's chunk of bucket b in the flat training-precision buffer.
+  at::Tensor rank_chunk(const Bucket& b) const {
+    return flat_.narrow(0, static_cast<std::int64_t>(chunk_flat_offset(b)), static_cast<std::int64_t>(b.chunk));
+  }
+  // Blocks until the last publish()'s host-to-device copies are done (before
+  // their source is written again).
+  void wait_up() const;
+  // Bytes copied host -> device since the last call.
+  std::uint64_t take_copied_bytes();
+
+  // The full fp32 parameters from every rank's master partition, one tensor
+  // per trainable parameter, on the host (collective).
+  std::vector<at::Tensor> gather(const at::Tensor& master, comm::Communicator& comm) const;
+
+ private:
+  std::size_t chunk_flat_offset(const Bucket& b) const {
+    return b.offset + static_cast<std::size_t>(shard_rank_) * b.chunk;
+  }
+  void all_gather(comm::Communicator& comm);
+
+  std::shared_ptr<torch::nn::Module> module_;
+  c10::ScalarType dtype_;
+  std::vector<at::Tensor> params_;
+  std::int64_t frozen_ = 0;
+  FlatLayout layout_;
+  int world_ = 1, rank_ = 0, shard_rank_ = 0;
+  at::Tensor flat_;  // the training-precision parameters, layout_.padded_numel()
+  memory::MemoryLedger::Registration flat32_temp_;
+  std::vector<memory::MemoryLedger::Registration> regs_;
+  std::shared_ptr<c10::Event> up_done_;
+  std::uint64_t copied_ = 0;
+};
+
+}  // namespace zero::detail

@@ -1,0 +1,47 @@
+// The training precision and what follows from it at each step: the loss
+// scale (fp16), and from the global gradient norm the step's decision:
+// skip (non-finite), or the one factor the optimizer multiplies the summed
+// gradients by (1 / (world * accumulation * loss scale) times the clip
+// coefficient).
+#pragma once
+
+#include <cstdint>
+
+#include <ATen/Tensor.h>
+#include <c10/core/ScalarType.h>
+
+#include "zero/config/config.h"
+#include "zero/engine/loss_scaler.h"
+
+namespace zero::detail {
+
+struct StepDecision {
+  bool skip = false;          // non-finite gradients: no update, the scaler backed off
+  double norm = 0.0;          // global norm of the averaged gradient, before clipping
+  double clipped_norm = 0.0;  // after
+  float grad_scale = 1.0f;    // what the optimizer multiplies the summed gradients by
+};
+
+class Precision {
+ public:
+  explicit Precision(const config::Config& config);
+
+  c10::ScalarType dtype() const { return dtype_; }
+  float loss_scale() const { return scaler_.scale(); }
+  std::int64_t skipped_steps() const { return scaler_.skipped_steps(); }
+
+  // backward() of loss times the current scale.
+  void backward(const at::Tensor& loss) const;
+
+  // global_sq: the squared norm of the gradients summed over `world` ranks
+  // and `accumulation` micro-batches, still times the loss scale. Updates
+  // the scaler.
+  StepDecision decide(double global_sq, int world, int accumulation);
+
+ private:
+  c10::ScalarType dtype_;
+  LossScaler scaler_;
+  float clip_;
+};
+
+}  // namespace zero::detail
