@@ -30,6 +30,38 @@ namespace zero {
 using memory::Kind;
 using memory::Tier;
 
+namespace {
+
+// Settings the config accepts (DeepSpeed's names) that this engine does not
+// act on, each with what it does instead: said once, at construction.
+std::vector<std::string> ignored_settings(const config::Config& c, bool on_gpu) {
+  std::vector<std::string> w;
+  const auto& z = c.zero_optimization;
+  if (!z.reduce_scatter) {
+    w.push_back("zero_optimization.reduce_scatter=false is ignored: zerocpp reduce-scatters the gradients at "
+                "stage >= 1 (and all-reduces them at stage 0)");
+  }
+  if (!z.contiguous_gradients) {
+    w.push_back("zero_optimization.contiguous_gradients=false is ignored: gradients always go to contiguous "
+                "buckets");
+  }
+  if (z.allgather_bucket_size != config::ZeroOptimizationConfig{}.allgather_bucket_size) {
+    w.push_back("zero_optimization.allgather_bucket_size is ignored: the parameter all-gather uses the reduce "
+                "buckets (reduce_bucket_size)");
+  }
+  if (z.offload_optimizer.device == "cpu" && on_gpu && !z.offload_optimizer.pin_memory) {
+    w.push_back("zero_optimization.offload_optimizer.pin_memory=false is ignored: on a GPU the offload buffers "
+                "are always pinned");
+  }
+  if (z.offload_optimizer.device == "cpu" && !on_gpu && z.offload_optimizer.pin_memory) {
+    w.push_back("zero_optimization.offload_optimizer.pin_memory has no effect on the CPU: there is no device "
+                "to copy to");
+  }
+  return w;
+}
+
+}  // namespace
+
 struct Engine::Impl {
   int world = 1, rank = 0, stage = 0;
   bool offload = false;
@@ -112,6 +144,16 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
   ZERO_CHECK(module != nullptr, "zero::Engine needs a module, got a null pointer");
   m.world = comm_.world_size();
   m.rank = comm_.rank();
+  // The batch sizes must hold for the ranks there are (a config resolved
+  // for another world size would report, and schedule on, a wrong global
+  // batch); the config's own world_size then follows the communicator.
+  ZERO_CHECK(config_.train_batch_size <= 0 ||
+                 config_.train_batch_size == config_.train_micro_batch_size_per_gpu *
+                                                 config_.gradient_accumulation_steps * m.world,
+             "the config's batch sizes (", config_.batch_summary(), ") were resolved for ", config_.world_size,
+             " rank(s) but the communicator has ", m.world,
+             ": parse the config with the communicator's size, config::load_config(path, comm.world_size())");
+  config_.world_size = m.world;
   const auto& z = config_.zero_optimization;
   m.stage = z.stage;
   ZERO_CHECK(m.stage <= 2, "zero_optimization.stage=", m.stage,
@@ -186,6 +228,27 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
   go.update_in_grads = update_in_grads;
   m.grads = std::make_unique<detail::GradPath>(L, m.ctx, go, comm_, ledger_, P.params().front());
   m.delayed = std::make_unique<detail::DelayedUpdate>(dpu, z.offload_optimizer.delayed_param_update_warmup_steps);
+
+  // The transient gradient buckets are budgeted here, at their bound, and
+  // not refused inside backward (where one rank could fail while the others
+  // wait in a collective): every rank holds the same bytes, so every rank
+  // refuses alike.
+  if (config_.device_memory_limit > 0) {
+    const std::int64_t held = ledger_.snapshot().tier_current[static_cast<int>(Tier::kDevice)];
+    const std::int64_t buckets = m.grads->bucket_bound_bytes();
+    auto both = [](std::int64_t b) { return memory::format_bytes(b) + " = " + std::to_string(b) + " bytes"; };
+    ZERO_CHECK(held + buckets <= config_.device_memory_limit, "device memory budget exceeded: the gradient buckets "
+               "need up to ", both(buckets), " during backward beside the ", both(held),
+               " the engine holds, past the device_memory_limit of ", both(config_.device_memory_limit),
+               " (it would need at least ", both(held + buckets), "). Lower zero_optimization.reduce_bucket_size, "
+               "raise device_memory_limit, or move state off the device (a higher stage, or "
+               "offload_optimizer.device=\"cpu\").");
+  }
+  if (m.rank == 0) {
+    for (const std::string& w : ignored_settings(config_, m.ctx.on_accelerator())) {
+      std::fprintf(stderr, "zerocpp: config warning: %s\n", w.c_str());
+    }
+  }
 
   // The communicator's counters are its owner's: the engine counts the
   // difference from here on.

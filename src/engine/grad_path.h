@@ -78,6 +78,8 @@ class GradPath {
   void flip();
   bool update_in_grads() const { return o_.update_in_grads; }
   const at::Tensor& host(int buf) const { return host_grads_[static_cast<std::size_t>(buf)]; }
+  // The reducer's transient buckets at their bound (grad_reducer.h).
+  std::int64_t bucket_bound_bytes() const { return reducer_->bucket_bound_bytes(); }
   // Bytes copied device -> host since the last call.
   std::uint64_t take_copied_bytes();
 

@@ -71,11 +71,11 @@ void MemoryLedger::Registration::release() {
 }
 
 MemoryLedger::Registration MemoryLedger::add(Tier tier, Kind kind, std::int64_t bytes,
-                                             std::string_view what) {
+                                             std::string_view what, bool check_budget) {
   ZERO_INTERNAL_ASSERT(bytes >= 0);
   std::lock_guard<std::mutex> lock(mu_);
   const int t = int(tier), k = int(kind);
-  if (tier == Tier::kDevice && device_limit_ > 0) {
+  if (check_budget && tier == Tier::kDevice && device_limit_ > 0) {
     const std::int64_t held = s_.tier_current[t];
     // Rounded for reading, exact bytes for the setting (and for tests).
     auto both = [](std::int64_t b) { return format_bytes(b) + " = " + std::to_string(b) + " bytes"; };

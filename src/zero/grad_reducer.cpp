@@ -1,5 +1,8 @@
 #include "zero/zero/grad_reducer.h"
 
+#include <algorithm>
+#include <functional>
+
 #include <ATen/ops/zeros.h>
 
 #include "zero/core/error.h"
@@ -53,11 +56,28 @@ at::Tensor GradReducer::bucket_storage(int b) {
     ++live_buckets_;
     at::Tensor t = at::zeros({static_cast<std::int64_t>(bucket.padded)}, like_.options());
     // The bucket's own bytes, as allocated (a refusal frees it again).
-    storage_reg_[static_cast<std::size_t>(b)] = ledger_.add(
-        memory::Tier::kDevice, memory::Kind::kBuckets, static_cast<std::int64_t>(t.nbytes()), "a gradient bucket");
+    // Not refused here: a refusal inside backward could hit one rank only
+    // (bucket frees follow communication progress) while the others wait in
+    // the reduce-scatter. The engine checks bucket_bound_bytes() against the
+    // budget when it is built, on every rank alike.
+    storage_reg_[static_cast<std::size_t>(b)] =
+        ledger_.add(memory::Tier::kDevice, memory::Kind::kBuckets, static_cast<std::int64_t>(t.nbytes()),
+                    "a gradient bucket", /*check_budget=*/false);
     s = std::move(t);
   }
   return s;
+}
+
+std::int64_t GradReducer::bucket_bound_bytes() const {
+  if (opts_.mode != GradReduceMode::kReduceScatter) return 0;
+  std::vector<std::size_t> sizes;
+  for (const Bucket& b : layout_.buckets()) sizes.push_back(b.padded);
+  std::sort(sizes.begin(), sizes.end(), std::greater<>());
+  std::int64_t bytes = 0;
+  for (std::size_t i = 0; i < sizes.size() && i < static_cast<std::size_t>(opts_.max_in_flight) + 1; ++i) {
+    bytes += static_cast<std::int64_t>(sizes[i] * like_.element_size());
+  }
+  return bytes;
 }
 
 void GradReducer::on_grad(int param, const at::Tensor& grad) {

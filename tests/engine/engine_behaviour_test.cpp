@@ -619,17 +619,44 @@ TEST(Modules, DeviceMemoryLimitRefusesWithTheRightNumbers) {
                 bf16 ? static_cast<std::int64_t>(layout.padded_numel() * 4) : 0)
           << what;
 
-      // The peak itself fits...
-      cfg.device_memory_limit = peak;
+      // Stage 2's transient buckets are budgeted at construction at their
+      // bound (the 3 largest buckets), not refused inside backward, where a
+      // refusal could hit one rank only: the limit needed is the larger of
+      // the peak and what the engine holds plus that bound.
+      std::int64_t bound = 0;
+      if (stage == 2) {
+        std::vector<std::size_t> sizes;
+        for (const Bucket& b : layout.buckets()) sizes.push_back(b.padded);
+        std::sort(sizes.begin(), sizes.end(), std::greater<>());
+        for (std::size_t i = 0; i < sizes.size() && i < 3; ++i) bound += static_cast<std::int64_t>(sizes[i] * (bf16 ? 2 : 4));
+      }
+      const std::int64_t held = s.tier_current[int(Tier::kDevice)];
+      const std::int64_t need_buckets = held + bound;
+      const std::int64_t need = std::max(peak, need_buckets);
+      // That limit fits...
+      cfg.device_memory_limit = need;
       EXPECT_EQ(construct_and_step(cfg, *single, nullptr), peak) << what;
       // ...one byte less does not, and the message gives the exact numbers:
-      // the allocation that first reached the peak.
-      cfg.device_memory_limit = peak - 1;
+      // the buckets' bound, or the allocation that first reached the peak.
+      cfg.device_memory_limit = need - 1;
       try {
         construct_and_step(cfg, *single, nullptr);
         ADD_FAILURE() << what << ": expected an error";
       } catch (const ::zero::Error& e) {
         const std::string msg = e.what();
+        if (bound > 0 && need_buckets >= peak) {
+          std::smatch m;
+          const std::regex re("the gradient buckets need up to [^=]+= ([0-9]+) bytes during backward beside the "
+                              "[^=]+= ([0-9]+) bytes the engine holds, past the device_memory_limit of [^=]+= "
+                              "([0-9]+) bytes \\(it would need at least [^=]+= ([0-9]+) bytes\\)");
+          ASSERT_TRUE(std::regex_search(msg, m, re)) << msg;
+          EXPECT_EQ(std::stoll(m[1]), bound) << msg;
+          EXPECT_EQ(std::stoll(m[2]), held) << msg;
+          EXPECT_EQ(std::stoll(m[3]), need - 1) << msg;
+          EXPECT_EQ(std::stoll(m[4]), need) << msg;
+          EXPECT_NE(msg.find("reduce_bucket_size"), std::string::npos) << msg;
+          continue;
+        }
         EXPECT_NE(msg.find("offload_optimizer"), std::string::npos) << msg;
         std::smatch m;
         const std::regex re(
@@ -915,6 +942,119 @@ TEST(Lifetime, DestroyingWithAPendingDelayedUpdateSaysSo) {
     engine.flush();
   }
   EXPECT_EQ(testing::internal::GetCapturedStderr().find("pending"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace zero::test
+
+// ---- Construction checks that every rank takes alike ------------------------
+
+namespace zero::test {
+namespace {
+
+// A budget that covers what the engine holds but not its gradient buckets at
+// their bound: every rank refuses at construction with the same message,
+// instead of one rank refusing inside backward while the others wait in the
+// reduce-scatter (the test returning at all on 2 and 4 ranks is the "no
+// hang" half).
+TEST(Budget, BucketRefusalIsTheSameOnEveryRankAndAtConstruction) {
+  comm::Communicator& comm = world_comm();
+  const int world = comm.world_size();
+  config::Config cfg = make_config(2, false, true, world, 2, 1);
+  std::int64_t held = 0;
+  {
+    auto model = make_model(ModelKind::kMlp);
+    Engine engine(model, cfg, comm);
+    held = engine.ledger().snapshot().tier_current[int(Tier::kDevice)];
+  }
+  std::vector<std::size_t> numels;
+  for (const auto& p : make_model(ModelKind::kMlp)->parameters()) numels.push_back(static_cast<std::size_t>(p.numel()));
+  const FlatLayout layout(numels, static_cast<std::size_t>(cfg.zero_optimization.reduce_bucket_size), world, world, 32);
+  std::vector<std::size_t> sizes;
+  for (const Bucket& b : layout.buckets()) sizes.push_back(b.padded);
+  std::sort(sizes.begin(), sizes.end(), std::greater<>());
+  std::int64_t bound = 0;
+  for (std::size_t i = 0; i < sizes.size() && i < 3; ++i) bound += static_cast<std::int64_t>(sizes[i] * 2);
+  ASSERT_GT(bound, 0);
+
+  cfg.device_memory_limit = held + bound - 1;
+  float refused = 0.0f;
+  try {
+    auto model = make_model(ModelKind::kMlp);
+    Engine engine(model, cfg, comm);
+  } catch (const ::zero::Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("the gradient buckets need up to"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("= " + std::to_string(held + bound) + " bytes"), std::string::npos) << msg;
+    refused = 1.0f;
+  }
+  // Every rank refused (the sum is the world size on every rank).
+  comm.all_reduce(&refused, 1, DType::kFloat32)->wait();
+  EXPECT_EQ(refused, static_cast<float>(world));
+
+  // At the bound it trains.
+  cfg.device_memory_limit = held + bound;
+  auto model = make_model(ModelKind::kMlp);
+  Engine engine(model, cfg, comm);
+  GlobalBatch gb = global_batch(ModelKind::kMlp, 0);
+  const int rank = comm.rank();
+  engine.backward(micro_loss(ModelKind::kMlp, *model, gb.x.narrow(0, rank * 2, 2), gb.y.narrow(0, rank * 2, 2),
+                             engine.dtype()));
+  EXPECT_TRUE(engine.step());
+}
+
+// Batch sizes resolved for another world size are refused with the fix.
+TEST(Config, BatchSizesForAnotherWorldSizeAreRefused) {
+  comm::Communicator& comm = world_comm();
+  config::Config cfg = make_config(1, false, false, comm.world_size() + 1, 2, 1);
+  cfg.world_size = comm.world_size() + 1;
+  try {
+    auto model = make_model(ModelKind::kMlp);
+    Engine engine(model, cfg, comm);
+    FAIL() << "expected an error";
+  } catch (const ::zero::Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("were resolved for " + std::to_string(comm.world_size() + 1) + " rank(s) but the "
+                       "communicator has " + std::to_string(comm.world_size())),
+              std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find("load_config(path, comm.world_size())"), std::string::npos) << msg;
+  }
+}
+
+// Settings the engine does not act on are named once, with what it does instead.
+TEST(Config, IgnoredSettingsAreNamedAtConstruction) {
+  comm::Communicator& comm = world_comm();
+  config::Config cfg = make_config(2, true, false, comm.world_size(), 2, 1);
+  cfg.zero_optimization.reduce_scatter = false;
+  cfg.zero_optimization.contiguous_gradients = false;
+  cfg.zero_optimization.allgather_bucket_size = 12345;
+  cfg.zero_optimization.offload_optimizer.pin_memory = true;
+  testing::internal::CaptureStderr();
+  {
+    auto model = make_model(ModelKind::kMlp);
+    Engine engine(model, cfg, comm);
+  }
+  const std::string err = testing::internal::GetCapturedStderr();
+  // The defaults warn about nothing (every rank builds both engines: the
+  // constructor is collective).
+  testing::internal::CaptureStderr();
+  {
+    auto model = make_model(ModelKind::kMlp);
+    Engine engine(model, make_config(2, true, false, comm.world_size(), 2, 1), comm);
+  }
+  EXPECT_EQ(testing::internal::GetCapturedStderr().find("config warning"), std::string::npos);
+  if (comm.rank() != 0) {
+    EXPECT_EQ(err.find("config warning"), std::string::npos) << "only rank 0 warns:\n" << err;
+    return;
+  }
+  for (const char* key : {"zero_optimization.reduce_scatter=false is ignored",
+                          "zero_optimization.contiguous_gradients=false is ignored",
+                          "zero_optimization.allgather_bucket_size is ignored: the parameter all-gather uses the "
+                          "reduce buckets",
+                          "offload_optimizer.pin_memory has no effect on the CPU"}) {
+    EXPECT_NE(err.find(key), std::string::npos) << key << "\n" << err;
+  }
 }
 
 }  // namespace

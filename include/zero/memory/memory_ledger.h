@@ -65,8 +65,12 @@ class MemoryLedger {
     std::int64_t bytes_ = 0;
   };
 
-  // `what` names the buffer in the error message if the device budget is exceeded.
-  [[nodiscard]] Registration add(Tier tier, Kind kind, std::int64_t bytes, std::string_view what);
+  // `what` names the buffer in the error message if the device budget is
+  // exceeded. check_budget false: counted, never refused (for allocations
+  // whose bound was checked beforehand, where a refusal on one rank would
+  // leave the others waiting in a collective).
+  [[nodiscard]] Registration add(Tier tier, Kind kind, std::int64_t bytes, std::string_view what,
+                                 bool check_budget = true);
 
   // 0 = no budget. Only the device tier has one.
   void set_device_limit(std::int64_t bytes) { device_limit_ = bytes; }

@@ -1,0 +1,75 @@
+// The engine's delayed-update part (src/engine/delayed_update.h) on its own:
+// a job that throws reaches the caller on this and every later wait(), and
+// what the destructor drops is said on stderr. White-box: the part is
+// private to zero_engine, so the test includes its header from src/.
+#include <atomic>
+#include <stdexcept>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "../../src/engine/delayed_update.h"
+
+namespace zero::detail {
+namespace {
+
+TEST(DelayedUpdate, WarmupStepsAreOrdinary) {
+  DelayedUpdate off(false, 0);
+  EXPECT_FALSE(off.enabled());
+  EXPECT_FALSE(off.should_delay(100));
+  DelayedUpdate on(true, 3);
+  EXPECT_TRUE(on.enabled());
+  EXPECT_FALSE(on.should_delay(2));
+  EXPECT_TRUE(on.should_delay(3));
+}
+
+TEST(DelayedUpdate, AFailedJobSticksOnEveryLaterWait) {
+  DelayedUpdate d(true, 0);
+  d.submit([] { throw std::runtime_error("the CPU step failed"); }, 7);
+  EXPECT_TRUE(d.pending());
+  for (int i = 0; i < 3; ++i) {
+    try {
+      d.wait();
+      FAIL() << "wait " << i << " returned: the failure must stick";
+    } catch (const std::runtime_error& e) {
+      EXPECT_STREQ(e.what(), "the CPU step failed");
+    }
+    // Nothing half written is published: no update is pending after a failure.
+    EXPECT_FALSE(d.pending());
+  }
+}
+
+TEST(DelayedUpdate, DestructorSaysWhatItDropped) {
+  testing::internal::CaptureStderr();
+  {
+    DelayedUpdate d(true, 0);
+    std::atomic<bool> ran{false};
+    d.submit([&] { ran = true; }, 12);
+    d.wait();
+    EXPECT_TRUE(ran);
+    EXPECT_TRUE(d.pending());  // finished but not applied
+  }
+  std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("the update of step 12 was dropped"), std::string::npos) << err;
+  EXPECT_NE(err.find("engine.flush()"), std::string::npos) << err;
+
+  testing::internal::CaptureStderr();
+  {
+    DelayedUpdate d(true, 0);
+    d.submit([] { throw std::runtime_error("disk on fire"); }, 3);
+  }
+  err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("the delayed update failed and was dropped: disk on fire"), std::string::npos) << err;
+
+  testing::internal::CaptureStderr();
+  {
+    DelayedUpdate d(true, 0);
+    d.submit([] {}, 4);
+    d.wait();
+    d.applied();
+  }
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "") << "an applied update is not reported";
+}
+
+}  // namespace
+}  // namespace zero::detail
