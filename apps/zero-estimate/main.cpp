@@ -57,9 +57,9 @@ std::int64_t parse_bytes(const std::string& flag, const std::string& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string model = "gpt2", params_text, device_mem_text, host_mem_text, precision = "bf16", stage_text;
+  std::string model = "gpt2", params_text, device_mem_text, host_mem_text, precision = "bf16", stage_text, optimizer = "AdamW";
   int world = 1, stage = -1;
-  bool offload = false, dpu = false, json = false, checkpoint = false, cpu_checkpoint = false;
+  bool offload = false, dpu = false, json = false, checkpoint = false, cpu_checkpoint = false, on_gpu = false;
   std::int64_t micro = 1, seq = 0, bucket = 500'000'000, n_layer = 0, n_head = 0, n_embd = 0, block_size = 0;
   CLI::App app{"zero-estimate: memory per rank per tier for a ZeRO configuration, and what fits"};
   auto* model_opt = app.add_option("--model", model, "GPT preset: gpt2-tiny, gpt2-small-test, gpt2, gpt2-medium, "
@@ -75,6 +75,9 @@ int main(int argc, char** argv) {
   app.add_flag("--offload", offload, "offload_optimizer.device = cpu (stage 1 or 2)");
   app.add_flag("--dpu", dpu, "delayed parameter update (needs --offload)");
   app.add_option("--precision", precision, "bf16, fp16 or fp32")->capture_default_str();
+  app.add_option("--optimizer", optimizer, "AdamW, Adam (two moments) or Adagrad (one)")->capture_default_str();
+  app.add_flag("--gpu", on_gpu, "the model on a GPU: with --offload, host gradients as they come down "
+               "(training precision) and the update written over them");
   auto* micro_opt = app.add_option("--micro", micro, "micro-batch per rank (activations)")->capture_default_str();
   auto* seq_opt = app.add_option("--seq", seq, "sequence length (default: the model's context)");
   app.add_flag("--checkpoint-activations", checkpoint, "activations with per-block checkpointing (as zero-train's)");
@@ -119,6 +122,10 @@ int main(int argc, char** argv) {
     ZERO_CHECK(precision == "bf16" || precision == "fp16" || precision == "fp32",
                "--precision must be bf16, fp16 or fp32, got '", precision, "'");
     in.element_bytes = precision == "fp32" ? 4 : 2;
+    ZERO_CHECK(optimizer == "AdamW" || optimizer == "Adam" || optimizer == "Adagrad",
+               "--optimizer must be AdamW, Adam or Adagrad, got '", optimizer, "'");
+    in.moments = optimizer == "Adagrad" ? 1 : 2;
+    in.on_gpu = on_gpu;
     if (!params_text.empty()) {
       in.params = parse_count(params_text);
     } else {

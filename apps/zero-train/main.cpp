@@ -182,6 +182,10 @@ int run(const Options& cli) {
     in.world = comm->world_size();
     in.stage = cfg.zero_optimization.stage;
     in.offload = cfg.zero_optimization.offload_optimizer.device == "cpu";
+    in.dpu = in.offload && cfg.zero_optimization.offload_optimizer.delayed_param_update;
+    in.on_gpu = td.device.is_cuda();
+    in.accumulation = static_cast<int>(accum);
+    in.moments = cfg.optimizer.is_adagrad() ? 1 : 2;
     in.element_bytes = static_cast<int>(c10::elementSize(engine.dtype()));
     in.micro_batch = micro;
     in.seq_len = o.seq_len;

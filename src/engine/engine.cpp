@@ -24,6 +24,7 @@
 #include "param_store.h"
 #include "precision.h"
 #include "zero/core/error.h"
+#include "zero/zero/memory_plan.h"
 
 namespace zero {
 
@@ -69,6 +70,7 @@ struct Engine::Impl {
   detail::Precision precision;
   // Declared in dependency order: each part may refer to those above it,
   // and is destroyed before them.
+  MemoryPlan plan;
   std::unique_ptr<detail::ParamStore> params;
   std::unique_ptr<detail::OptimizerPartition> optimizer;
   std::unique_ptr<detail::GradPath> grads;
@@ -169,9 +171,7 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
   lr_ = config_.optimizer.lr;
   ledger_.set_device_limit(config_.device_memory_limit);
 
-  m.params = std::make_unique<detail::ParamStore>(std::move(module), dtype,
-                                                  static_cast<std::size_t>(z.reduce_bucket_size), m.world, m.rank,
-                                                  m.stage);
+  m.params = std::make_unique<detail::ParamStore>(std::move(module), dtype, m.world, m.rank);
   detail::ParamStore& P = *m.params;
   const c10::Device device = P.device();
   m.ctx.device = device;
@@ -192,21 +192,38 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
                "module to its GPU (module->to(torch::Device(torch::kCUDA, local_rank))), or use the "
                "MPI or single-process communicator (zero::comm::make_communicator()).");
   }
-  const FlatLayout& L = P.layout();
   const int accumulation = config_.gradient_accumulation_steps;
+  // Every buffer's size, tier and lifetime: the memory plan, which
+  // zero-estimate sums too.
+  ZERO_CHECK(z.reduce_bucket_size > 0, "zero_optimization.reduce_bucket_size must be positive");
+  PlanInput pi;
+  pi.numels = P.numels();
+  pi.bucket_numel = static_cast<std::size_t>(z.reduce_bucket_size);
+  pi.world = m.world;
+  pi.rank = m.rank;
+  pi.stage = m.stage;
+  pi.offload = m.offload;
+  pi.dpu = dpu;
+  pi.on_gpu = m.ctx.on_accelerator();
+  pi.accumulation = accumulation;
+  pi.element_bytes = static_cast<int>(c10::elementSize(dtype));
+  pi.moments = config_.optimizer.is_adagrad() ? 1 : 2;
+  m.plan = plan_memory(pi);
+  P.use_plan(m.plan);
+  const FlatLayout& L = P.layout();
   // bf16/fp16 offload on a GPU without accumulation: the CPU step writes the
   // updated parameters over the gradients they came from, and that buffer
   // goes up (one host buffer per step for both directions: 16 bytes per
   // parameter with DPU; no wait for the last upload before the next CPU
   // step, as the copy stream orders the upload before the next download).
-  const bool update_in_grads = m.offload && m.ctx.on_accelerator() && dtype != at::kFloat && accumulation == 1;
+  // The plan then has no staging buffer.
+  const bool update_in_grads = m.offload && m.ctx.on_accelerator() && dtype != at::kFloat &&
+                               !m.plan[Buffer::kStaging].present;
 
   detail::OptimizerPartition::Options oo;
   oo.offload = m.offload;
-  oo.staging = m.offload && dtype != at::kFloat && !update_in_grads;
   oo.dtype = dtype;
-  oo.shard_rank = P.shard_rank();
-  m.optimizer = std::make_unique<detail::OptimizerPartition>(config_, L, m.ctx, oo, ledger_);
+  m.optimizer = std::make_unique<detail::OptimizerPartition>(config_, m.plan, m.ctx, oo, ledger_);
 
   at::NoGradGuard no_grad;
   // The order of these allocations is the construction peak the ledger sees.
@@ -226,7 +243,7 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
   go.overlap_comm = z.overlap_comm;
   go.shard_rank = P.shard_rank();
   go.update_in_grads = update_in_grads;
-  m.grads = std::make_unique<detail::GradPath>(L, m.ctx, go, comm_, ledger_, P.params().front());
+  m.grads = std::make_unique<detail::GradPath>(m.plan, m.ctx, go, comm_, ledger_, P.params().front());
   m.delayed = std::make_unique<detail::DelayedUpdate>(dpu, z.offload_optimizer.delayed_param_update_warmup_steps);
 
   // The transient gradient buckets are budgeted here, at their bound, and
@@ -235,7 +252,7 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
   // refuses alike.
   if (config_.device_memory_limit > 0) {
     const std::int64_t held = ledger_.snapshot().tier_current[static_cast<int>(Tier::kDevice)];
-    const std::int64_t buckets = m.grads->bucket_bound_bytes();
+    const std::int64_t buckets = m.plan[Buffer::kBuckets].present ? m.plan[Buffer::kBuckets].bytes() : 0;
     auto both = [](std::int64_t b) { return memory::format_bytes(b) + " = " + std::to_string(b) + " bytes"; };
     ZERO_CHECK(held + buckets <= config_.device_memory_limit, "device memory budget exceeded: the gradient buckets "
                "need up to ", both(buckets), " during backward beside the ", both(held),

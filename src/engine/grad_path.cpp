@@ -17,43 +17,29 @@ namespace {
 std::int64_t i64(std::size_t n) { return static_cast<std::int64_t>(n); }
 }  // namespace
 
-GradPath::GradPath(const FlatLayout& layout, const DeviceContext& ctx, Options options, comm::Communicator& comm,
+GradPath::GradPath(const MemoryPlan& plan, const DeviceContext& ctx, Options options, comm::Communicator& comm,
                    memory::MemoryLedger& ledger, const at::Tensor& like)
-    : layout_(layout), ctx_(ctx), o_(options), gpu_offload_(options.offload && ctx.on_accelerator()) {
-  const std::size_t psi = layout.numel(), padded = layout.padded_numel();
-  const std::size_t part = layout.partition_numel(), part_valid = layout.partition_valid(o_.shard_rank);
+    : layout_(plan.layout), ctx_(ctx), o_(options), gpu_offload_(options.offload && ctx.on_accelerator()) {
+  // Each buffer as the plan has it (zero/zero/memory_plan.h), registered as allocated.
+  auto allocate = [&](Buffer id, at::Tensor& t) {
+    const PlannedBuffer& b = plan[id];
+    if (!b.present) return;
+    const auto dtype = b.element_bytes == 4 ? at::kFloat : like.scalar_type();
+    t = b.tier == Tier::kHost ? ctx.host_tensor(b.elements, dtype).zero_()
+                              : at::zeros({i64(b.elements)}, like.options().dtype(dtype));
+    register_planned(ledger, regs_, b, t);
+  };
+  allocate(Buffer::kFullGrads, full_grads_);
+  allocate(Buffer::kPartGrads, part_grads_);
+  allocate(Buffer::kHostGrads0, host_grads_[0]);
+  allocate(Buffer::kHostGrads1, host_grads_[1]);
+  allocate(Buffer::kDevAccum, dev_accum_);
   GradReducer::Options ro;
   ro.overlap_comm = o_.overlap_comm;
-  if (o_.offload || o_.stage == 2) {
-    ro.mode = GradReduceMode::kReduceScatter;
-    if (o_.offload) {
-      // On a GPU as they come down (see the header): the training precision,
-      // or the device's fp32 sum when micro-batches accumulate.
-      const bool half_grads = gpu_offload_ && o_.accumulation == 1;
-      const int copies = o_.dpu ? 2 : 1;
-      for (int c = 0; c < copies; ++c) {
-        host_grads_[static_cast<std::size_t>(c)] =
-            ctx.host_tensor(part, half_grads ? like.scalar_type() : at::kFloat).zero_();
-        register_tensor(ledger, regs_, Tier::kHost, Kind::kGrads, host_grads_[static_cast<std::size_t>(c)],
-                        part_valid, "the host gradient partition");
-      }
-      if (gpu_offload_ && o_.accumulation > 1) {
-        // fp32, as the host sums on the CPU path: a window's fp16 sum may
-        // overflow where each micro-batch does not.
-        dev_accum_ = at::zeros({i64(part)}, like.options().dtype(at::kFloat));
-        register_tensor(ledger, regs_, Tier::kDevice, Kind::kGrads, dev_accum_, part_valid,
-                        "the device gradient partition (accumulation)");
-      }
-    } else {
-      part_grads_ = at::zeros({i64(part)}, like.options());
-      register_tensor(ledger, regs_, Tier::kDevice, Kind::kGrads, part_grads_, part_valid, "the gradient partition");
-    }
-  } else {
-    ro.mode = o_.stage == 0 ? GradReduceMode::kAllReduceFull : GradReduceMode::kReduceScatterFull;
-    full_grads_ = at::zeros({i64(padded)}, like.options());
-    register_tensor(ledger, regs_, Tier::kDevice, Kind::kGrads, full_grads_, psi, "the flat gradient buffer");
-  }
-  reducer_ = std::make_unique<GradReducer>(layout, comm, ledger, ro, full_grads_, at::empty({0}, like.options()),
+  ro.max_in_flight = kPlanLiveBuckets - 1;  // the plan budgets this many buckets at once
+  ro.mode = full_grads_.defined() ? (o_.stage == 0 ? GradReduceMode::kAllReduceFull : GradReduceMode::kReduceScatterFull)
+                                  : GradReduceMode::kReduceScatter;
+  reducer_ = std::make_unique<GradReducer>(layout_, comm, ledger, ro, full_grads_, at::empty({0}, like.options()),
                                            [this](int b, const at::Tensor& chunk) { consume(b, chunk); });
 }
 

@@ -27,6 +27,7 @@
 #include "zero/memory/memory_ledger.h"
 #include "zero/zero/flat_layout.h"
 #include "zero/zero/grad_reducer.h"
+#include "zero/zero/memory_plan.h"
 
 namespace zero::detail {
 
@@ -46,7 +47,7 @@ class GradPath {
   };
   // like: a tensor with the dtype and device of the training-precision
   // parameters. Allocates this rank's buffers and the reducer.
-  GradPath(const FlatLayout& layout, const DeviceContext& ctx, Options options, comm::Communicator& comm,
+  GradPath(const MemoryPlan& plan, const DeviceContext& ctx, Options options, comm::Communicator& comm,
            memory::MemoryLedger& ledger, const at::Tensor& like);
 
   void begin_backward(bool boundary);
@@ -78,8 +79,6 @@ class GradPath {
   void flip();
   bool update_in_grads() const { return o_.update_in_grads; }
   const at::Tensor& host(int buf) const { return host_grads_[static_cast<std::size_t>(buf)]; }
-  // The reducer's transient buckets at their bound (grad_reducer.h).
-  std::int64_t bucket_bound_bytes() const { return reducer_->bucket_bound_bytes(); }
   // Bytes copied device -> host since the last call.
   std::uint64_t take_copied_bytes();
 

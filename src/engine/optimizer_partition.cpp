@@ -28,9 +28,9 @@ void register_tensor(memory::MemoryLedger& ledger, std::vector<memory::MemoryLed
   regs.push_back(ledger.add(tier, Kind::kPadding, total - used, what));
 }
 
-OptimizerPartition::OptimizerPartition(const config::Config& config, const FlatLayout& layout,
+OptimizerPartition::OptimizerPartition(const config::Config& config, const MemoryPlan& plan,
                                        const DeviceContext& ctx, Options options, memory::MemoryLedger& ledger)
-    : opt_(config.optimizer), layout_(layout), ctx_(ctx), o_(options), ledger_(ledger),
+    : opt_(config.optimizer), plan_(plan), layout_(plan.layout), ctx_(ctx), o_(options), ledger_(ledger),
       adagrad_(config.optimizer.is_adagrad()) {
   if (ctx_.on_accelerator() && !o_.offload) {
     device_adam_ = optim::device_adam();
@@ -51,40 +51,33 @@ OptimizerPartition::OptimizerPartition(const config::Config& config, const FlatL
   pool_ = std::make_unique<optim::ThreadPool>(threads);
 }
 
+// A buffer of the plan, allocated where the plan puts it (pinned host memory
+// on a GPU) and registered as allocated.
+at::Tensor OptimizerPartition::allocate(Buffer id, c10::ScalarType dtype, bool zero) {
+  const PlannedBuffer& b = plan_[id];
+  at::Tensor t = b.tier == Tier::kHost ? ctx_.host_tensor(b.elements, dtype)
+                                       : at::empty({i64(b.elements)}, at::TensorOptions().dtype(dtype).device(ctx_.device));
+  if (zero) t.zero_();
+  register_planned(ledger_, regs_, b, t);
+  return t;
+}
+
 void OptimizerPartition::seed_master(const at::Tensor& flat32) {
-  const std::size_t part = layout_.partition_numel();
-  const std::size_t valid = layout_.partition_valid(o_.shard_rank);
-  const Tier tier = o_.offload ? Tier::kHost : Tier::kDevice;
-  master_ = o_.offload ? ctx_.host_tensor(part, at::kFloat)
-                       : at::empty({i64(part)}, at::TensorOptions().dtype(at::kFloat).device(ctx_.device));
-  register_tensor(ledger_, regs_, tier, Kind::kFp32Master, master_, valid, "fp32 master weights");
+  master_ = allocate(Buffer::kMaster, at::kFloat, /*zero=*/false);
   for (const Bucket& b : layout_.buckets()) {
     master_.narrow(0, i64(b.partition_offset), i64(b.chunk))
-        .copy_(flat32.narrow(0, i64(b.offset + static_cast<std::size_t>(o_.shard_rank) * b.chunk), i64(b.chunk)));
+        .copy_(flat32.narrow(0, i64(b.offset + static_cast<std::size_t>(plan_.shard_rank) * b.chunk), i64(b.chunk)));
   }
 }
 
 void OptimizerPartition::allocate_moments() {
-  const std::size_t part = layout_.partition_numel();
-  const std::size_t valid = layout_.partition_valid(o_.shard_rank);
-  const Tier tier = o_.offload ? Tier::kHost : Tier::kDevice;
-  auto zeros = [&] {
-    return o_.offload ? ctx_.host_tensor(part, at::kFloat).zero_()
-                      : at::zeros({i64(part)}, at::TensorOptions().dtype(at::kFloat).device(ctx_.device));
-  };
-  exp_avg_ = zeros();
-  register_tensor(ledger_, regs_, tier, Kind::kMoments, exp_avg_, valid, "optimizer moments");
+  exp_avg_ = allocate(Buffer::kExpAvg, at::kFloat, /*zero=*/true);
   if (adagrad_) {
     exp_avg_.fill_(opt_.initial_accumulator_value);
   } else {
-    exp_avg_sq_ = zeros();
-    register_tensor(ledger_, regs_, tier, Kind::kMoments, exp_avg_sq_, valid, "optimizer moments");
+    exp_avg_sq_ = allocate(Buffer::kExpAvgSq, at::kFloat, /*zero=*/true);
   }
-  if (o_.staging) {
-    staging_ = ctx_.host_tensor(part, o_.dtype);
-    regs_.push_back(ledger_.add(Tier::kHost, Kind::kStaging, i64(staging_.nbytes()),
-                                "the host parameter staging buffer"));
-  }
+  if (plan_[Buffer::kStaging].present) staging_ = allocate(Buffer::kStaging, o_.dtype, /*zero=*/false);
 }
 
 void OptimizerPartition::step(const GradsFn& grads, const HalfOutFn& half_out, float grad_scale, float lr,

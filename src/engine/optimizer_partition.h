@@ -20,6 +20,7 @@
 #include "zero/optim/device_adam_registry.h"
 #include "zero/optim/thread_pool.h"
 #include "zero/zero/flat_layout.h"
+#include "zero/zero/memory_plan.h"
 
 namespace zero::detail {
 
@@ -27,12 +28,10 @@ class OptimizerPartition {
  public:
   struct Options {
     bool offload = false;         // state in host memory, the CPU kernels
-    bool staging = false;         // offload in bf16/fp16 with a staging buffer for the update
     c10::ScalarType dtype = c10::ScalarType::Float;  // the training precision
-    int shard_rank = 0;
   };
   // Throws before allocating when the device has no kernel for the optimizer.
-  OptimizerPartition(const config::Config& config, const FlatLayout& layout, const DeviceContext& ctx,
+  OptimizerPartition(const config::Config& config, const MemoryPlan& plan, const DeviceContext& ctx,
                      Options options, memory::MemoryLedger& ledger);
 
   // The master partition from the rank's chunks of `flat32` (the full fp32
@@ -55,7 +54,10 @@ class OptimizerPartition {
   const at::Tensor& staging() const { return staging_; }
 
  private:
+  at::Tensor allocate(Buffer id, c10::ScalarType dtype, bool zero);
+
   const config::OptimizerConfig& opt_;
+  const MemoryPlan& plan_;
   const FlatLayout& layout_;
   const DeviceContext& ctx_;
   Options o_;
@@ -74,5 +76,10 @@ class OptimizerPartition {
 // allocation was meant to have.
 void register_tensor(memory::MemoryLedger& ledger, std::vector<memory::MemoryLedger::Registration>& regs,
                      memory::Tier tier, memory::Kind kind, const at::Tensor& t, std::size_t valid, const char* what);
+// The same for a buffer of the memory plan: its tier, kind, valid elements and name.
+inline void register_planned(memory::MemoryLedger& ledger, std::vector<memory::MemoryLedger::Registration>& regs,
+                             const PlannedBuffer& planned, const at::Tensor& t) {
+  register_tensor(ledger, regs, planned.tier, planned.kind, t, planned.valid, planned.what);
+}
 
 }  // namespace zero::detail

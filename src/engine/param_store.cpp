@@ -16,15 +16,11 @@ using memory::Tier;
 
 namespace {
 
-// Partitions are padded so that every rank's chunk starts on a 64-byte line.
-constexpr std::size_t kAlignElements = 32;
-
 std::int64_t i64(std::size_t n) { return static_cast<std::int64_t>(n); }
 
 }  // namespace
 
-ParamStore::ParamStore(std::shared_ptr<torch::nn::Module> module, c10::ScalarType dtype, std::size_t bucket_size,
-                       int world, int rank, int stage)
+ParamStore::ParamStore(std::shared_ptr<torch::nn::Module> module, c10::ScalarType dtype, int world, int rank)
     : module_(std::move(module)), dtype_(dtype), world_(world), rank_(rank) {
   // Trainable parameters, each once (tied weights appear twice in the module).
   std::unordered_set<const void*> seen;
@@ -46,12 +42,18 @@ ParamStore::ParamStore(std::shared_ptr<torch::nn::Module> module, c10::ScalarTyp
                " but parameter 0 is on ", d.str(),
                ": zero::Engine trains a module on one device. Move it there first (module->to(device)).");
   }
-  std::vector<std::size_t> numels;
-  for (const auto& p : params_) numels.push_back(static_cast<std::size_t>(p.numel()));
-  const int shard_world = stage == 0 ? 1 : world;
-  shard_rank_ = stage == 0 ? 0 : rank;
-  ZERO_CHECK(bucket_size > 0, "zero_optimization.reduce_bucket_size must be positive");
-  layout_ = FlatLayout(numels, bucket_size, world, shard_world, kAlignElements);
+}
+
+std::vector<std::size_t> ParamStore::numels() const {
+  std::vector<std::size_t> n;
+  for (const auto& p : params_) n.push_back(static_cast<std::size_t>(p.numel()));
+  return n;
+}
+
+void ParamStore::use_plan(const MemoryPlan& plan) {
+  plan_ = &plan;
+  layout_ = plan.layout;
+  shard_rank_ = plan.shard_rank;
 }
 
 at::Tensor ParamStore::initial_fp32(comm::Communicator& comm, memory::MemoryLedger& ledger) {
@@ -59,14 +61,13 @@ at::Tensor ParamStore::initial_fp32(comm::Communicator& comm, memory::MemoryLedg
   // temporary, counted in the device ledger while it lives (so that
   // device_memory_limit sees the real construction peak) and freed before
   // the moments are allocated.
-  const std::size_t padded = layout_.padded_numel();
+  const PlannedBuffer& planned = (*plan_)[Buffer::kFlat32];
+  const std::size_t padded = planned.elements;
   at::Tensor flat32 = at::zeros({i64(padded)}, at::TensorOptions().dtype(at::kFloat).device(device()));
-  if (dtype_ == at::kFloat) {
-    register_tensor(ledger, regs_, Tier::kDevice, Kind::kHalfParams, flat32, layout_.numel(),
-                    "the flat parameter buffer");
+  if (planned.lifetime == Lifetime::kPersistent) {
+    register_planned(ledger, regs_, planned, flat32);
   } else {
-    flat32_temp_ = ledger.add(Tier::kDevice, Kind::kStaging, i64(flat32.nbytes()),
-                              "the temporary fp32 copy of the parameters (construction only)");
+    flat32_temp_ = ledger.add(planned.tier, planned.kind, i64(flat32.nbytes()), planned.what);
   }
   for (std::size_t i = 0; i < params_.size(); ++i) {
     const ParamSlot& s = layout_.params()[i];
@@ -79,10 +80,7 @@ at::Tensor ParamStore::initial_fp32(comm::Communicator& comm, memory::MemoryLedg
 void ParamStore::adopt(at::Tensor flat32, comm::Communicator& comm, memory::MemoryLedger& ledger,
                        ModuleGuard& guard) {
   flat_ = dtype_ == at::kFloat ? flat32 : flat32.to(dtype_);
-  if (dtype_ != at::kFloat) {
-    register_tensor(ledger, regs_, Tier::kDevice, Kind::kHalfParams, flat_, layout_.numel(),
-                    "the flat parameter buffer");
-  }
+  if (dtype_ != at::kFloat) register_planned(ledger, regs_, (*plan_)[Buffer::kFlatParams], flat_);
   flat32 = at::Tensor();
   flat32_temp_.release();
   for (std::size_t i = 0; i < params_.size(); ++i) {

@@ -20,15 +20,19 @@
 #include "zero/comm/communicator.h"
 #include "zero/memory/memory_ledger.h"
 #include "zero/zero/flat_layout.h"
+#include "zero/zero/memory_plan.h"
 
 namespace zero::detail {
 
 class ParamStore {
  public:
-  // Collects the trainable parameters (each once; they must be fp32) and
-  // lays them out. Throws before changing anything.
-  ParamStore(std::shared_ptr<torch::nn::Module> module, c10::ScalarType dtype, std::size_t bucket_size, int world,
-             int rank, int stage);
+  // Collects the trainable parameters (each once; they must be fp32, on one
+  // device). Throws before changing anything.
+  ParamStore(std::shared_ptr<torch::nn::Module> module, c10::ScalarType dtype, int world, int rank);
+  // Their sizes, in the module's order.
+  std::vector<std::size_t> numels() const;
+  // The layout and partition the memory plan chose (zero/zero/memory_plan.h).
+  void use_plan(const MemoryPlan& plan);
 
   const std::vector<at::Tensor>& params() const { return params_; }
   std::int64_t frozen_count() const { return frozen_; }
@@ -80,6 +84,7 @@ class ParamStore {
   std::int64_t frozen_ = 0;
   FlatLayout layout_;
   int world_ = 1, rank_ = 0, shard_rank_ = 0;
+  const MemoryPlan* plan_ = nullptr;
   at::Tensor flat_;  // the training-precision parameters, layout_.padded_numel()
   memory::MemoryLedger::Registration flat32_temp_;
   std::vector<memory::MemoryLedger::Registration> regs_;

@@ -68,18 +68,6 @@ at::Tensor GradReducer::bucket_storage(int b) {
   return s;
 }
 
-std::int64_t GradReducer::bucket_bound_bytes() const {
-  if (opts_.mode != GradReduceMode::kReduceScatter) return 0;
-  std::vector<std::size_t> sizes;
-  for (const Bucket& b : layout_.buckets()) sizes.push_back(b.padded);
-  std::sort(sizes.begin(), sizes.end(), std::greater<>());
-  std::int64_t bytes = 0;
-  for (std::size_t i = 0; i < sizes.size() && i < static_cast<std::size_t>(opts_.max_in_flight) + 1; ++i) {
-    bytes += static_cast<std::int64_t>(sizes[i] * like_.element_size());
-  }
-  return bytes;
-}
-
 void GradReducer::on_grad(int param, const at::Tensor& grad) {
   const ParamSlot& slot = layout_.params()[static_cast<std::size_t>(param)];
   const Bucket& bucket = layout_.buckets()[static_cast<std::size_t>(slot.bucket)];

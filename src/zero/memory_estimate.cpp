@@ -5,7 +5,7 @@
 #include <numeric>
 
 #include "zero/core/error.h"
-#include "zero/zero/flat_layout.h"
+#include "zero/zero/memory_plan.h"
 
 namespace zero {
 
@@ -13,52 +13,51 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   ZERO_CHECK(in.params > 0, "the parameter count must be positive, got ", in.params);
   ZERO_CHECK(in.world >= 1, "the world size must be at least 1, got ", in.world);
   ZERO_CHECK(in.stage >= 0 && in.stage <= 2, "stage must be 0, 1 or 2 (stage 3 is not available yet), got ", in.stage);
+  ZERO_CHECK(in.moments == 1 || in.moments == 2, "moments per parameter must be 1 (Adagrad) or 2 (Adam)");
   ZERO_CHECK(!in.offload || in.stage >= 1, "offload needs stage 1 or 2");
   ZERO_CHECK(in.element_bytes == 2 || in.element_bytes == 4, "element size must be 2 or 4 bytes");
   ZERO_CHECK(in.bucket_numel > 0, "reduce_bucket_size must be positive, got ", in.bucket_numel);
   const std::int64_t psi = in.params, es = in.element_bytes;
-  std::vector<std::size_t> numels;
+  PlanInput pi;
   if (in.param_numels.empty()) {
-    numels.push_back(static_cast<std::size_t>(psi));
+    pi.numels.push_back(static_cast<std::size_t>(psi));
   } else {
-    for (std::int64_t n : in.param_numels) numels.push_back(static_cast<std::size_t>(n));
+    for (std::int64_t n : in.param_numels) pi.numels.push_back(static_cast<std::size_t>(n));
     ZERO_CHECK(std::accumulate(in.param_numels.begin(), in.param_numels.end(), std::int64_t{0}) == psi,
                "the parameter sizes do not add up to the parameter count ", psi);
   }
-  // The engine's layout: every rank pads to the world (pad_world), stage 0 shards over 1.
-  const FlatLayout layout(numels, static_cast<std::size_t>(in.bucket_numel), in.world,
-                          in.stage == 0 ? 1 : in.world, static_cast<std::size_t>(kEstimateAlignElements));
-  const auto flat_pad = static_cast<std::int64_t>(layout.padded_numel() - layout.numel());
-  const auto part_pad = static_cast<std::int64_t>(layout.partition_numel() -
-                                                  layout.partition_valid(layout.shard_world() - 1));
-  const std::int64_t n = in.stage == 0 ? 1 : in.world;  // stage 0: each rank holds everything
-  const std::int64_t part = (psi + n - 1) / n;          // the rank's share, padding aside
+  pi.bucket_numel = static_cast<std::size_t>(in.bucket_numel);
+  pi.world = in.world;
+  pi.rank = in.world - 1;  // the most padding
+  pi.stage = in.stage;
+  pi.offload = in.offload;
+  pi.dpu = in.dpu;
+  pi.on_gpu = in.on_gpu;
+  pi.accumulation = in.accumulation;
+  pi.element_bytes = in.element_bytes;
+  pi.moments = in.moments;
+  const MemoryPlan plan = plan_memory(pi);
   MemoryEstimate e;
-  e.device_params = es * psi;
-  e.device_padding = es * flat_pad;
-  const bool partitioned_grads = in.stage == 2 || in.offload;
-  const std::int64_t opt_pad = 12 * part_pad;  // fp32 master + two moments
-  if (in.offload) {
-    e.host_grads = 4 * part * (in.dpu ? 2 : 1);
-    e.host_master = 4 * part;
-    e.host_moments = 8 * part;
-    e.host_staging = es == 4 ? 0 : es * static_cast<std::int64_t>(layout.partition_numel());
-    e.host_padding = opt_pad + 4 * part_pad * (in.dpu ? 2 : 1);
-  } else {
-    e.device_grads = partitioned_grads ? es * part : es * psi;
-    e.device_master = 4 * part;
-    e.device_moments = 8 * part;
-    e.device_padding += opt_pad + es * (partitioned_grads ? part_pad : flat_pad);
+  for (const PlannedBuffer& b : plan.buffers) {
+    if (!b.present || b.lifetime == Lifetime::kConstruction) continue;
+    const bool dev = b.tier == memory::Tier::kDevice;
+    const std::int64_t valid = b.valid_bytes(), pad = b.bytes() - b.valid_bytes();
+    switch (b.kind) {
+      case memory::Kind::kHalfParams: (dev ? e.device_params : e.host_staging) += valid; break;
+      case memory::Kind::kGrads: (dev ? e.device_grads : e.host_grads) += valid; break;
+      case memory::Kind::kFp32Master: (dev ? e.device_master : e.host_master) += valid; break;
+      case memory::Kind::kMoments: (dev ? e.device_moments : e.host_moments) += valid; break;
+      case memory::Kind::kBuckets: e.device_buckets += b.bytes(); continue;
+      case memory::Kind::kStaging: (dev ? e.device_padding : e.host_staging) += b.bytes(); continue;
+      case memory::Kind::kPadding: break;
+    }
+    (dev ? e.device_padding : e.host_padding) += pad;
   }
-  // Stage 2 / offload: at most three transient buckets (grad_reducer.h: two
-  // being reduced, one being filled), each padded like the layout's; the
-  // three largest are the worst case.
-  if (partitioned_grads) {
-    std::vector<std::int64_t> sizes;
-    for (const Bucket& b : layout.buckets()) sizes.push_back(static_cast<std::int64_t>(b.padded));
-    std::sort(sizes.begin(), sizes.end(), std::greater<>());
-    for (std::size_t i = 0; i < std::min<std::size_t>(3, sizes.size()); ++i) e.device_buckets += es * sizes[i];
-    if (in.param_numels.empty()) e.device_buckets = 3 * es * std::min(in.bucket_numel, psi);  // sizes unknown
+  e.device_construction = plan.construction_peak(memory::Tier::kDevice);
+  // A model given only by its parameter count is one parameter here, and one
+  // bucket; a real model's parameters fill buckets of reduce_bucket_size.
+  if (in.param_numels.empty() && e.device_buckets > 0) {
+    e.device_buckets = static_cast<std::int64_t>(kPlanLiveBuckets) * es * std::min(in.bucket_numel, psi);
   }
   if (in.micro_batch > 0 && in.seq_len > 0 && in.n_layer > 0) {
     // Per layer, 16-bit activations: s*b*h*(34 + 5*a*s/h) bytes (Korthikanti

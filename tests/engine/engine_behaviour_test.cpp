@@ -14,6 +14,7 @@
 #include "zero/comm/communicator.h"
 #include "zero/core/error.h"
 #include "zero/zero/flat_layout.h"
+#include "zero/zero/memory_plan.h"
 
 namespace zero::test {
 namespace {
@@ -111,11 +112,11 @@ TEST_P(Formula, BytesMatchDesignTable) {
   std::vector<std::size_t> numels;
   for (const auto& p : model->parameters()) numels.push_back(static_cast<std::size_t>(p.numel()));
   const FlatLayout layout(numels, static_cast<std::size_t>(cfg.zero_optimization.reduce_bucket_size),
-                          static_cast<int>(N), stage == 0 ? 1 : static_cast<int>(N), 32);
+                          static_cast<int>(N), stage == 0 ? 1 : static_cast<int>(N), kPlanAlignElements);
   const std::size_t largest = *std::max_element(numels.begin(), numels.end());
-  const std::size_t align = static_cast<std::size_t>(N) * 32;
+  const std::size_t align = static_cast<std::size_t>(N) * kPlanAlignElements;
   const std::size_t cap = std::max<std::size_t>(cfg.zero_optimization.reduce_bucket_size, largest);
-  const std::int64_t bucket_bound = 3 * static_cast<std::int64_t>((cap + align - 1) / align * align) * es;
+  const std::int64_t bucket_bound = kPlanLiveBuckets * static_cast<std::int64_t>((cap + align - 1) / align * align) * es;
   const std::int64_t bucket_peak = s.peak[int(Tier::kDevice)][int(Kind::kBuckets)];
   EXPECT_EQ(s.bytes(Tier::kDevice, Kind::kBuckets), 0);  // all freed after backward
   if (stage == 2 || offload) {
@@ -614,7 +615,7 @@ TEST(Modules, DeviceMemoryLimitRefusesWithTheRightNumbers) {
         for (const auto& p : make_model(ModelKind::kMlp)->parameters()) n.push_back(static_cast<std::size_t>(p.numel()));
         return n;
       }();
-      const FlatLayout layout(numels, static_cast<std::size_t>(cfg.zero_optimization.reduce_bucket_size), 1, 1, 32);
+      const FlatLayout layout(numels, static_cast<std::size_t>(cfg.zero_optimization.reduce_bucket_size), 1, 1, kPlanAlignElements);
       EXPECT_EQ(s.peak[int(Tier::kDevice)][int(Kind::kStaging)],
                 bf16 ? static_cast<std::int64_t>(layout.padded_numel() * 4) : 0)
           << what;
@@ -628,7 +629,7 @@ TEST(Modules, DeviceMemoryLimitRefusesWithTheRightNumbers) {
         std::vector<std::size_t> sizes;
         for (const Bucket& b : layout.buckets()) sizes.push_back(b.padded);
         std::sort(sizes.begin(), sizes.end(), std::greater<>());
-        for (std::size_t i = 0; i < sizes.size() && i < 3; ++i) bound += static_cast<std::int64_t>(sizes[i] * (bf16 ? 2 : 4));
+        for (std::size_t i = 0; i < sizes.size() && i < static_cast<std::size_t>(kPlanLiveBuckets); ++i) bound += static_cast<std::int64_t>(sizes[i] * (bf16 ? 2 : 4));
       }
       const std::int64_t held = s.tier_current[int(Tier::kDevice)];
       const std::int64_t need_buckets = held + bound;
@@ -771,7 +772,7 @@ TEST(Lifetime, FailedConstructorLeavesTheModuleAsItWas) {
   std::vector<std::size_t> numels;
   for (const auto& p : model->parameters()) numels.push_back(static_cast<std::size_t>(p.numel()));
   const std::int64_t padded = static_cast<std::int64_t>(
-      FlatLayout(numels, static_cast<std::size_t>(cfg.zero_optimization.reduce_bucket_size), 1, 1, 32).padded_numel());
+      FlatLayout(numels, static_cast<std::size_t>(cfg.zero_optimization.reduce_bucket_size), 1, 1, kPlanAlignElements).padded_numel());
   // Room for the construction peak (fp32 copy + fp32 master + bf16 params:
   // 10 bytes per element) and the first moment, not the second.
   cfg.device_memory_limit = 10 * padded;
@@ -969,12 +970,12 @@ TEST(Budget, BucketRefusalIsTheSameOnEveryRankAndAtConstruction) {
   }
   std::vector<std::size_t> numels;
   for (const auto& p : make_model(ModelKind::kMlp)->parameters()) numels.push_back(static_cast<std::size_t>(p.numel()));
-  const FlatLayout layout(numels, static_cast<std::size_t>(cfg.zero_optimization.reduce_bucket_size), world, world, 32);
+  const FlatLayout layout(numels, static_cast<std::size_t>(cfg.zero_optimization.reduce_bucket_size), world, world, kPlanAlignElements);
   std::vector<std::size_t> sizes;
   for (const Bucket& b : layout.buckets()) sizes.push_back(b.padded);
   std::sort(sizes.begin(), sizes.end(), std::greater<>());
   std::int64_t bound = 0;
-  for (std::size_t i = 0; i < sizes.size() && i < 3; ++i) bound += static_cast<std::int64_t>(sizes[i] * 2);
+  for (std::size_t i = 0; i < sizes.size() && i < static_cast<std::size_t>(kPlanLiveBuckets); ++i) bound += static_cast<std::int64_t>(sizes[i] * 2);
   ASSERT_GT(bound, 0);
 
   cfg.device_memory_limit = held + bound - 1;

@@ -64,12 +64,6 @@ class GradReducer {
   GradReducer(const FlatLayout& layout, comm::Communicator& comm, memory::MemoryLedger& ledger,
               Options opts, at::Tensor full_grads, const at::Tensor& like, Consumer consume);
 
-  // The most bytes of transient buckets alive at once when autograd hands
-  // over gradients in about the layout's order: the max_in_flight + 1
-  // largest buckets (kReduceScatter; 0 in the full modes, whose buffer is
-  // persistent).
-  std::int64_t bucket_bound_bytes() const;
-
   // reduce: whether this backward communicates (kReduceScatter always does).
   void begin_backward(bool reduce);
   void on_grad(int param, const at::Tensor& grad);

@@ -1,7 +1,8 @@
-// What a configuration needs, per rank, before anything is allocated:
-// docs/design.md's model-state formulas as the engine lays them out, plus
-// communication buckets and an activation estimate. zero-estimate prints it;
-// tests hold it to the engine's measured ledger.
+// What a configuration needs, per rank, before anything is allocated: the
+// engine's memory plan (memory_plan.h, the buffers the engine allocates)
+// summed by tier and kind, for the last rank (whose chunks hold the most
+// padding), plus an activation estimate. zero-estimate prints it; tests hold
+// it to the engine's measured ledger.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +17,9 @@ struct EstimateInput {
   int stage = 0;
   bool offload = false;     // offload_optimizer.device = "cpu"
   bool dpu = false;         // delayed parameter update (double host gradients)
+  bool on_gpu = false;      // the module on a GPU (offload keeps host gradients as they come down)
+  int accumulation = 1;     // gradient_accumulation_steps
+  int moments = 2;          // optimizer state per parameter: Adam 2, Adagrad 1
   int element_bytes = 2;    // training precision: 2 (bf16/fp16) or 4 (fp32)
   std::int64_t bucket_numel = 500'000'000;  // reduce_bucket_size
   // The parameters' sizes in the module's order (GptConfig::parameter_numels()):
@@ -30,26 +34,28 @@ struct EstimateInput {
   bool checkpoint_activations = false, cpu_checkpointing = false;
 };
 
-// Elements each rank's chunk of a bucket is aligned to; must match
-// kAlignElements in src/engine/engine.cpp (the flat layout's `align`).
-inline constexpr std::int64_t kEstimateAlignElements = 32;
-
 struct MemoryEstimate {
   // Device tier.
   std::int64_t device_params = 0, device_grads = 0, device_master = 0, device_moments = 0;
   std::int64_t device_buckets = 0, device_activations = 0;
   // Padding of the flat buffers and of the partition (the ledger's kPadding):
-  // each bucket is padded to a multiple of world * kEstimateAlignElements; the
+  // each bucket is padded to a multiple of world * kPlanAlignElements; the
   // figure is for the last rank, whose chunks hold the most padding.
   std::int64_t device_padding = 0, host_padding = 0;
   // Host tier.
   std::int64_t host_grads = 0, host_master = 0, host_moments = 0, host_staging = 0;
   std::int64_t host_activations = 0;  // checkpoints kept on the host (cpu_checkpointing)
+  // The device bytes while the engine is built (the temporary fp32 copy of
+  // the parameters beside the flat parameters and, without offload, the
+  // master weights), before any activation.
+  std::int64_t device_construction = 0;
 
   std::int64_t device_model_states() const { return device_params + device_grads + device_master + device_moments; }
   std::int64_t host_model_states() const { return host_grads + host_master + host_moments; }
+  // The device peak: the larger of construction and a step.
   std::int64_t device_total() const {
-    return device_model_states() + device_padding + device_buckets + device_activations;
+    const std::int64_t step = device_model_states() + device_padding + device_buckets + device_activations;
+    return step > device_construction ? step : device_construction;
   }
   std::int64_t host_total() const { return host_model_states() + host_padding + host_staging + host_activations; }
 };

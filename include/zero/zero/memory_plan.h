@@ -1,0 +1,92 @@
+// The memory plan: every buffer the engine allocates for a configuration,
+// with its tier, kind, size and lifetime — the one place that says so. The
+// engine allocates from it (src/engine/), and estimate_memory()
+// (memory_estimate.h) sums it, so zero-estimate and the engine's ledger
+// cannot drift apart. No LibTorch here.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "zero/memory/memory_ledger.h"
+#include "zero/zero/flat_layout.h"
+
+namespace zero {
+
+struct PlanInput {
+  std::vector<std::size_t> numels;  // the trainable parameters' sizes, in the module's order
+  std::size_t bucket_numel = 500'000'000;  // reduce_bucket_size
+  int world = 1;
+  int rank = 0;  // whose partition (the last rank's holds the most padding)
+  int stage = 0;
+  bool offload = false;  // offload_optimizer.device = "cpu"
+  bool dpu = false;      // delayed parameter update
+  bool on_gpu = false;   // the module is on a GPU (offload then keeps host gradients as they come down)
+  int accumulation = 1;  // gradient_accumulation_steps
+  int element_bytes = 2;  // training precision: 2 (bf16/fp16) or 4 (fp32)
+  int moments = 2;        // optimizer state per parameter: Adam 2, Adagrad 1
+};
+
+enum class Lifetime : std::uint8_t {
+  kConstruction,  // freed before the constructor returns
+  kPersistent,    // for the engine's life
+  kBackward,      // transient during backward (the gradient buckets, at their bound)
+};
+
+// What each buffer is; the engine asks the plan for these by name.
+enum class Buffer : std::uint8_t {
+  kFlat32,       // the full fp32 parameters at construction (the flat parameters themselves in fp32)
+  kFlatParams,   // the training-precision flat parameters (bf16/fp16 only)
+  kMaster,       // the rank's fp32 master partition
+  kExpAvg,       // first moment (Adagrad: its sum)
+  kExpAvgSq,     // second moment (Adam only)
+  kStaging,      // offload: the host copy of the updated training-precision partition
+  kFullGrads,    // stage 0/1: the full flat gradients
+  kPartGrads,    // stage 2: the device gradient partition
+  kHostGrads0,   // offload: the host gradient partition
+  kHostGrads1,   // offload with DPU: the second one
+  kDevAccum,     // GPU offload with accumulation: the device fp32 sum of the window
+  kBuckets,      // stage 2 / offload: the transient buckets at their bound
+};
+inline constexpr int kNumBuffers = 12;
+
+struct PlannedBuffer {
+  bool present = false;
+  memory::Tier tier = memory::Tier::kDevice;
+  memory::Kind kind = memory::Kind::kHalfParams;  // of the valid part (the rest is padding)
+  Lifetime lifetime = Lifetime::kPersistent;
+  std::size_t elements = 0;  // as allocated
+  std::size_t valid = 0;     // of which hold parameters' values (the rest: padding)
+  int element_bytes = 4;
+  const char* what = "";
+
+  std::int64_t bytes() const { return static_cast<std::int64_t>(elements) * element_bytes; }
+  std::int64_t valid_bytes() const { return static_cast<std::int64_t>(valid) * element_bytes; }
+};
+
+struct MemoryPlan {
+  FlatLayout layout;
+  int shard_rank = 0;
+  std::array<PlannedBuffer, kNumBuffers> buffers{};
+
+  const PlannedBuffer& operator[](Buffer b) const { return buffers[static_cast<std::size_t>(b)]; }
+  // Bytes of `tier` held once the constructor has returned, buckets aside.
+  std::int64_t persistent(memory::Tier tier) const;
+  // The most bytes of `tier` alive at once: during construction (the fp32
+  // copy beside the flat parameters and the master), or in a step (the
+  // persistent buffers plus the buckets at their bound).
+  std::int64_t peak(memory::Tier tier) const;
+  std::int64_t construction_peak(memory::Tier tier) const;
+};
+
+// Elements each rank's chunk of a bucket is aligned to (64 bytes of fp32).
+inline constexpr std::size_t kPlanAlignElements = 32;
+// Gradient buckets alive at once in stage 2 / offload: GradReducer's
+// max_in_flight (2) being reduced plus the one being filled.
+inline constexpr int kPlanLiveBuckets = 3;
+
+MemoryPlan plan_memory(const PlanInput& in);
+
+}  // namespace zero

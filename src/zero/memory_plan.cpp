@@ -1,0 +1,133 @@
+#include "zero/zero/memory_plan.h"
+
+#include <algorithm>
+#include <functional>
+
+#include "zero/core/error.h"
+
+namespace zero {
+
+using memory::Kind;
+using memory::Tier;
+
+namespace {
+
+PlannedBuffer make(Tier tier, Kind kind, Lifetime life, std::size_t elements, std::size_t valid, int element_bytes,
+                   const char* what) {
+  PlannedBuffer b;
+  b.present = true;
+  b.tier = tier;
+  b.kind = kind;
+  b.lifetime = life;
+  b.elements = elements;
+  b.valid = std::min(valid, elements);
+  b.element_bytes = element_bytes;
+  b.what = what;
+  return b;
+}
+
+}  // namespace
+
+MemoryPlan plan_memory(const PlanInput& in) {
+  ZERO_CHECK(!in.numels.empty(), "the memory plan needs at least one parameter");
+  ZERO_CHECK(in.world >= 1 && in.rank >= 0 && in.rank < in.world, "rank ", in.rank, " of world ", in.world);
+  ZERO_CHECK(in.stage >= 0 && in.stage <= 2, "stage must be 0, 1 or 2 (stage 3 is not available yet), got ", in.stage);
+  ZERO_CHECK(!in.offload || in.stage >= 1, "offload needs stage 1 or 2");
+  ZERO_CHECK(in.element_bytes == 2 || in.element_bytes == 4, "element size must be 2 or 4 bytes");
+  ZERO_CHECK(in.moments == 1 || in.moments == 2, "moments per parameter must be 1 or 2");
+  ZERO_CHECK(in.bucket_numel > 0, "reduce_bucket_size must be positive");
+  ZERO_CHECK(in.accumulation >= 1, "gradient_accumulation_steps must be at least 1");
+  MemoryPlan p;
+  // Stage 0 keeps everything on every rank: one shard.
+  p.shard_rank = in.stage == 0 ? 0 : in.rank;
+  p.layout = FlatLayout(in.numels, in.bucket_numel, in.world, in.stage == 0 ? 1 : in.world, kPlanAlignElements);
+  const FlatLayout& L = p.layout;
+  const std::size_t psi = L.numel(), padded = L.padded_numel();
+  const std::size_t part = L.partition_numel(), valid = L.partition_valid(p.shard_rank);
+  const int es = in.element_bytes;
+  const bool half = es == 2;
+  const Tier opt = in.offload ? Tier::kHost : Tier::kDevice;
+  auto set = [&](Buffer id, PlannedBuffer b) { p.buffers[static_cast<std::size_t>(id)] = b; };
+
+  set(Buffer::kFlat32, make(Tier::kDevice, half ? Kind::kStaging : Kind::kHalfParams,
+                            half ? Lifetime::kConstruction : Lifetime::kPersistent, padded, half ? padded : psi, 4,
+                            half ? "the temporary fp32 copy of the parameters (construction only)"
+                                 : "the flat parameter buffer"));
+  if (half) {
+    set(Buffer::kFlatParams, make(Tier::kDevice, Kind::kHalfParams, Lifetime::kPersistent, padded, psi, es,
+                                  "the flat parameter buffer"));
+  }
+  set(Buffer::kMaster, make(opt, Kind::kFp32Master, Lifetime::kPersistent, part, valid, 4, "fp32 master weights"));
+  set(Buffer::kExpAvg, make(opt, Kind::kMoments, Lifetime::kPersistent, part, valid, 4, "optimizer moments"));
+  if (in.moments == 2) {
+    set(Buffer::kExpAvgSq, make(opt, Kind::kMoments, Lifetime::kPersistent, part, valid, 4, "optimizer moments"));
+  }
+  const bool gpu_offload = in.offload && in.on_gpu;
+  // bf16/fp16 on a GPU without accumulation: the update is written over the
+  // host gradients and goes up from there (no staging).
+  const bool update_in_grads = gpu_offload && half && in.accumulation == 1;
+  if (in.offload) {
+    if (half && !update_in_grads) {
+      set(Buffer::kStaging, make(Tier::kHost, Kind::kStaging, Lifetime::kPersistent, part, part, es,
+                                 "the host parameter staging buffer"));
+    }
+    // On a GPU the host gradients are what comes down: the training
+    // precision, or the window's fp32 sum when accumulating; on the CPU the
+    // host sums in fp32.
+    const int grad_bytes = gpu_offload && in.accumulation == 1 ? es : 4;
+    set(Buffer::kHostGrads0, make(Tier::kHost, Kind::kGrads, Lifetime::kPersistent, part, valid, grad_bytes,
+                                  "the host gradient partition"));
+    if (in.dpu) {
+      set(Buffer::kHostGrads1, make(Tier::kHost, Kind::kGrads, Lifetime::kPersistent, part, valid, grad_bytes,
+                                    "the host gradient partition"));
+    }
+    if (gpu_offload && in.accumulation > 1) {
+      set(Buffer::kDevAccum, make(Tier::kDevice, Kind::kGrads, Lifetime::kPersistent, part, valid, 4,
+                                  "the device gradient partition (accumulation)"));
+    }
+  } else if (in.stage == 2) {
+    set(Buffer::kPartGrads, make(Tier::kDevice, Kind::kGrads, Lifetime::kPersistent, part, valid, es,
+                                 "the gradient partition"));
+  } else {
+    set(Buffer::kFullGrads, make(Tier::kDevice, Kind::kGrads, Lifetime::kPersistent, padded, psi, es,
+                                 "the flat gradient buffer"));
+  }
+  if (in.offload || in.stage == 2) {
+    std::vector<std::size_t> sizes;
+    for (const Bucket& b : L.buckets()) sizes.push_back(b.padded);
+    std::sort(sizes.begin(), sizes.end(), std::greater<>());
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < sizes.size() && i < static_cast<std::size_t>(kPlanLiveBuckets); ++i) n += sizes[i];
+    set(Buffer::kBuckets, make(Tier::kDevice, Kind::kBuckets, Lifetime::kBackward, n, n, es, "gradient buckets"));
+  }
+  return p;
+}
+
+std::int64_t MemoryPlan::persistent(Tier tier) const {
+  std::int64_t sum = 0;
+  for (const PlannedBuffer& b : buffers) {
+    if (b.present && b.tier == tier && b.lifetime == Lifetime::kPersistent) sum += b.bytes();
+  }
+  return sum;
+}
+
+std::int64_t MemoryPlan::construction_peak(Tier tier) const {
+  // The constructor's order (src/engine/engine.cpp): the fp32 copy, the
+  // master seeded from it, the flat training-precision parameters made from
+  // it; then the copy is freed and the rest allocated.
+  std::int64_t sum = 0;
+  for (Buffer id : {Buffer::kFlat32, Buffer::kMaster, Buffer::kFlatParams}) {
+    const PlannedBuffer& b = (*this)[id];
+    if (b.present && b.tier == tier) sum += b.bytes();
+  }
+  return sum;
+}
+
+std::int64_t MemoryPlan::peak(Tier tier) const {
+  std::int64_t step = persistent(tier);
+  const PlannedBuffer& buckets = (*this)[Buffer::kBuckets];
+  if (buckets.present && buckets.tier == tier) step += buckets.bytes();
+  return std::max(step, construction_peak(tier));
+}
+
+}  // namespace zero
