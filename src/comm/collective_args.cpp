@@ -1,4 +1,4 @@
-#include "collective_args.h"
+#include "zero/comm/detail/collective_args.h"
 
 #include <cstdint>
 #include <limits>

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "collective_args.h"
+#include "zero/comm/detail/collective_args.h"
 #include "mpi_reduce_ops.h"
 #include "mpi_runtime.h"
 #include "mpi_work.h"

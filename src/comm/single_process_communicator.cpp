@@ -3,7 +3,7 @@
 // nothing in place). No byte leaves the process, so every op counts 0 bytes.
 #include <cstring>
 
-#include "collective_args.h"
+#include "zero/comm/detail/collective_args.h"
 #include "zero/comm/communicator.h"
 #include "zero/core/error.h"
 

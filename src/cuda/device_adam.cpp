@@ -1,6 +1,6 @@
 #include "zero/cuda/device_adam.h"
 
-#include "../optim/step_scalars.h"  // optim's own derivation of the per-step scalars
+#include "zero/optim/detail/step_scalars.h"  // optim's own derivation of the per-step scalars
 #include "cuda_check.h"
 #include "fused_adam_kernel.h"
 

@@ -23,7 +23,7 @@ struct FusedAdamArgs {
   std::size_t n = 0;
   void* half_out = nullptr;
   HalfOutKind half_kind = HalfOutKind::kNone;
-  // optim::detail::AdamScalars (src/optim/step_scalars.h), field for field.
+  // optim::detail::AdamScalars (zero/optim/detail/step_scalars.h), field for field.
   float grad_scale = 1.0f;
   float l2 = 0.0f;
   float decay = 1.0f;

@@ -11,7 +11,7 @@
 #include <string>
 #include <utility>
 
-#include "../comm/collective_args.h"  // the argument checks every backend shares
+#include "zero/comm/detail/collective_args.h"  // the argument checks every backend shares
 #include "cuda_check.h"
 #include "device_guard.h"
 #include "nccl_work.h"

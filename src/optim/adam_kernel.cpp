@@ -23,7 +23,7 @@
 #include <hwy/highway.h>
 
 #include "optim/half_simd-inl.h"
-#include "optim/step_scalars.h"
+#include "zero/optim/detail/step_scalars.h"
 #include "zero/optim/adam.h"
 
 HWY_BEFORE_NAMESPACE();

@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "half_scalar.h"
-#include "step_scalars.h"
+#include "zero/optim/detail/step_scalars.h"
 #include "zero/optim/adam.h"
 
 namespace zero::optim {

@@ -1,4 +1,4 @@
-#include "step_scalars.h"
+#include "zero/optim/detail/step_scalars.h"
 
 #include <cmath>
 

@@ -1,3 +1,7 @@
+// Internal to zerocpp (namespace detail: no stability promise to users):
+// shared by zero_optim and zero_cuda, published here so that no library
+// includes another's private sources.
+//
 // The per-step scalars of each optimizer, computed once per call in double and
 // rounded to float, the way LibTorch turns its double options into the float
 // scalars its kernels use. The SIMD kernels and the scalar references both

@@ -1,3 +1,7 @@
+// Internal to zerocpp (namespace detail: no stability promise to users):
+// shared by zero_comm's backends and zero_cuda's NCCL backend, published here
+// so that no library includes another's private sources.
+//
 // Argument checks shared by every backend, so that a bad call fails the same
 // way (a zero::Error naming the op and the argument) whatever the backend.
 #pragma once
