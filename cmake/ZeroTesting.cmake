@@ -50,7 +50,7 @@ function(zero_add_mpi_test name)
   endif()
   math(EXPR ARG_TIMEOUT "${ARG_TIMEOUT} * ${ZERO_TEST_TIMEOUT_SCALE}")
   add_executable(${name} ${ARG_SOURCES})
-  target_link_libraries(${name} PRIVATE ${ARG_LIBS} zero_mpi_test_main)
+  target_link_libraries(${name} PRIVATE ${ARG_LIBS} zero_comm_mpi zero_mpi_test_main)
   foreach(np ${ARG_NP})
     add_test(NAME ${name}.np${np}
              COMMAND ${MPIEXEC_EXECUTABLE} -np ${np} --oversubscribe --bind-to none

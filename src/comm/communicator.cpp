@@ -1,10 +1,5 @@
 #include "zero/comm/communicator.h"
 
-#include <mpi.h>
-
-#include <cstdlib>
-#include <string_view>
-
 #include "zero/core/error.h"
 
 namespace zero::comm {
@@ -24,28 +19,6 @@ void Communicator::count(CollectiveKind kind, std::uint64_t bytes) {
   std::lock_guard<std::mutex> lock(stats_mutex_);
   stats_.bytes_sent[i] += bytes;
   stats_.calls[i] += 1;
-}
-
-std::string default_backend_name() {
-  if (const char* forced = std::getenv("ZERO_COMM_BACKEND"); forced != nullptr && *forced != '\0') {
-    const std::string_view v(forced);
-    ZERO_CHECK(v == "mpi" || v == "single", "ZERO_COMM_BACKEND='", v,
-               "' is not a backend: use 'mpi' or 'single' (or unset it to detect the launcher)");
-    return std::string(v);
-  }
-  // Each launcher leaves its mark: Open MPI's mpirun, MPICH/Hydra's PMI,
-  // PMIx launchers, and Slurm's srun (SLURM_PROCID is per task).
-  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "SLURM_PROCID"}) {
-    if (std::getenv(var) != nullptr) return "mpi";
-  }
-  int initialized = 0;
-  MPI_Initialized(&initialized);  // allowed before MPI_Init
-  return initialized ? "mpi" : "single";
-}
-
-std::unique_ptr<Communicator> make_communicator() {
-  return default_backend_name() == "mpi" ? make_mpi_communicator()
-                                         : make_single_process_communicator();
 }
 
 }  // namespace zero::comm

@@ -102,6 +102,10 @@ class Communicator {
   CommStats stats_;
 };
 
+// The factory functions below are in zero_comm_mpi (they need MPI); the
+// interface, the byte counters and the single-process backend are in
+// zero_comm, which links no MPI.
+//
 // Picks the backend, in this order:
 //  1. ZERO_COMM_BACKEND=mpi or =single in the environment;
 //  2. MPI when launched by mpirun/mpiexec/srun (OMPI_COMM_WORLD_SIZE,
