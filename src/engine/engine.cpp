@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include <ATen/ops/full.h>
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/function_hook.h>
 
@@ -23,7 +24,9 @@
 #include "optimizer_partition.h"
 #include "param_store.h"
 #include "precision.h"
+#include "zero/comm/launcher_env.h"
 #include "zero/core/error.h"
+#include "zero/core/host_memory.h"
 #include "zero/zero/memory_plan.h"
 
 namespace zero {
@@ -59,6 +62,32 @@ std::vector<std::string> ignored_settings(const config::Config& c, bool on_gpu) 
                 "to copy to");
   }
   return w;
+}
+
+// The host memory the plan needs (with the model on the CPU its "device"
+// buffers are host memory too), times the ranks on this node, against what
+// the host has available: refused before anything is allocated, on every
+// rank together (one rank short of memory fails them all), with the numbers
+// and the fixes, instead of the kernel's OOM killer mid-run.
+void check_host_memory(const MemoryPlan& plan, bool on_gpu, comm::Communicator& comm, const c10::Device& device) {
+  const std::int64_t per_rank = plan.peak(Tier::kHost) + (on_gpu ? 0 : plan.peak(Tier::kDevice));
+  const int local = comm::launcher_local_size().value_or(1);
+  const std::optional<std::int64_t> available = host_memory_available();
+  const bool short_here = available && per_rank * local > *available;
+  float any_short = short_here ? 1.0f : 0.0f;
+  if (comm.world_size() > 1) {
+    at::Tensor flag = at::full({1}, any_short, at::TensorOptions().dtype(at::kFloat).device(device));
+    comm.all_reduce(flag.data_ptr(), 1, DType::kFloat32, {comm::ReduceOp::kMax})->wait();
+    any_short = flag.item<float>();
+  }
+  if (any_short == 0.0f) return;
+  ZERO_CHECK(!short_here, "host memory: the engine's buffers need ", memory::format_bytes(per_rank), " per rank (",
+             local, " rank(s) on this node: ", memory::format_bytes(per_rank * local), ", before activations) but ",
+             memory::format_bytes(*available), " is available (", host_memory_source(),
+             "). Run fewer ranks per node, partition more (a higher zero_optimization.stage, more nodes), turn off "
+             "the delayed update (its second gradient buffer), or train in bf16 (smaller host buffers on a GPU).");
+  ZERO_CHECK(false, "host memory: another rank found its node's host memory too small for the engine's buffers "
+             "(its message says by how much); nothing was allocated");
 }
 
 }  // namespace
@@ -210,6 +239,7 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
   pi.moments = config_.optimizer.is_adagrad() ? 1 : 2;
   m.plan = plan_memory(pi);
   P.use_plan(m.plan);
+  check_host_memory(m.plan, m.ctx.on_accelerator(), comm_, m.ctx.device);
   const FlatLayout& L = P.layout();
   // bf16/fp16 offload on a GPU without accumulation: the CPU step writes the
   // updated parameters over the gradients they came from, and that buffer

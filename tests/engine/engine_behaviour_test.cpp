@@ -2,6 +2,7 @@
 // docs/design.md, the exact delayed parameter update, overflow handling, and the
 // awkward modules (no parameters, frozen, tied, unused).
 #include <algorithm>
+#include <cstdlib>
 #include <cstdio>
 #include <regex>
 #include <stdexcept>
@@ -1056,6 +1057,52 @@ TEST(Config, IgnoredSettingsAreNamedAtConstruction) {
                           "offload_optimizer.pin_memory has no effect on the CPU"}) {
     EXPECT_NE(err.find(key), std::string::npos) << key << "\n" << err;
   }
+}
+
+}  // namespace
+}  // namespace zero::test
+
+namespace zero::test {
+namespace {
+
+// A host too small for the engine's buffers: refused before anything is
+// allocated, on every rank, with the numbers and the fixes (never the
+// kernel's OOM killer). ZERO_HOST_MEMORY_LIMIT stands for a small host.
+TEST(Budget, HostTooSmallIsRefusedBeforeAllocating) {
+  comm::Communicator& comm = world_comm();
+  const config::Config cfg = make_config(2, true, false, comm.world_size(), 2, 1);
+  ::setenv("ZERO_HOST_MEMORY_LIMIT", "4K", 1);
+  float refused = 0.0f;
+  try {
+    auto model = make_model(ModelKind::kMlp);
+    Engine engine(model, cfg, comm);
+  } catch (const ::zero::Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("host memory: the engine's buffers need"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("4.0 KiB is available (ZERO_HOST_MEMORY_LIMIT)"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("Run fewer ranks per node"), std::string::npos) << msg;
+    refused = 1.0f;
+  }
+  comm.all_reduce(&refused, 1, DType::kFloat32)->wait();
+  EXPECT_EQ(refused, static_cast<float>(comm.world_size()));
+
+  // A malformed limit names the variable and the form it takes.
+  ::setenv("ZERO_HOST_MEMORY_LIMIT", "64GB", 1);
+  try {
+    auto model = make_model(ModelKind::kMlp);
+    Engine engine(model, cfg, comm);
+    ADD_FAILURE() << "a malformed ZERO_HOST_MEMORY_LIMIT was accepted";
+  } catch (const ::zero::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("ZERO_HOST_MEMORY_LIMIT='64GB' is not a byte count"), std::string::npos)
+        << e.what();
+  }
+  // Enough for it: trains.
+  ::setenv("ZERO_HOST_MEMORY_LIMIT", "64G", 1);
+  {
+    auto model = make_model(ModelKind::kMlp);
+    Engine engine(model, cfg, comm);
+  }
+  ::unsetenv("ZERO_HOST_MEMORY_LIMIT");
 }
 
 }  // namespace
