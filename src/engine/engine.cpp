@@ -81,9 +81,9 @@ void check_host_memory(const MemoryPlan& plan, bool on_gpu, comm::Communicator& 
     any_short = flag.item<float>();
   }
   if (any_short == 0.0f) return;
-  ZERO_CHECK(!short_here, "host memory: the engine's buffers need ", memory::format_bytes(per_rank), " per rank (",
-             local, " rank(s) on this node: ", memory::format_bytes(per_rank * local), ", before activations) but ",
-             memory::format_bytes(*available), " is available (", host_memory_source(),
+  ZERO_CHECK(!short_here, "host memory: the engine's buffers need ", memory::format_bytes(per_rank), " = ", per_rank,
+             " bytes per rank (", local, " rank(s) on this node: ", memory::format_bytes(per_rank * local),
+             ", before activations) but ", memory::format_bytes(*available), " is available (", host_memory_source(),
              "). Run fewer ranks per node, partition more (a higher zero_optimization.stage, more nodes), turn off "
              "the delayed update (its second gradient buffer), or train in bf16 (smaller host buffers on a GPU).");
   ZERO_CHECK(false, "host memory: another rank found its node's host memory too small for the engine's buffers "

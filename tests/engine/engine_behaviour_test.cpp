@@ -1073,18 +1073,46 @@ TEST(Budget, HostTooSmallIsRefusedBeforeAllocating) {
   const config::Config cfg = make_config(2, true, false, comm.world_size(), 2, 1);
   ::setenv("ZERO_HOST_MEMORY_LIMIT", "4K", 1);
   float refused = 0.0f;
+  std::int64_t per_rank = 0, local = 0;
   try {
     auto model = make_model(ModelKind::kMlp);
     Engine engine(model, cfg, comm);
   } catch (const ::zero::Error& e) {
     const std::string msg = e.what();
-    EXPECT_NE(msg.find("host memory: the engine's buffers need"), std::string::npos) << msg;
     EXPECT_NE(msg.find("4.0 KiB is available (ZERO_HOST_MEMORY_LIMIT)"), std::string::npos) << msg;
     EXPECT_NE(msg.find("Run fewer ranks per node"), std::string::npos) << msg;
+    std::smatch m;
+    const std::regex re("the engine's buffers need [^=]+= ([0-9]+) bytes per rank \\(([0-9]+) rank\\(s\\) on this node");
+    if (std::regex_search(msg, m, re)) {
+      per_rank = std::stoll(m[1]);
+      local = std::stoll(m[2]);
+    }
     refused = 1.0f;
   }
   comm.all_reduce(&refused, 1, DType::kFloat32)->wait();
   EXPECT_EQ(refused, static_cast<float>(comm.world_size()));
+  ASSERT_GT(per_rank, 0);
+  // All the ranks on this node launched here (one node).
+  EXPECT_EQ(local, comm.world_size());
+  // Enough for one rank but not for the node's ranks together: refused
+  // (several ranks on a node share its memory).
+  if (local > 1) {
+    ::setenv("ZERO_HOST_MEMORY_LIMIT", std::to_string(per_rank * local - 1).c_str(), 1);
+    bool node_refused = false;
+    try {
+      auto model = make_model(ModelKind::kMlp);
+      Engine engine(model, cfg, comm);
+    } catch (const ::zero::Error& e) {
+      node_refused = std::string(e.what()).find("host memory") != std::string::npos;
+    }
+    EXPECT_TRUE(node_refused) << "the node's " << local << " ranks together need more than the limit";
+  }
+  // Exactly enough: trains.
+  ::setenv("ZERO_HOST_MEMORY_LIMIT", std::to_string(per_rank * local).c_str(), 1);
+  {
+    auto model = make_model(ModelKind::kMlp);
+    Engine engine(model, cfg, comm);
+  }
 
   // A malformed limit names the variable and the form it takes.
   ::setenv("ZERO_HOST_MEMORY_LIMIT", "64GB", 1);
@@ -1095,12 +1123,6 @@ TEST(Budget, HostTooSmallIsRefusedBeforeAllocating) {
   } catch (const ::zero::Error& e) {
     EXPECT_NE(std::string(e.what()).find("ZERO_HOST_MEMORY_LIMIT='64GB' is not a byte count"), std::string::npos)
         << e.what();
-  }
-  // Enough for it: trains.
-  ::setenv("ZERO_HOST_MEMORY_LIMIT", "64G", 1);
-  {
-    auto model = make_model(ModelKind::kMlp);
-    Engine engine(model, cfg, comm);
   }
   ::unsetenv("ZERO_HOST_MEMORY_LIMIT");
 }
