@@ -3,9 +3,7 @@
 #include <torch/cuda.h>
 
 #include "zero/core/error.h"
-#if ZERO_TRAIN_WITH_NCCL
-#include "zero/cuda/nccl_communicator.h"
-#endif
+#include "zero/launch/device_communicator.h"
 
 namespace zero::train {
 
@@ -34,15 +32,7 @@ TrainDevice choose_device(const std::string& choice, comm::Communicator& host) {
     return t;
   }
   t.device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(local));
-  if (host.world_size() > 1) {
-#if ZERO_TRAIN_WITH_NCCL
-    t.device_comm = cuda::make_nccl_communicator(host, local);
-#else
-    ZERO_CHECK(false, "training on GPUs with ", host.world_size(),
-               " ranks needs NCCL, and this zero-train was built without it (ZERO_WITH_NCCL): rebuild with "
-               "NCCL found (docs/gpu.md), or use --device cpu");
-#endif
-  }
+  t.device_comm = launch::make_device_communicator(host, local);
   t.reason = "device: cuda, one GPU per rank (" + std::to_string(gpus) + " on this node)" +
              (host.world_size() > 1 ? ", gradients over NCCL" : "");
   return t;
