@@ -13,6 +13,7 @@
 
 #include "zero/core/error.h"
 #include "zero/models/autocast_scope.h"
+#include "zero/zero/unit.h"
 
 namespace zero::models {
 namespace {
@@ -197,7 +198,12 @@ at::Tensor Gpt::forward(const at::Tensor& idx) {
   // generation under no-grad).
   const bool checkpoint = config_.checkpoint_activations && at::GradMode::is_enabled() && x.requires_grad();
   for (auto& b : blocks_) {
-    x = checkpoint ? BlockCheckpoint::apply(x, b.get(), config_.checkpoint_on_cpu) : b->forward(x);
+    // Each block is a unit of ZeRO stage 3 (zero/zero/unit.h): a plain call
+    // unless a stage-3 engine handles it. The checkpoint is inside the unit,
+    // so its recomputation runs while the unit is gathered for backward.
+    x = zero::unit(*b, x, [&](const at::Tensor& in) {
+      return checkpoint ? BlockCheckpoint::apply(in, b.get(), config_.checkpoint_on_cpu) : b->forward(in);
+    });
   }
   return ln_f_->forward(x).matmul(wte_->weight.t());  // tied head
 }

@@ -1,0 +1,94 @@
+#include "zero/zero/unit.h"
+
+#include <mutex>
+
+#include <c10/core/GradMode.h>
+#include <unordered_map>
+
+namespace zero {
+namespace {
+
+std::mutex& registry_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::unordered_map<const torch::nn::Module*, UnitHandler*>& registry() {
+  static std::unordered_map<const torch::nn::Module*, UnitHandler*> r;
+  return r;
+}
+
+// The backward half of one call of a unit: gathered when the output's
+// gradient arrives (before the unit's backward), released when the input's
+// gradient has been computed (after it) — or, if the backward never reaches
+// the input, when the graph holding the hooks is freed.
+struct BackwardState {
+  explicit BackwardState(UnitHandler* h) : handler(h) {}
+  ~BackwardState() { release(); }
+  void gather() {
+    if (!gathered) {
+      gathered = true;
+      handler->gather();
+    }
+  }
+  void release() {
+    if (gathered && !released) {
+      released = true;
+      handler->release();
+    }
+  }
+  UnitHandler* handler;
+  bool gathered = false, released = false;
+};
+
+}  // namespace
+
+void set_unit_handler(const torch::nn::Module& m, UnitHandler* handler) {
+  std::lock_guard<std::mutex> lock(registry_mutex());
+  if (handler == nullptr) {
+    registry().erase(&m);
+  } else {
+    registry()[&m] = handler;
+  }
+}
+
+UnitHandler* unit_handler(const torch::nn::Module& m) {
+  std::lock_guard<std::mutex> lock(registry_mutex());
+  const auto it = registry().find(&m);
+  return it == registry().end() ? nullptr : it->second;
+}
+
+at::Tensor unit(const torch::nn::Module& m, const at::Tensor& x,
+                const std::function<at::Tensor(const at::Tensor&)>& fn) {
+  UnitHandler* h = unit_handler(m);
+  if (h == nullptr) return fn(x);
+  // A view of the input of its own, so that its gradient hook fires once the
+  // unit's backward has produced it (not when other users of x have too).
+  // An input that needs no gradient (data entering a first unit) is made a
+  // leaf that does, under grad mode: its hook then marks the end of the
+  // unit's backward (at the cost of that input's gradient).
+  const bool track = at::GradMode::is_enabled();
+  const at::Tensor in = !track ? x : x.requires_grad() ? x.view_as(x) : x.detach().requires_grad_(true);
+  h->gather();
+  at::Tensor out;
+  try {
+    out = fn(in);
+  } catch (...) {
+    h->release();
+    throw;
+  }
+  h->release();
+  if (track && out.requires_grad()) {
+    auto state = std::make_shared<BackwardState>(h);
+    out.register_hook([state](const at::Tensor& g) {
+      state->gather();
+      return g;
+    });
+    in.register_hook([state](const at::Tensor& g) {
+      state->release();
+      return g;
+    });
+  }
+  return out;
+}
+
+}  // namespace zero
