@@ -6,16 +6,11 @@
 #include <ATen/ops/zeros.h>
 #include <c10/core/StreamGuard.h>
 
-#include "optimizer_partition.h"  // register_tensor
+#include "planned_tensor.h"
 
 namespace zero::detail {
 
-using memory::Kind;
 using memory::Tier;
-
-namespace {
-std::int64_t i64(std::size_t n) { return static_cast<std::int64_t>(n); }
-}  // namespace
 
 GradPath::GradPath(const MemoryPlan& plan, const DeviceContext& ctx, Options options, comm::Communicator& comm,
                    memory::MemoryLedger& ledger, const at::Tensor& like)

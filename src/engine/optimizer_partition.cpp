@@ -7,26 +7,14 @@
 #include <ATen/ops/zeros.h>
 #include <c10/core/DeviceGuard.h>
 
+#include "planned_tensor.h"
 #include "zero/core/error.h"
 #include "zero/optim/cpu_adam.h"
 #include "zero/zero/torch_dtype.h"
 
 namespace zero::detail {
 
-using memory::Kind;
 using memory::Tier;
-
-namespace {
-std::int64_t i64(std::size_t n) { return static_cast<std::int64_t>(n); }
-}  // namespace
-
-void register_tensor(memory::MemoryLedger& ledger, std::vector<memory::MemoryLedger::Registration>& regs,
-                     Tier tier, Kind kind, const at::Tensor& t, std::size_t valid, const char* what) {
-  const std::int64_t total = i64(t.nbytes());
-  const std::int64_t used = std::min(total, i64(valid * t.element_size()));
-  regs.push_back(ledger.add(tier, kind, used, what));
-  regs.push_back(ledger.add(tier, Kind::kPadding, total - used, what));
-}
 
 OptimizerPartition::OptimizerPartition(const config::Config& config, const MemoryPlan& plan,
                                        const DeviceContext& ctx, Options options, memory::MemoryLedger& ledger)

@@ -69,17 +69,4 @@ class OptimizerPartition {
   std::vector<memory::MemoryLedger::Registration> regs_;
 };
 
-// Registers an allocated buffer by what was allocated: the tensor's own
-// nbytes(), of which `valid` elements are `kind` and the rest padding. A
-// buffer allocated at the wrong size therefore shows in the ledger (and in
-// every figure built on it), instead of the ledger repeating the sizes the
-// allocation was meant to have.
-void register_tensor(memory::MemoryLedger& ledger, std::vector<memory::MemoryLedger::Registration>& regs,
-                     memory::Tier tier, memory::Kind kind, const at::Tensor& t, std::size_t valid, const char* what);
-// The same for a buffer of the memory plan: its tier, kind, valid elements and name.
-inline void register_planned(memory::MemoryLedger& ledger, std::vector<memory::MemoryLedger::Registration>& regs,
-                             const PlannedBuffer& planned, const at::Tensor& t) {
-  register_tensor(ledger, regs, planned.tier, planned.kind, t, planned.valid, planned.what);
-}
-
 }  // namespace zero::detail

@@ -5,20 +5,11 @@
 #include <ATen/ops/zeros.h>
 #include <c10/core/StreamGuard.h>
 
-#include "optimizer_partition.h"  // register_tensor
+#include "planned_tensor.h"
 #include "zero/core/error.h"
 #include "zero/zero/torch_dtype.h"
 
 namespace zero::detail {
-
-using memory::Kind;
-using memory::Tier;
-
-namespace {
-
-std::int64_t i64(std::size_t n) { return static_cast<std::int64_t>(n); }
-
-}  // namespace
 
 ParamStore::ParamStore(std::shared_ptr<torch::nn::Module> module, c10::ScalarType dtype, int world, int rank)
     : module_(std::move(module)), dtype_(dtype), world_(world), rank_(rank) {

@@ -1059,12 +1059,6 @@ TEST(Config, IgnoredSettingsAreNamedAtConstruction) {
   }
 }
 
-}  // namespace
-}  // namespace zero::test
-
-namespace zero::test {
-namespace {
-
 // A host too small for the engine's buffers: refused before anything is
 // allocated, on every rank, with the numbers and the fixes (never the
 // kernel's OOM killer). ZERO_HOST_MEMORY_LIMIT stands for a small host.
