@@ -58,6 +58,7 @@
 #include <array>
 #include <chrono>
 #include <cmath>
+#include <fstream>
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -99,6 +100,8 @@ struct FitOptions {
   int stage = 0;                 // --optimizer engine
   std::string offload = "none";  // --optimizer engine: none or cpu
   bool dpu = false;
+  int cpu_threads = 0;     // --optimizer engine --offload cpu: offload_optimizer.cpu_threads (0: the engine's choice)
+  std::string timeline;    // --optimizer engine: write PREFIX-SIZE.json, the engine's timeline of 2 steps
   std::int64_t micro = 4, seq = 1024;
   int steps = 3, warmup = 1;
   int profile = 0;
@@ -330,7 +333,8 @@ void train_size(const FitOptions& o, const Dev& d, SizeResult& r) {
                                                              {"weight_decay", 0.1}}}}},
               {"zero_optimization", {{"stage", o.stage},
                                      {"offload_optimizer", {{"device", o.offload}, {"delayed_param_update", o.dpu},
-                                                            {"delayed_param_update_warmup_steps", 1}}}}},
+                                                            {"delayed_param_update_warmup_steps", 1},
+                                                            {"cpu_threads", o.cpu_threads}}}}},
               {"steps_per_print", 1000000}};
     single = comm::make_single_process_communicator();
     engine = std::make_unique<Engine>(model, config::parse_config(c.dump(), 1, "<fit-plain engine config>"), *single);
@@ -389,6 +393,34 @@ void train_size(const FitOptions& o, const Dev& d, SizeResult& r) {
   const double tokens = static_cast<double>(o.micro * r.seq);
   r.tokens_per_s = tokens / r.step_s;
   r.tflops = tokens * r.config.flops_per_token(r.seq) / r.step_s / 1e12;
+  if (engine && !o.timeline.empty()) {
+    // Two steps as they run in the timed loop, traced (the host-clock
+    // step boundaries are marked too), written for bench/timeline_svg.py.
+    engine->trace(true);
+    const auto t0 = Clock::now();
+    Json bounds = Json::array();
+    for (int s = 0; s < 2; ++s) {
+      at::Tensor b = batch(3000 + s);
+      d.sync();
+      const double begin = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+      step(b, nullptr);
+      bounds.push_back({begin, std::chrono::duration<double, std::milli>(Clock::now() - t0).count()});
+    }
+    Json iv = Json::array();
+    for (const TimelineInterval& t : engine->take_timeline()) {
+      iv.push_back({{"lane", t.lane}, {"what", t.what}, {"step", t.step}, {"start_ms", t.start_ms},
+                    {"end_ms", t.end_ms}});
+    }
+    engine->trace(false);
+    const std::string path = o.timeline + "-" + r.size + ".json";
+    std::ofstream out(path);
+    out << Json{{"size", r.size}, {"params", r.config.num_parameters()}, {"device", o.device},
+                {"stage", o.stage}, {"offload", o.offload}, {"dpu", o.dpu}, {"median_step_ms", r.step_s * 1e3},
+                {"steps_ms", bounds}, {"intervals", iv}}
+               .dump();
+    ZERO_CHECK(out.good(), "could not write the timeline to ", path);
+    std::printf("  %s: timeline of 2 steps (%zu intervals) in %s\n", r.size.c_str(), iv.size(), path.c_str());
+  }
   if (o.breakdown) {
     std::vector<std::array<double, 3>> phases;
     for (int s = 0; s < o.steps; ++s) step(batch(1000 + s), &phases);
@@ -461,8 +493,10 @@ void run_fit_plain(const FitOptions& o) {
   ZERO_CHECK(o.dtype == "bf16" || o.dtype == "fp32", "--dtype must be bf16 or fp32, not '", o.dtype, "'");
   ZERO_CHECK(o.optimizer == "torch" || o.optimizer == "fused" || o.optimizer == "zero" || o.optimizer == "engine",
              "--optimizer must be torch, fused, zero or engine, not '", o.optimizer, "'");
-  ZERO_CHECK(o.optimizer == "engine" || (o.stage == 0 && o.offload == "none" && !o.dpu),
-             "--stage, --offload and --dpu configure --optimizer engine");
+  ZERO_CHECK(o.optimizer == "engine" ||
+                 (o.stage == 0 && o.offload == "none" && !o.dpu && o.cpu_threads == 0 && o.timeline.empty()),
+             "--stage, --offload, --dpu, --cpu-threads and --timeline configure --optimizer engine");
+  ZERO_CHECK(o.cpu_threads >= 0, "--cpu-threads must be 0 (the engine's choice) or positive");
   ZERO_CHECK(o.optimizer != "zero" || o.device == "cuda",
              "--optimizer zero is zerocpp's device Adam: it needs --device cuda");
   ZERO_CHECK(o.profile >= 0, "--profile must not be negative");
@@ -598,6 +632,13 @@ void add_fit_plain_command(CLI::App& app) {
   cmd->add_option("--offload", o->offload, "--optimizer engine: none or cpu (offload_optimizer.device)")
       ->capture_default_str();
   cmd->add_flag("--dpu", o->dpu, "--optimizer engine with --offload cpu: the delayed parameter update");
+  cmd->add_option("--cpu-threads", o->cpu_threads,
+                  "--optimizer engine --offload cpu: CPU Adam threads (0: the engine's choice, all cores but one "
+                  "on a GPU)")
+      ->capture_default_str();
+  cmd->add_option("--timeline", o->timeline,
+                  "--optimizer engine: trace 2 more steps per size into PREFIX-SIZE.json (bench/timeline_svg.py "
+                  "draws it)");
   cmd->add_flag("--checkpoint", o->checkpoint, "per-block activation checkpointing");
   cmd->add_flag("--breakdown", o->breakdown, "time forward, backward and the optimizer apart (extra steps)");
   cmd->add_option("--profile", o->profile, "print the N device kernels with the most time in one step (CUDA)")

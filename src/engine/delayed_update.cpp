@@ -26,9 +26,40 @@ DelayedUpdate::~DelayedUpdate() {
 }
 
 void DelayedUpdate::submit(std::function<void()> job, std::int64_t step) {
-  worker_->submit(std::move(job));
+  {
+    const std::lock_guard<std::mutex> lock(progress_mu_);
+    buckets_done_ = 0;
+    job_ended_ = false;
+  }
+  worker_->submit([this, job = std::move(job)] {
+    struct Ended {  // on return and on throw
+      DelayedUpdate* self;
+      ~Ended() {
+        {
+          const std::lock_guard<std::mutex> lock(self->progress_mu_);
+          self->job_ended_ = true;
+        }
+        self->progress_cv_.notify_all();
+      }
+    } ended{this};
+    job();
+  });
   pending_ = true;
   pending_step_ = step;
+}
+
+void DelayedUpdate::advance() {
+  {
+    const std::lock_guard<std::mutex> lock(progress_mu_);
+    ++buckets_done_;
+  }
+  progress_cv_.notify_all();
+}
+
+bool DelayedUpdate::wait_for(std::size_t n) {
+  std::unique_lock<std::mutex> lock(progress_mu_);
+  progress_cv_.wait(lock, [&] { return buckets_done_ >= n || job_ended_; });
+  return buckets_done_ >= n;
 }
 
 void DelayedUpdate::wait() {

@@ -6,10 +6,13 @@
 // so every later wait() rethrows it.
 #pragma once
 
+#include <condition_variable>
+#include <cstddef>
 #include <cstdint>
 #include <exception>
 #include <functional>
 #include <memory>
+#include <mutex>
 
 #include "zero/offload/background_worker.h"
 
@@ -41,12 +44,23 @@ class DelayedUpdate {
   // The caller has applied the pending update.
   void applied() { pending_ = false; }
 
+  // How far the running job has come, in buckets, so that the main thread
+  // can copy each finished one up while the rest are stepped: the job calls
+  // advance() after each bucket; wait_for(n) blocks until n buckets are done
+  // (true) or the job has ended, done or failed, short of n (false).
+  void advance();
+  bool wait_for(std::size_t n);
+
  private:
   std::unique_ptr<offload::BackgroundWorker> worker_;
   int warmup_ = 0;
   bool pending_ = false;
   std::int64_t pending_step_ = 0;
   std::exception_ptr error_;
+  std::mutex progress_mu_;
+  std::condition_variable progress_cv_;
+  std::size_t buckets_done_ = 0;
+  bool job_ended_ = false;
 };
 
 }  // namespace zero::detail

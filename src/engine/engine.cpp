@@ -6,10 +6,12 @@
 //   grad_path       hooks -> buckets -> reduced gradients, and their norm
 //   optimizer_partition  master weights, moments, the CPU or device step
 //   delayed_update  the DPU worker, its pending update and sticky error
+//   step_timeline   the tracer behind Engine::trace()
 //   module_guard    what the engine changed in the module, undone at the end
 #include "zero/engine/engine.h"
 
 #include <cmath>
+#include <functional>
 #include <cstdio>
 #include <sstream>
 
@@ -24,6 +26,7 @@
 #include "optimizer_partition.h"
 #include "param_store.h"
 #include "precision.h"
+#include "step_timeline.h"
 #include "zero/comm/launcher_env.h"
 #include "zero/core/error.h"
 #include "zero/core/host_memory.h"
@@ -97,6 +100,8 @@ struct Engine::Impl {
   bool offload = false;
   detail::DeviceContext ctx;
   detail::Precision precision;
+  detail::StepTimeline timeline{ctx};
+  detail::StepTimeline::Mark last_mark;  // where the compute stream was when the engine last returned
   // Declared in dependency order: each part may refer to those above it,
   // and is destroyed before them.
   MemoryPlan plan;
@@ -113,6 +118,7 @@ struct Engine::Impl {
   detail::ModuleGuard guard;
 
   explicit Impl(const config::Config& config) : precision(config) {}
+  using Clock = detail::StepTimeline::Clock;
 
   // Fires once per backward for each parameter, after autograd has
   // accumulated its gradient (also for a parameter used twice).
@@ -128,13 +134,31 @@ struct Engine::Impl {
   };
 
   // The optimizer step on gradient buffer `buf` (main thread or DPU worker;
-  // no collectives).
-  void run_optimizer(int buf, float grad_scale, float lr, std::int64_t step);
+  // no collectives). On the worker it reports each finished bucket.
+  // after_piece (optional): each piece of the partition as it is done.
+  using Piece = detail::OptimizerPartition::Piece;
+  void run_optimizer(int buf, float grad_scale, float lr, std::int64_t step,
+                     const std::function<void(const Piece&)>& after_piece = {});
+  // Where the updated training-precision partition of buffer `buf` is read
+  // from for the model (undefined: the optimizer wrote the flat buffer).
+  at::Tensor update_source(int buf) const;
   // The update of gradient buffer `buf` into the model: copies and all-gather.
   void apply_update(int buf, comm::Communicator& comm);
+  // Waits for the delayed update, if any, and applies it to the model: on a
+  // GPU each chunk goes up as soon as the worker has stepped it, so the
+  // copies overlap the rest of the CPU step.
+  void finish_delayed(comm::Communicator& comm);
+  // A compute interval from the last mark to now (tracing only).
+  void trace_compute(const char* what) {
+    if (!timeline.on()) return;
+    detail::StepTimeline::Mark now = timeline.mark_current();
+    timeline.device_interval("compute", what, last_mark, now);
+    last_mark = std::move(now);
+  }
 };
 
-void Engine::Impl::run_optimizer(int buf, float grad_scale, float lr, std::int64_t step) {
+void Engine::Impl::run_optimizer(int buf, float grad_scale, float lr, std::int64_t step,
+                                 const std::function<void(const Piece&)>& after_piece) {
   if (offload && ctx.on_accelerator()) {
     // The CPU reads the gradients the copy stream brought down, and rewrites
     // the staging (or, in fp32, master) memory that the last upload read from.
@@ -153,19 +177,49 @@ void Engine::Impl::run_optimizer(int buf, float grad_scale, float lr, std::int64
     }
     return params->rank_chunk(b).data_ptr();
   };
-  optimizer->step(grad_of, half_of, grad_scale, lr, step);
+  Clock::time_point began = Clock::now();
+  auto done = [&](const Impl::Piece& pc) {
+    if (timeline.on()) {
+      const Clock::time_point now = Clock::now();
+      timeline.host_interval("cpu step", "piece " + std::to_string(pc.index), began, now, step - 1);
+      began = now;
+    }
+    if (after_piece) after_piece(pc);
+  };
+  optimizer->step(grad_of, half_of, grad_scale, lr, step, done);
+}
+
+at::Tensor Engine::Impl::update_source(int buf) const {
+  if (grads->update_in_grads()) return grads->host(buf);
+  if (precision.dtype() == at::kFloat) return optimizer->master();
+  if (offload) return optimizer->staging();
+  return {};
 }
 
 void Engine::Impl::apply_update(int buf, comm::Communicator& comm) {
-  at::Tensor src;
-  if (grads->update_in_grads()) {
-    src = grads->host(buf);
-  } else if (precision.dtype() == at::kFloat) {
-    src = optimizer->master();
-  } else if (offload) {
-    src = optimizer->staging();
+  params->publish(update_source(buf), offload, comm, ctx);
+}
+
+void Engine::Impl::finish_delayed(comm::Communicator& comm) {
+  const Clock::time_point began = Clock::now();
+  const bool early = delayed->pending() && offload && ctx.copy_stream.has_value();
+  if (early) {
+    const at::Tensor src = update_source(update_index);
+    params->begin_publish(/*offloaded=*/true, ctx);
+    for (const Piece& pc : optimizer->pieces()) {
+      if (!delayed->wait_for(pc.index + 1)) break;  // the job failed: wait() says why
+      params->publish_piece(src, *pc.bucket, pc.offset, pc.n, "piece " + std::to_string(pc.index));
+    }
   }
-  params->publish(src, offload, comm, ctx);
+  delayed->wait();  // rethrows the job's failure
+  if (delayed->enabled()) timeline.host_interval("host wait", "delayed update", began, Clock::now());
+  if (!delayed->pending()) return;
+  if (early) {
+    params->end_publish(comm);
+  } else {
+    apply_update(update_index, comm);
+  }
+  delayed->applied();
 }
 
 Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
@@ -275,6 +329,8 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
   go.update_in_grads = update_in_grads;
   m.grads = std::make_unique<detail::GradPath>(m.plan, m.ctx, go, comm_, ledger_, P.params().front());
   m.delayed = std::make_unique<detail::DelayedUpdate>(dpu, z.offload_optimizer.delayed_param_update_warmup_steps);
+  m.grads->set_timeline(&m.timeline);
+  P.set_timeline(&m.timeline);
 
   // The transient gradient buckets are budgeted here, at their bound, and
   // not refused inside backward (where one rank could fail while the others
@@ -333,11 +389,13 @@ void Engine::backward(const at::Tensor& loss) {
   ZERO_CHECK(loss.requires_grad(),
              "the loss does not require grad: was it computed from the engine's module under "
              "torch::NoGradGuard?");
+  m.trace_compute("forward");
   m.grads->begin_backward(is_accumulation_boundary());
   try {
     m.precision.backward(loss);
     at::NoGradGuard no_grad;
     m.grads->end_backward();
+    m.trace_compute("backward");
   } catch (...) {
     // Part of this micro-batch's gradients may be in the buffers: the whole
     // accumulation window is dropped and the next backward starts a new one.
@@ -355,11 +413,12 @@ bool Engine::step() {
   ++m.micro_step;
   if (!boundary) return false;
   at::NoGradGuard no_grad;
-  m.delayed->wait();
-  if (m.delayed->pending()) {
-    m.apply_update(m.update_index, comm_);
-    m.delayed->applied();
-  }
+  struct TraceStep {  // the step's interval on the compute stream, however it returns
+    Impl& m;
+    ~TraceStep() { m.trace_compute("step"); }
+  } trace_step{m};
+  m.timeline.set_step(stats_.step);
+  m.finish_delayed(comm_);
   const int buf = m.grads->current();
   m.grads->window_done(buf);
   // The one host read of the step: the global squared norm (overflow check
@@ -413,13 +472,23 @@ bool Engine::step() {
   m.update_index = buf;
   if (m.delayed->should_delay(stats_.step)) {
     m.delayed->submit([impl = impl_.get(), buf, grad_scale, lr, opt_step] {
-      impl->run_optimizer(buf, grad_scale, lr, opt_step);
+      impl->run_optimizer(buf, grad_scale, lr, opt_step, [impl](const Impl::Piece&) { impl->delayed->advance(); });
     }, stats_.step + 1);
     m.grads->flip();  // the next step's gradients go to the other buffer
     m.grads->zero(m.grads->current());
   } else {
-    m.run_optimizer(buf, grad_scale, lr, opt_step);
-    m.apply_update(buf, comm_);
+    if (m.offload && m.ctx.copy_stream) {
+      // Each piece goes up as soon as the CPU step has written it.
+      const at::Tensor src = m.update_source(buf);
+      m.params->begin_publish(/*offloaded=*/true, m.ctx);
+      m.run_optimizer(buf, grad_scale, lr, opt_step, [&](const Impl::Piece& pc) {
+        m.params->publish_piece(src, *pc.bucket, pc.offset, pc.n, "piece " + std::to_string(pc.index));
+      });
+      m.params->end_publish(comm_);
+    } else {
+      m.run_optimizer(buf, grad_scale, lr, opt_step);
+      m.apply_update(buf, comm_);
+    }
     m.grads->zero(buf);
   }
   ++stats_.step;
@@ -431,13 +500,17 @@ bool Engine::step() {
 }
 
 void Engine::flush() {
-  Impl& m = *impl_;
-  m.delayed->wait();
-  if (!m.delayed->pending()) return;
   at::NoGradGuard no_grad;
-  m.apply_update(m.update_index, comm_);
-  m.delayed->applied();
+  impl_->finish_delayed(comm_);
 }
+
+void Engine::trace(bool on) {
+  Impl& m = *impl_;
+  m.timeline.set(on);
+  m.last_mark = m.timeline.mark_current();
+}
+
+std::vector<TimelineInterval> Engine::take_timeline() { return impl_->timeline.take(); }
 
 std::vector<at::Tensor> Engine::gather_master_params() {
   Impl& m = *impl_;

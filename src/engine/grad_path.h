@@ -23,6 +23,7 @@
 #include <c10/core/Event.h>
 
 #include "device_context.h"
+#include "step_timeline.h"
 #include "zero/comm/communicator.h"
 #include "zero/memory/memory_ledger.h"
 #include "zero/zero/flat_layout.h"
@@ -81,6 +82,8 @@ class GradPath {
   const at::Tensor& host(int buf) const { return host_grads_[static_cast<std::size_t>(buf)]; }
   // Bytes copied device -> host since the last call.
   std::uint64_t take_copied_bytes();
+  // Where the copies down are traced (Engine::trace()); null: nowhere.
+  void set_timeline(StepTimeline* timeline) { timeline_ = timeline; }
 
  private:
   void consume(int b, const at::Tensor& chunk);
@@ -103,6 +106,7 @@ class GradPath {
   std::vector<at::Tensor> bucket_norms_;  // GPU offload: fp32 device scalars of the window
   std::array<std::shared_ptr<c10::Event>, 2> down_done_;
   std::uint64_t copied_ = 0;
+  StepTimeline* timeline_ = nullptr;
   std::vector<memory::MemoryLedger::Registration> regs_;
   std::unique_ptr<GradReducer> reducer_;  // last: its consumer calls back into this object
 };

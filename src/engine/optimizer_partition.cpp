@@ -37,6 +37,13 @@ OptimizerPartition::OptimizerPartition(const config::Config& config, const Memor
     threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) - 1);
   }
   pool_ = std::make_unique<optim::ThreadPool>(threads);
+  for (const Bucket& b : layout_.buckets()) {
+    const std::size_t eighth = (b.chunk / 8 + kPieceAlign - 1) / kPieceAlign * kPieceAlign;
+    const std::size_t piece = std::clamp(eighth, kPieceAlign, kMaxPieceElements);
+    for (std::size_t off = 0; off < b.chunk; off += piece) {
+      pieces_.push_back(Piece{&b, off, std::min(piece, b.chunk - off), pieces_.size()});
+    }
+  }
 }
 
 // A buffer of the plan, allocated where the plan puts it (pinned host memory
@@ -69,11 +76,17 @@ void OptimizerPartition::allocate_moments() {
 }
 
 void OptimizerPartition::step(const GradsFn& grads, const HalfOutFn& half_out, float grad_scale, float lr,
-                              std::int64_t step) {
-  for (const Bucket& b : layout_.buckets()) {
-    at::Tensor g = grads(b);
-    const std::size_t po = b.partition_offset;
-    void* half = o_.dtype != at::kFloat ? half_out(b, g) : nullptr;
+                              std::int64_t step, const PieceDoneFn& after_piece) {
+  const std::size_t half_size = c10::elementSize(o_.dtype);
+  for (const Piece& pc : pieces_) {
+    const Bucket& b = *pc.bucket;
+    const at::Tensor chunk = grads(b);
+    const at::Tensor g = chunk.narrow(0, i64(pc.offset), i64(pc.n));
+    void* half = nullptr;
+    if (o_.dtype != at::kFloat) {
+      if (void* h = half_out(b, chunk)) half = static_cast<char*>(h) + pc.offset * half_size;
+    }
+    const std::size_t po = b.partition_offset + pc.offset;
     float* p = master_.data_ptr<float>() + po;
     if (adagrad_) {
       optim::AdagradHyper h;
@@ -82,7 +95,7 @@ void OptimizerPartition::step(const GradsFn& grads, const HalfOutFn& half_out, f
       h.weight_decay = opt_.weight_decay;
       h.step = step;
       optim::AdagradBuffers buf{p, g.data_ptr(), to_dtype(g.scalar_type()), exp_avg_.data_ptr<float>() + po,
-                                b.chunk, grad_scale, half, to_dtype(o_.dtype)};
+                                pc.n, grad_scale, half, to_dtype(o_.dtype)};
       optim::adagrad_step(h, buf, pool_.get());
     } else {
       optim::AdamHyper h;
@@ -99,7 +112,7 @@ void OptimizerPartition::step(const GradsFn& grads, const HalfOutFn& half_out, f
       buf.grad_dtype = to_dtype(g.scalar_type());
       buf.exp_avg = exp_avg_.data_ptr<float>() + po;
       buf.exp_avg_sq = exp_avg_sq_.data_ptr<float>() + po;
-      buf.n = b.chunk;
+      buf.n = pc.n;
       buf.grad_scale = grad_scale;
       buf.half_out = half;
       buf.half_dtype = to_dtype(o_.dtype);
@@ -110,6 +123,7 @@ void OptimizerPartition::step(const GradsFn& grads, const HalfOutFn& half_out, f
         optim::adam_step(h, buf, pool_.get());
       }
     }
+    if (after_piece) after_piece(pc);
   }
 }
 

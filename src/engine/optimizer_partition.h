@@ -41,12 +41,33 @@ class OptimizerPartition {
   // the caller has freed its construction temporaries.
   void allocate_moments();
 
+  // The step goes through the partition in pieces, bucket by bucket in the
+  // layout's order, so that each finished piece can be copied up while the
+  // next ones are stepped: about an eighth of a bucket's chunk (the copy of
+  // the last piece is what the next forward waits for), at most
+  // kMaxPieceElements, in multiples of kPieceAlign elements. Each piece is a
+  // whole dispatch of the thread pool: pieces of 16M elements made the CPU
+  // Adam of a 1.2B model ~20% slower beside a GPU than pieces of 60M
+  // (docs/PERFORMANCE.md).
+  static constexpr std::size_t kMaxPieceElements = std::size_t{1} << 26;
+  static constexpr std::size_t kPieceAlign = 64;
+  struct Piece {
+    const Bucket* bucket;
+    std::size_t offset;  // within the bucket's chunk
+    std::size_t n;
+    std::size_t index;   // in pieces()
+  };
+  const std::vector<Piece>& pieces() const { return pieces_; }
+
   // One step of this rank's partition. grads(b): bucket b's gradient chunk;
-  // half_out(b, grad): where the updated training-precision chunk goes
-  // (nullptr: nowhere, as in fp32).
+  // half_out(b, grad): where the updated training-precision chunk of bucket
+  // b goes (nullptr: nowhere, as in fp32); after_piece (optional): a piece
+  // is done, its half_out written.
   using GradsFn = std::function<at::Tensor(const Bucket&)>;
   using HalfOutFn = std::function<void*(const Bucket&, const at::Tensor& grad)>;
-  void step(const GradsFn& grads, const HalfOutFn& half_out, float grad_scale, float lr, std::int64_t step);
+  using PieceDoneFn = std::function<void(const Piece&)>;
+  void step(const GradsFn& grads, const HalfOutFn& half_out, float grad_scale, float lr, std::int64_t step,
+            const PieceDoneFn& after_piece = {});
 
   // The rank's partition, fp32.
   const at::Tensor& master() const { return master_; }
@@ -66,6 +87,7 @@ class OptimizerPartition {
   optim::DeviceAdamFn device_adam_ = nullptr;
   at::Tensor master_, exp_avg_, exp_avg_sq_, staging_;
   std::unique_ptr<optim::ThreadPool> pool_;
+  std::vector<Piece> pieces_;
   std::vector<memory::MemoryLedger::Registration> regs_;
 };
 

@@ -114,29 +114,51 @@ void ParamStore::adopt(at::Tensor flat32, comm::Communicator& comm, memory::Memo
 }
 
 void ParamStore::publish(const at::Tensor& src, bool offloaded, comm::Communicator& comm, const DeviceContext& ctx) {
-  if (src.defined() && offloaded && ctx.copy_stream) {
-    // Up on the copy stream; the compute stream (the next forward, the
-    // all-gather) waits on the device, not the host.
-    const c10::Stream compute = ctx.current_stream();
-    ctx.record_on(compute)->block(*ctx.copy_stream);
-    {
-      const c10::StreamGuard on_copy(*ctx.copy_stream);
-      for (const Bucket& b : layout_.buckets()) {
-        flat_.narrow(0, i64(chunk_flat_offset(b)), i64(b.chunk))
-            .copy_(src.narrow(0, i64(b.partition_offset), i64(b.chunk)), /*non_blocking=*/true);
-        copied_ += b.chunk * flat_.element_size();  // H2D
-      }
-    }
-    up_done_ = ctx.record_on(*ctx.copy_stream);
-    up_done_->block(compute);
-  } else {
-    for (const Bucket& b : layout_.buckets()) {
-      if (src.defined()) {
-        flat_.narrow(0, i64(chunk_flat_offset(b)), i64(b.chunk))
-            .copy_(src.narrow(0, i64(b.partition_offset), i64(b.chunk)));
-      }
-      if (offloaded) copied_ += b.chunk * flat_.element_size();  // H2D
-    }
+  begin_publish(offloaded, ctx);
+  for (const Bucket& b : layout_.buckets()) publish_piece(src, b, 0, b.chunk);
+  end_publish(comm);
+}
+
+void ParamStore::begin_publish(bool offloaded, const DeviceContext& ctx) {
+  publish_offloaded_ = offloaded;
+  publish_stream_.reset();
+  publish_compute_.reset();
+  if (offloaded && ctx.copy_stream) {
+    // Up on the copy stream, after what the compute stream has queued (the
+    // backward that reads the parameters these copies overwrite); the
+    // compute stream waits for them on the device, not the host.
+    publish_compute_ = ctx.current_stream();
+    publish_stream_ = *ctx.copy_stream;
+    ctx.record_on(*publish_compute_)->block(*publish_stream_);
+  }
+}
+
+void ParamStore::publish_piece(const at::Tensor& src, const Bucket& b, std::size_t offset, std::size_t n,
+                               const std::string& label) {
+  if (publish_offloaded_) copied_ += n * flat_.element_size();  // H2D
+  if (!src.defined()) return;
+  at::Tensor dst = flat_.narrow(0, i64(chunk_flat_offset(b) + offset), i64(n));
+  const at::Tensor from = src.narrow(0, i64(b.partition_offset + offset), i64(n));
+  if (!publish_stream_) {
+    dst.copy_(from);
+    return;
+  }
+  const c10::StreamGuard on_copy(*publish_stream_);
+  const bool traced = timeline_ != nullptr && timeline_->on();
+  StepTimeline::Mark begin;
+  if (traced) begin = timeline_->mark(*publish_stream_);
+  dst.copy_(from, /*non_blocking=*/true);
+  if (traced) {
+    timeline_->device_interval("copy up", label, std::move(begin), timeline_->mark(*publish_stream_));
+  }
+}
+
+void ParamStore::end_publish(comm::Communicator& comm) {
+  if (publish_stream_) {
+    up_done_ = std::make_shared<c10::Event>(publish_stream_->device_type());
+    up_done_->record(*publish_stream_);
+    up_done_->block(*publish_compute_);
+    publish_stream_.reset();
   }
   all_gather(comm);
 }

@@ -9,6 +9,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <optional>
 #include <vector>
 
 #include <ATen/Tensor.h>
@@ -17,6 +19,7 @@
 
 #include "device_context.h"
 #include "module_guard.h"
+#include "step_timeline.h"
 #include "zero/comm/communicator.h"
 #include "zero/memory/memory_ledger.h"
 #include "zero/zero/flat_layout.h"
@@ -58,6 +61,17 @@ class ParamStore {
   // with a copy stream the copies go there, and the compute stream waits
   // for them on the device.
   void publish(const at::Tensor& src, bool offloaded, comm::Communicator& comm, const DeviceContext& ctx);
+  // publish() in its three parts, so that each chunk can go up as soon as
+  // the CPU step has finished it (the delayed update on a GPU): begin, then
+  // pieces of the buckets' chunks in any order, each element once (`offset`
+  // within bucket b's chunk, `n` elements; `label` names it on the
+  // timeline), then end (the all-gather).
+  void begin_publish(bool offloaded, const DeviceContext& ctx);
+  void publish_piece(const at::Tensor& src, const Bucket& b, std::size_t offset, std::size_t n,
+                     const std::string& label = "chunk");
+  void end_publish(comm::Communicator& comm);
+  // Where the copies up are traced (Engine::trace()); null: nowhere.
+  void set_timeline(StepTimeline* timeline) { timeline_ = timeline; }
   // The rank's chunk of bucket b in the flat training-precision buffer.
   at::Tensor rank_chunk(const Bucket& b) const {
     return flat_.narrow(0, static_cast<std::int64_t>(chunk_flat_offset(b)), static_cast<std::int64_t>(b.chunk));
@@ -90,6 +104,11 @@ class ParamStore {
   std::vector<memory::MemoryLedger::Registration> regs_;
   std::shared_ptr<c10::Event> up_done_;
   std::uint64_t copied_ = 0;
+  // The publish under way: whether its source is on the host, and the
+  // stream its copies go on (none: synchronous, on the caller's stream).
+  bool publish_offloaded_ = false;
+  std::optional<c10::Stream> publish_stream_, publish_compute_;
+  StepTimeline* timeline_ = nullptr;
 };
 
 }  // namespace zero::detail

@@ -40,4 +40,22 @@ for name in ("cpp-torch-adamw", "cpp-fused-adamw", "python-plain"):
 assert p["python-plain-ckpt"]["summary"]["checkpoint"] is True
 assert p["deepspeed-offload"]["skipped"]
 PY
+
+# The timeline part: the engine with offload + DPU traced, drawn as SVG.
+"$bench" fit-plain --device cpu --dtype fp32 --optimizer engine --stage 2 --offload cpu --dpu --cpu-threads 1 \
+  --timeline "$dir/timeline" --matmul none "${tiny[@]}" >"$dir/timeline.log"
+"$python" "$root/bench/timeline_svg.py" "$dir/timeline-gpt2-tiny.json" --out "$dir/timeline.svg"
+"$python" - "$dir/timeline-gpt2-tiny.json" "$dir/timeline.svg" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+lanes = {i["lane"] for i in j["intervals"]}
+assert {"compute", "cpu step", "host wait"} <= lanes, lanes
+assert j["dpu"] is True and len(j["steps_ms"]) == 2, j
+svg = open(sys.argv[2]).read()
+assert svg.startswith("<svg") and svg.count("<rect") > len(j["intervals"]), svg[:200]
+PY
+if "$bench" fit-plain --device cpu --optimizer torch --timeline "$dir/x" "${tiny[@]}" 2>"$dir/err"; then
+  fail "--timeline without --optimizer engine ran"
+fi
+grep -q "configure --optimizer engine" "$dir/err" || fail "--timeline refusal: $(cat "$dir/err")"
 echo "gpu pipeline smoke: ok"

@@ -56,6 +56,52 @@ TEST(DelayedUpdate, JobWritesAreVisibleAfterWait) {
   }
 }
 
+// The main thread copies each bucket up as soon as the job has stepped it:
+// wait_for(n) must return once n buckets are done (with their writes
+// visible), and must not block forever when the job ends short of n.
+TEST(DelayedUpdate, ProgressReleasesEachBucketAsItIsDone) {
+  DelayedUpdate d(true, 0);
+  constexpr int kBuckets = 64;
+  std::vector<int> written(kBuckets, 0);
+  for (int step = 1; step <= 20; ++step) {
+    d.submit([&, step] {
+      for (int b = 0; b < kBuckets; ++b) {
+        written[static_cast<std::size_t>(b)] = step;
+        d.advance();
+      }
+    }, step);
+    for (int b = 0; b < kBuckets; ++b) {
+      ASSERT_TRUE(d.wait_for(static_cast<std::size_t>(b) + 1)) << "step " << step << ", bucket " << b;
+      ASSERT_EQ(written[static_cast<std::size_t>(b)], step) << "bucket " << b << " released before it was written";
+    }
+    d.wait();
+    d.applied();
+  }
+}
+
+TEST(DelayedUpdate, ProgressEndsWithAJobThatStopsShort) {
+  DelayedUpdate d(true, 0);
+  d.submit([&] {
+    d.advance();
+    d.advance();
+    throw std::runtime_error("failed in bucket 2");
+  }, 1);
+  EXPECT_TRUE(d.wait_for(2));
+  EXPECT_FALSE(d.wait_for(3)) << "the job ended after 2 buckets";
+  EXPECT_THROW(d.wait(), std::runtime_error);
+
+  DelayedUpdate quiet(true, 0);
+  quiet.submit([] {}, 1);  // a job that reports nothing (e.g. no buckets)
+  EXPECT_FALSE(quiet.wait_for(1));
+  quiet.wait();
+  quiet.applied();
+  // A new job starts counting from zero.
+  quiet.submit([&] { quiet.advance(); }, 2);
+  EXPECT_TRUE(quiet.wait_for(1));
+  quiet.wait();
+  quiet.applied();
+}
+
 TEST(DelayedUpdate, DestructorSaysWhatItDropped) {
   testing::internal::CaptureStderr();
   {

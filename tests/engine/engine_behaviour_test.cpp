@@ -946,6 +946,77 @@ TEST(Lifetime, DestroyingWithAPendingDelayedUpdateSaysSo) {
   EXPECT_EQ(testing::internal::GetCapturedStderr().find("pending"), std::string::npos);
 }
 
+// Engine::trace(): every lane the engine records, in the order the work
+// happened, stamped with the step it belongs to. On the CPU the compute is
+// synchronous, so its intervals follow one another; the CPU step of a
+// delayed update runs on the worker, after its own step began, one interval
+// per bucket; an ordinary step's CPU step lies inside its "step" interval.
+TEST(Timeline, TracesComputeCpuStepAndWaitsInOrder) {
+  comm::Communicator& comm = world_comm();
+  const int world = comm.world_size();
+  constexpr int kAccum = 2, kSteps = 4, kWarmup = 2;
+  auto model = make_model(ModelKind::kMlp);
+  config::Config cfg = make_config(2, true, false, world, kGlobalBatch / kAccum / world, kAccum);
+  cfg.zero_optimization.offload_optimizer.delayed_param_update = true;
+  cfg.zero_optimization.offload_optimizer.delayed_param_update_warmup_steps = kWarmup;
+  Engine engine(model, cfg, comm);
+  engine.trace(true);
+  for (int step = 0; step < kSteps; ++step) {
+    for (int micro = 0; micro < kAccum; ++micro) {
+      engine.backward(mlp_loss(*model, comm, engine.dtype()));
+      engine.step();
+    }
+  }
+  engine.flush();
+  const std::vector<TimelineInterval> tl = engine.take_timeline();
+  EXPECT_TRUE(engine.take_timeline().empty()) << "take_timeline() clears what it returned";
+
+  std::vector<const TimelineInterval*> compute, cpu, waits;
+  for (const TimelineInterval& iv : tl) {
+    EXPECT_LE(0.0, iv.start_ms) << iv.lane << " " << iv.what;
+    EXPECT_LE(iv.start_ms, iv.end_ms) << iv.lane << " " << iv.what;
+    if (iv.lane == "compute") compute.push_back(&iv);
+    else if (iv.lane == "cpu step") cpu.push_back(&iv);
+    else if (iv.lane == "host wait") waits.push_back(&iv);
+    else ADD_FAILURE() << "a lane the CPU does not have: " << iv.lane;
+  }
+  // Per optimizer step: forward, backward for each micro-batch, then the
+  // boundary's step (off the boundary step() returns at once, untraced).
+  constexpr std::size_t kPerStep = 2 * kAccum + 1;
+  ASSERT_EQ(compute.size(), kPerStep * kSteps);
+  for (std::size_t i = 0; i < compute.size(); ++i) {
+    const std::size_t k = i % kPerStep;
+    EXPECT_EQ(compute[i]->what, k == kPerStep - 1 ? "step" : (k % 2 == 0 ? "forward" : "backward"))
+        << "compute interval " << i;
+    if (i > 0) EXPECT_LE(compute[i - 1]->end_ms, compute[i]->start_ms + 1e-3) << "compute interval " << i;
+  }
+  // One CPU-step interval per piece per optimizer step (the small buckets
+  // of make_config give several); each names its step.
+  ASSERT_EQ(cpu.size() % kSteps, 0u);
+  const std::size_t buckets = cpu.size() / kSteps;
+  ASSERT_GT(buckets, 1u);
+  for (int s = 0; s < kSteps; ++s) {
+    const TimelineInterval& first = *cpu[static_cast<std::size_t>(s) * buckets];
+    EXPECT_EQ(first.step, s) << "the CPU step of optimizer step " << s + 1;
+    EXPECT_EQ(first.what, "piece 0");
+    const TimelineInterval& st = *compute[static_cast<std::size_t>(s) * kPerStep + kPerStep - 1];
+    EXPECT_GE(first.start_ms, st.start_ms - 1e-3) << "step " << s;
+    const TimelineInterval& last = *cpu[static_cast<std::size_t>(s + 1) * buckets - 1];
+    if (s < kWarmup) {
+      EXPECT_LE(last.end_ms, st.end_ms + 1e-3) << "an ordinary step's CPU step is inside step() (step " << s << ")";
+    }
+  }
+  // The main thread waited for each delayed update once: at the next
+  // boundary and at flush().
+  EXPECT_EQ(waits.size(), static_cast<std::size_t>(kSteps + 1));
+
+  // Off: nothing more is recorded.
+  engine.trace(false);
+  engine.backward(mlp_loss(*model, comm, engine.dtype()));
+  engine.step();
+  EXPECT_TRUE(engine.take_timeline().empty());
+}
+
 }  // namespace
 }  // namespace zero::test
 

@@ -76,6 +76,7 @@
 #include "zero/comm/communicator.h"
 #include "zero/config/config.h"
 #include "zero/engine/loss_scaler.h"
+#include "zero/engine/timeline.h"
 #include "zero/memory/memory_ledger.h"
 
 namespace zero {
@@ -132,6 +133,12 @@ class Engine {
 
   // A human-readable summary: memory per tier and kind, communication, steps.
   std::string summary() const;
+
+  // Tracing (zero/engine/timeline.h): trace(true) starts a timeline of the
+  // engine's work (and drops what was recorded), trace(false) stops it;
+  // take_timeline() returns what was recorded since, and clears it.
+  void trace(bool on);
+  std::vector<TimelineInterval> take_timeline();
 
  private:
   config::Config config_;
