@@ -4,13 +4,15 @@
 //   mpirun -np 4 --bind-to none zero-train --config stage2_offload.json --report r.json
 //
 // Without --config, the embedded default is ZeRO-2 + CPU offload + bf16 with
-// AdamW. Without corpus paths, the English text of Debian's `fortunes`.
+// AdamW (fp32 on a CPU without native bf16: train_precision.h). Without
+// corpus paths, the English text of Debian's `fortunes`.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <random>
 
 #include <ATen/ops/from_blob.h>
@@ -24,9 +26,11 @@
 
 #include "progress.h"
 #include "train_device.h"
+#include "train_precision.h"
 #include "train_report.h"
 #include "zero/comm/communicator.h"
 #include "zero/config/config.h"
+#include "zero/core/cpu_bf16.h"
 #include "zero/core/error.h"
 #include "zero/data/batch_sampler.h"
 #include "zero/data/byte_tokenizer.h"
@@ -169,6 +173,10 @@ int run(const Options& cli) {
   torch::manual_seed(o.seed);
   const train::TrainDevice td = train::choose_device(o.device, *comm);
   if (root) std::fprintf(stderr, "%s\n", td.reason.c_str());
+  const train::PrecisionChoice pc =
+      train::choose_precision(td.device.is_cpu(), cfg.bf16.enabled, !o.config_path.empty(), cpu_bf16());
+  cfg.bf16.enabled = pc.bf16;
+  if (root && !pc.line.empty()) std::fprintf(stderr, "%s\n", pc.line.c_str());
   auto model = std::make_shared<models::Gpt>(gc);  // initialised on the host: the same weights on any device
   model->to(td.device);
   Engine engine(model, cfg, td.device_comm ? *td.device_comm : *comm);
@@ -247,7 +255,8 @@ int run(const Options& cli) {
   const double tokens_per_step = static_cast<double>(micro * accum * o.seq_len * comm->world_size());
   std::vector<double> losses;
   nlohmann::json val_losses = nlohmann::json::array();
-  double total_seconds = 0.0, last_val = -1.0;
+  double total_seconds = 0.0;
+  std::optional<double> last_val;  // none when no evaluation ran
   comm::CommStats last_comm, run_comm;  // this rank's: the last step, and the sum over steps
   for (std::int64_t step = 0; step < o.steps; ++step) {
     engine.set_lr(schedule.lr(step));
@@ -276,7 +285,8 @@ int run(const Options& cli) {
     train::add_comm(run_comm, last_comm);
     double val = -1.0;
     if (o.eval_every > 0 && ((step + 1) % o.eval_every == 0 || step + 1 == o.steps)) {
-      val = last_val = evaluate(*model, *comm, corpus, o, micro, td.device);
+      val = evaluate(*model, *comm, corpus, o, micro, td.device);
+      last_val = val;
       val_losses.push_back({{"step", step + 1}, {"loss", val}});
     }
     const auto snap = engine.ledger().snapshot();
@@ -314,8 +324,13 @@ int run(const Options& cli) {
     loss_dat.close();
     val_dat.close();
     std::fprintf(stderr, "%s", engine.summary().c_str());
-    std::fprintf(stderr, "final validation loss %.4f nats (unigram entropy of the corpus %.4f)\n", last_val,
-                 corpus.unigram_entropy_nats());
+    if (last_val) {
+      std::fprintf(stderr, "final validation loss %.4f nats (unigram entropy of the corpus %.4f)\n", *last_val,
+                   corpus.unigram_entropy_nats());
+    } else {
+      std::fprintf(stderr, "no validation loss: no evaluation ran (--eval-every 0); unigram entropy of the corpus "
+                           "%.4f nats\n", corpus.unigram_entropy_nats());
+    }
     std::fprintf(stderr, "metrics: %s\n", (fs::path(o.out_dir) / "metrics.jsonl").c_str());
     write_plot(o.out_dir);
     if (!o.report.empty()) {
@@ -359,7 +374,7 @@ int main(int argc, char** argv) {
   app.add_option("corpus", o.corpus,
                  "text files or folders, read recursively (default: the top-level English files of "
                  "/usr/share/games/fortunes)");
-  app.add_option("--config", o.config_path, "DeepSpeed-style JSON config (default: ZeRO-2 + CPU offload + bf16)");
+  app.add_option("--config", o.config_path, "DeepSpeed-style JSON config (default: ZeRO-2 + CPU offload + bf16; fp32 on a CPU without native bf16)");
   app.add_option("--model", o.model, "preset: gpt2-tiny, gpt2-small-test, gpt2, gpt2-medium, gpt2-large, gpt2-xl")
       ->capture_default_str();
   app.add_option("--n-layer", o.n_layer, "override the preset's layers");

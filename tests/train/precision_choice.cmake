@@ -1,0 +1,40 @@
+# zero-train's precision on the CPU (apps/zero-train/train_precision.h), with
+# the CPUID check forced both ways by ZERO_CPU_NATIVE_BF16: the embedded
+# default becomes fp32 without native bf16 and says so; a config that asks
+# for bf16 keeps it, with a warning; with native bf16 the default stays bf16.
+# And a run without evaluation prints no sentinel validation loss.
+#   cmake -DTRAIN=<zero-train> -DCORPUS=<file> -DOUT=<dir> -DBF16_CONFIG=<json> -P precision_choice.cmake
+set(common ${CORPUS} --steps 1 --eval-every 0 --device cpu --out ${OUT})
+function(run_with value)
+  execute_process(COMMAND ${CMAKE_COMMAND} -E env ZERO_CPU_NATIVE_BF16=${value} ${TRAIN} ${common} ${ARGN}
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  set(rc ${rc} PARENT_SCOPE)
+  set(err "${err}" PARENT_SCOPE)
+endfunction()
+
+run_with(0)
+if(NOT rc EQUAL 0 OR NOT err MATCHES "precision: fp32, not the default's bf16: this CPU has ZERO_CPU_NATIVE_BF16=0"
+   OR NOT err MATCHES "stage 2, Float on cpu")
+  message(FATAL_ERROR "no native bf16, default config: expected fp32 and the line saying so (status ${rc}):\n${err}")
+endif()
+if(err MATCHES "final validation loss" OR NOT err MATCHES "no validation loss: no evaluation ran \\(--eval-every 0\\)")
+  message(FATAL_ERROR "--eval-every 0: expected 'no validation loss', no number:\n${err}")
+endif()
+
+run_with(1)
+if(NOT rc EQUAL 0 OR NOT err MATCHES "precision: bf16 \\(this CPU computes bf16 natively" OR
+   NOT err MATCHES "stage 2, BFloat16 on cpu")
+  message(FATAL_ERROR "native bf16, default config: expected bf16 (status ${rc}):\n${err}")
+endif()
+
+run_with(0 --config ${BF16_CONFIG})
+if(NOT rc EQUAL 0 OR NOT err MATCHES "warning: the config asks for bf16, but this CPU has ZERO_CPU_NATIVE_BF16=0: bf16 is emulated"
+   OR NOT err MATCHES "BFloat16 on cpu")
+  message(FATAL_ERROR "no native bf16, bf16 config: expected bf16 with a warning (status ${rc}):\n${err}")
+endif()
+
+run_with(maybe)
+if(rc EQUAL 0 OR NOT err MATCHES "ZERO_CPU_NATIVE_BF16='maybe' is not 0 or 1")
+  message(FATAL_ERROR "ZERO_CPU_NATIVE_BF16=maybe: expected an error naming it (status ${rc}):\n${err}")
+endif()
+message(STATUS "precision choice: ok")
