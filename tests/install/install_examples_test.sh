@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The installed zerocpp, used as a downstream project would: `cmake --install`
+# the build into a fresh prefix, configure examples/ against that prefix only
+# (find_package(zerocpp)), build both examples, and run each on 2 MPI ranks:
+# their loss must fall (each exits non-zero otherwise).
+#   install_examples_test.sh SOURCE_DIR BUILD_DIR
+set -euo pipefail
+src=$1 build=$2
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+cmake --install "$build" --prefix "$dir/prefix" >"$dir/install.log" || { cat "$dir/install.log"; fail "cmake --install"; }
+cfg=$dir/prefix/lib/cmake/zerocpp/zerocppConfig.cmake
+[[ -f $cfg && -f $dir/prefix/lib/cmake/zerocpp/zerocppConfigVersion.cmake ]] || fail "no package config in the prefix"
+[[ -f $dir/prefix/include/zero/engine/engine.h && -x $dir/prefix/bin/zero-train ]] || fail "headers or tools missing"
+# The installed package must not point back into the build tree.
+if grep -rqF -- "$build" "$dir/prefix/lib/cmake/zerocpp"; then fail "the package config refers to the build tree $build"; fi
+
+gen=()
+command -v ninja >/dev/null && gen=(-G Ninja)
+cmake -S "$src/examples" -B "$dir/examples" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
+      -DCMAKE_PREFIX_PATH="$dir/prefix" >"$dir/configure.log" 2>&1 || { cat "$dir/configure.log"; fail "configure"; }
+cmake --build "$dir/examples" >"$dir/build.log" 2>&1 || { tail -40 "$dir/build.log"; fail "build"; }
+
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+for ex in image_classifier frozen_mlp_regression; do
+  out=$(mpirun -np 2 --oversubscribe --bind-to none "$dir/examples/$ex" 2>&1) || { echo "$out"; fail "$ex on 2 ranks"; }
+  echo "$out" | tail -3
+  grep -q "on 2 rank(s)" <<<"$out" || fail "$ex did not run on 2 ranks"
+  grep -q "^the loss fell" <<<"$out" || fail "$ex: the loss did not fall"
+done
+echo "install + examples: ok"
