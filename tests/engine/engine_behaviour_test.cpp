@@ -988,7 +988,9 @@ TEST(Timeline, TracesComputeCpuStepAndWaitsInOrder) {
     const std::size_t k = i % kPerStep;
     EXPECT_EQ(compute[i]->what, k == kPerStep - 1 ? "step" : (k % 2 == 0 ? "forward" : "backward"))
         << "compute interval " << i;
-    if (i > 0) EXPECT_LE(compute[i - 1]->end_ms, compute[i]->start_ms + 1e-3) << "compute interval " << i;
+    if (i > 0) {
+      EXPECT_LE(compute[i - 1]->end_ms, compute[i]->start_ms + 1e-3) << "compute interval " << i;
+    }
   }
   // One CPU-step interval per piece per optimizer step (the small buckets
   // of make_config give several); each names its step.
