@@ -11,8 +11,8 @@
 #include "zero/engine/engine.h"
 
 #include <cmath>
-#include <functional>
 #include <cstdio>
+#include <functional>
 #include <sstream>
 
 #include <ATen/ops/full.h>
@@ -134,8 +134,8 @@ struct Engine::Impl {
   };
 
   // The optimizer step on gradient buffer `buf` (main thread or DPU worker;
-  // no collectives). On the worker it reports each finished bucket.
-  // after_piece (optional): each piece of the partition as it is done.
+  // no collectives). after_piece (optional): each piece of the partition as
+  // it is done (the DPU worker reports it; without DPU it goes up at once).
   using Piece = detail::OptimizerPartition::Piece;
   void run_optimizer(int buf, float grad_scale, float lr, std::int64_t step,
                      const std::function<void(const Piece&)>& after_piece = {});
@@ -208,7 +208,7 @@ void Engine::Impl::finish_delayed(comm::Communicator& comm) {
     params->begin_publish(/*offloaded=*/true, ctx);
     for (const Piece& pc : optimizer->pieces()) {
       if (!delayed->wait_for(pc.index + 1)) break;  // the job failed: wait() says why
-      params->publish_piece(src, *pc.bucket, pc.offset, pc.n, "piece " + std::to_string(pc.index));
+      params->publish_piece(src, *pc.bucket, pc.offset, pc.n, "piece", pc.index);
     }
   }
   delayed->wait();  // rethrows the job's failure
@@ -482,7 +482,7 @@ bool Engine::step() {
       const at::Tensor src = m.update_source(buf);
       m.params->begin_publish(/*offloaded=*/true, m.ctx);
       m.run_optimizer(buf, grad_scale, lr, opt_step, [&](const Impl::Piece& pc) {
-        m.params->publish_piece(src, *pc.bucket, pc.offset, pc.n, "piece " + std::to_string(pc.index));
+        m.params->publish_piece(src, *pc.bucket, pc.offset, pc.n, "piece", pc.index);
       });
       m.params->end_publish(comm_);
     } else {

@@ -94,14 +94,10 @@ void GradPath::consume_gpu_offload(const Bucket& bucket, const at::Tensor& chunk
   ctx_.record_on(ctx_.current_stream())->block(*ctx_.copy_stream);
   {
     const c10::StreamGuard on_copy(*ctx_.copy_stream);
-    const bool traced = timeline_ != nullptr && timeline_->on();
-    StepTimeline::Mark begin;
-    if (traced) begin = timeline_->mark(*ctx_.copy_stream);
-    host_grads_[static_cast<std::size_t>(cur_)].narrow(0, off, n).copy_(g, /*non_blocking=*/true);
-    if (traced) {
-      timeline_->device_interval("copy down", "bucket " + std::to_string(&bucket - layout_.buckets().data()), std::move(begin),
-                                 timeline_->mark(*ctx_.copy_stream));
-    }
+    StepTimeline::on_stream(timeline_, *ctx_.copy_stream, "copy down", "bucket",
+                            static_cast<std::size_t>(&bucket - layout_.buckets().data()), [&] {
+                              host_grads_[static_cast<std::size_t>(cur_)].narrow(0, off, n).copy_(g, /*non_blocking=*/true);
+                            });
   }
   // The reducer frees its bucket when this returns: the allocator must not
   // hand the memory out again before the copy stream has read it.

@@ -115,12 +115,14 @@ void ParamStore::adopt(at::Tensor flat32, comm::Communicator& comm, memory::Memo
 
 void ParamStore::publish(const at::Tensor& src, bool offloaded, comm::Communicator& comm, const DeviceContext& ctx) {
   begin_publish(offloaded, ctx);
-  for (const Bucket& b : layout_.buckets()) publish_piece(src, b, 0, b.chunk);
+  const std::vector<Bucket>& buckets = layout_.buckets();
+  for (std::size_t i = 0; i < buckets.size(); ++i) publish_piece(src, buckets[i], 0, buckets[i].chunk, "bucket", i);
   end_publish(comm);
 }
 
 void ParamStore::begin_publish(bool offloaded, const DeviceContext& ctx) {
   publish_offloaded_ = offloaded;
+  publish_ctx_ = &ctx;
   publish_stream_.reset();
   publish_compute_.reset();
   if (offloaded && ctx.copy_stream) {
@@ -134,7 +136,7 @@ void ParamStore::begin_publish(bool offloaded, const DeviceContext& ctx) {
 }
 
 void ParamStore::publish_piece(const at::Tensor& src, const Bucket& b, std::size_t offset, std::size_t n,
-                               const std::string& label) {
+                               const char* kind, std::size_t index) {
   if (publish_offloaded_) copied_ += n * flat_.element_size();  // H2D
   if (!src.defined()) return;
   at::Tensor dst = flat_.narrow(0, i64(chunk_flat_offset(b) + offset), i64(n));
@@ -144,19 +146,13 @@ void ParamStore::publish_piece(const at::Tensor& src, const Bucket& b, std::size
     return;
   }
   const c10::StreamGuard on_copy(*publish_stream_);
-  const bool traced = timeline_ != nullptr && timeline_->on();
-  StepTimeline::Mark begin;
-  if (traced) begin = timeline_->mark(*publish_stream_);
-  dst.copy_(from, /*non_blocking=*/true);
-  if (traced) {
-    timeline_->device_interval("copy up", label, std::move(begin), timeline_->mark(*publish_stream_));
-  }
+  StepTimeline::on_stream(timeline_, *publish_stream_, "copy up", kind, index,
+                          [&] { dst.copy_(from, /*non_blocking=*/true); });
 }
 
 void ParamStore::end_publish(comm::Communicator& comm) {
   if (publish_stream_) {
-    up_done_ = std::make_shared<c10::Event>(publish_stream_->device_type());
-    up_done_->record(*publish_stream_);
+    up_done_ = publish_ctx_->record_on(*publish_stream_);
     up_done_->block(*publish_compute_);
     publish_stream_.reset();
   }

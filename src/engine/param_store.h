@@ -9,7 +9,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <string>
 #include <optional>
 #include <vector>
 
@@ -64,11 +63,11 @@ class ParamStore {
   // publish() in its three parts, so that each chunk can go up as soon as
   // the CPU step has finished it (the delayed update on a GPU): begin, then
   // pieces of the buckets' chunks in any order, each element once (`offset`
-  // within bucket b's chunk, `n` elements; `label` names it on the
-  // timeline), then end (the all-gather).
+  // within bucket b's chunk, `n` elements; "<kind> <index>" names it on the
+  // timeline), then end (the all-gather). `ctx` must outlive the publish.
   void begin_publish(bool offloaded, const DeviceContext& ctx);
-  void publish_piece(const at::Tensor& src, const Bucket& b, std::size_t offset, std::size_t n,
-                     const std::string& label = "chunk");
+  void publish_piece(const at::Tensor& src, const Bucket& b, std::size_t offset, std::size_t n, const char* kind,
+                     std::size_t index);
   void end_publish(comm::Communicator& comm);
   // Where the copies up are traced (Engine::trace()); null: nowhere.
   void set_timeline(StepTimeline* timeline) { timeline_ = timeline; }
@@ -107,6 +106,7 @@ class ParamStore {
   // The publish under way: whether its source is on the host, and the
   // stream its copies go on (none: synchronous, on the caller's stream).
   bool publish_offloaded_ = false;
+  const DeviceContext* publish_ctx_ = nullptr;
   std::optional<c10::Stream> publish_stream_, publish_compute_;
   StepTimeline* timeline_ = nullptr;
 };

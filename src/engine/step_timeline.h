@@ -5,6 +5,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -43,6 +44,21 @@ class StepTimeline {
   // another thread whose step the main thread may have left.
   void host_interval(std::string lane, std::string what, Clock::time_point begin, Clock::time_point end,
                      std::int64_t step = -1);
+
+  // Runs `enqueue` (work it puts on `stream`) between two marks, recorded as
+  // the device interval "<kind> <index>" of `lane` when `t` is tracing; with
+  // no timeline, or tracing off, just runs it (the label is never built).
+  template <class Enqueue>
+  static void on_stream(StepTimeline* t, const c10::Stream& stream, const char* lane, const char* kind,
+                        std::size_t index, Enqueue&& enqueue) {
+    if (t == nullptr || !t->on()) {
+      enqueue();
+      return;
+    }
+    Mark begin = t->mark(stream);
+    enqueue();
+    t->device_interval(lane, std::string(kind) + " " + std::to_string(index), std::move(begin), t->mark(stream));
+  }
 
   // Everything recorded since set(true), in recording order; clears it.
   std::vector<TimelineInterval> take();
