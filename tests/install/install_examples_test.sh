@@ -3,9 +3,10 @@
 # the build into a fresh prefix, configure examples/ against that prefix only
 # (find_package(zerocpp)), build both examples, and run each on 2 MPI ranks:
 # their loss must fall (each exits non-zero otherwise).
-#   install_examples_test.sh SOURCE_DIR BUILD_DIR
+#   install_examples_test.sh SOURCE_DIR BUILD_DIR [FLAGS]
+# FLAGS: compile and link flags for the examples (a sanitizer build's).
 set -euo pipefail
-src=$1 build=$2
+src=$1 build=$2 flags=${3:-}
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
@@ -20,7 +21,8 @@ if grep -rqF -- "$build" "$dir/prefix/lib/cmake/zerocpp"; then fail "the package
 gen=()
 command -v ninja >/dev/null && gen=(-G Ninja)
 cmake -S "$src/examples" -B "$dir/examples" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
-      -DCMAKE_PREFIX_PATH="$dir/prefix" >"$dir/configure.log" 2>&1 || { cat "$dir/configure.log"; fail "configure"; }
+      -DCMAKE_PREFIX_PATH="$dir/prefix" -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_EXE_LINKER_FLAGS="$flags" \
+      >"$dir/configure.log" 2>&1 || { cat "$dir/configure.log"; fail "configure"; }
 cmake --build "$dir/examples" >"$dir/build.log" 2>&1 || { tail -40 "$dir/build.log"; fail "build"; }
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
