@@ -12,6 +12,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <exception>
 #include <functional>
 #include <sstream>
 
@@ -27,6 +28,7 @@
 #include "param_store.h"
 #include "precision.h"
 #include "step_timeline.h"
+#include "unit_schedule.h"
 #include "zero/comm/launcher_env.h"
 #include "zero/core/error.h"
 #include "zero/core/host_memory.h"
@@ -109,6 +111,7 @@ struct Engine::Impl {
   std::unique_ptr<detail::OptimizerPartition> optimizer;
   std::unique_ptr<detail::GradPath> grads;
   std::unique_ptr<detail::DelayedUpdate> delayed;
+  std::unique_ptr<detail::UnitSchedule> units;  // stage 3
   int update_index = 0;  // the gradient buffer whose step the pending update is
   std::int64_t micro_step = 0;
   std::int64_t optimizer_step = 0;  // the optimizer's own step count (bias correction)
@@ -241,13 +244,16 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
   config_.world_size = m.world;
   const auto& z = config_.zero_optimization;
   m.stage = z.stage;
-  ZERO_CHECK(m.stage <= 2, "zero_optimization.stage=", m.stage,
-             " is not available in this build of the engine: use stage 0, 1 or 2");
+  ZERO_CHECK(m.stage >= 0 && m.stage <= 3, "zero_optimization.stage=", m.stage,
+             " does not exist: ZeRO stages are 0, 1, 2 and 3");
   m.offload = z.offload_optimizer.device == "cpu";
+  ZERO_CHECK(z.offload_param.device != "nvme",
+             "offload_param.device=\"nvme\" is not available yet: use \"cpu\" or \"none\"");
+  const bool offload_param = m.stage == 3 && z.offload_param.device == "cpu";
   ZERO_CHECK(z.offload_optimizer.device != "nvme",
              "offload_optimizer.device=\"nvme\" is not available yet: use \"cpu\" or \"none\"");
   ZERO_CHECK(!m.offload || m.stage >= 1,
-             "offload_optimizer.device=\"cpu\" needs zero_optimization.stage 1 or 2 (ZeRO-Offload "
+             "offload_optimizer.device=\"cpu\" needs zero_optimization.stage 1, 2 or 3 (ZeRO-Offload "
              "offloads the rank's optimizer partition)");
   const bool dpu = m.offload && z.offload_optimizer.delayed_param_update;
   const c10::ScalarType dtype = m.precision.dtype();
@@ -291,6 +297,13 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
   pi.accumulation = accumulation;
   pi.element_bytes = static_cast<int>(c10::elementSize(dtype));
   pi.moments = config_.optimizer.is_adagrad() ? 1 : 2;
+  detail::UnitAssignment units;
+  if (m.stage == 3) {
+    units = detail::assign_units(*P.module(), P.params(), z.stage3_param_persistence_threshold);
+    pi.groups = units.groups;
+    pi.offload_param = offload_param;
+    pi.live_units = z.stage3_prefetch_bucket_size > 0 ? 2 : 1;
+  }
   m.plan = plan_memory(pi);
   P.use_plan(m.plan);
   check_host_memory(m.plan, m.ctx.on_accelerator(), comm_, m.ctx.device);
@@ -311,9 +324,16 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
 
   at::NoGradGuard no_grad;
   // The order of these allocations is the construction peak the ledger sees.
-  at::Tensor flat32 = P.initial_fp32(comm_, ledger_);
-  m.optimizer->seed_master(flat32);
-  P.adopt(std::move(flat32), comm_, ledger_, m.guard);
+  if (m.stage == 3) {
+    m.optimizer->allocate_master();
+    P.adopt_partitioned(comm_, ledger_, m.guard,
+                        [&](const Bucket& b, const at::Tensor& chunk32) { m.optimizer->seed_master_chunk(b, chunk32); },
+                        m.ctx);
+  } else {
+    at::Tensor flat32 = P.initial_fp32(comm_, ledger_);
+    m.optimizer->seed_master(flat32);
+    P.adopt(std::move(flat32), comm_, ledger_, m.guard);
+  }
   for (std::size_t i = 0; i < P.params().size(); ++i) {
     m.guard.install_hook(P.params()[i], std::make_unique<Impl::GradHook>(&m, static_cast<int>(i)));
   }
@@ -331,21 +351,49 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
   m.delayed = std::make_unique<detail::DelayedUpdate>(dpu, z.offload_optimizer.delayed_param_update_warmup_steps);
   m.grads->set_timeline(&m.timeline);
   P.set_timeline(&m.timeline);
+  if (m.stage == 3) {
+    detail::UnitSchedule::Options uo;
+    uo.prefetch = z.stage3_prefetch_bucket_size > 0;
+    uo.prefetch_elements = static_cast<std::size_t>(z.stage3_prefetch_bucket_size);
+    uo.max_live_elements = static_cast<std::size_t>(z.stage3_max_live_parameters);
+    m.units = std::make_unique<detail::UnitSchedule>(units, P, comm_, uo);
+  }
 
-  // The transient gradient buckets are budgeted here, at their bound, and
-  // not refused inside backward (where one rank could fail while the others
-  // wait in a collective): every rank holds the same bytes, so every rank
-  // refuses alike.
+  // The transient gradient buckets (and at stage 3 the gathered units) are
+  // budgeted here, at their bound, and not refused inside forward or
+  // backward (where one rank could fail while the others wait in a
+  // collective): every rank holds the same bytes, so every rank refuses alike.
   if (config_.device_memory_limit > 0) {
     const std::int64_t held = ledger_.snapshot().tier_current[static_cast<int>(Tier::kDevice)];
-    const std::int64_t buckets = m.plan[Buffer::kBuckets].present ? m.plan[Buffer::kBuckets].bytes() : 0;
+    auto planned = [&](Buffer id) { return m.plan[id].present ? m.plan[id].bytes() : std::int64_t{0}; };
+    const std::int64_t buckets = planned(Buffer::kBuckets), live = planned(Buffer::kLiveParams);
     auto both = [](std::int64_t b) { return memory::format_bytes(b) + " = " + std::to_string(b) + " bytes"; };
-    ZERO_CHECK(held + buckets <= config_.device_memory_limit, "device memory budget exceeded: the gradient buckets "
-               "need up to ", both(buckets), " during backward beside the ", both(held),
+    ZERO_CHECK(held + buckets + live <= config_.device_memory_limit, "device memory budget exceeded: the gradient "
+               "buckets need up to ", both(buckets), " during backward",
+               live > 0 ? " and the gathered units up to " + both(live) : std::string(), " beside the ", both(held),
                " the engine holds, past the device_memory_limit of ", both(config_.device_memory_limit),
-               " (it would need at least ", both(held + buckets), "). Lower zero_optimization.reduce_bucket_size, "
-               "raise device_memory_limit, or move state off the device (a higher stage, or "
-               "offload_optimizer.device=\"cpu\").");
+               " (it would need at least ", both(held + buckets + live), "). Lower "
+               "zero_optimization.reduce_bucket_size", live > 0 ? " (stage 3: mark smaller units, or turn prefetch "
+               "off with stage3_prefetch_bucket_size=0)" : "", ", raise device_memory_limit, or move state off the "
+               "device (a higher stage, or offload_optimizer.device=\"cpu\").");
+  }
+  if (m.rank == 0 && m.units) {
+    const FlatLayout& L = P.layout();
+    std::size_t kept = 0;
+    for (const Bucket& b : L.buckets()) kept += b.group < 0 ? b.numel : 0;
+    if (m.units->count() == 0) {
+      std::fprintf(stderr,
+                   "zerocpp: stage 3: no module of the model is marked as a unit, so the whole model is one unit "
+                   "that stays gathered: every rank holds all %zu parameters in %s (as at stage 2) beside its "
+                   "partition. Mark the model's blocks (zero::mark_unit(*block) at construction and "
+                   "zero::unit(*block, x, fn) in forward; docs/engine.md) so that only one block is gathered at "
+                   "a time.\n",
+                   L.numel(), c10::toString(dtype));
+    } else {
+      std::fprintf(stderr, "zerocpp: stage 3: %zu units; %zu of %zu parameters stay gathered (no unit, shared by "
+                   "two units, or below stage3_param_persistence_threshold=%lld elements)\n",
+                   m.units->count(), kept, L.numel(), static_cast<long long>(z.stage3_param_persistence_threshold));
+    }
   }
   if (m.rank == 0) {
     for (const std::string& w : ignored_settings(config_, m.ctx.on_accelerator())) {
@@ -372,8 +420,29 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
 }
 
 // The parts' destructors do the work: the guard restores the module, the
-// delayed update finishes its job (and says what was dropped).
-Engine::~Engine() = default;
+// delayed update finishes its job (and says what was dropped). At stage 3
+// the module's parameters are gathered first (a collective, as the engine
+// goes on every rank), so that it gets its values back; while unwinding
+// from an error no collective is started and the released ones get zeros.
+Engine::~Engine() {
+  Impl& m = *impl_;
+  if (!m.units) return;
+  try {
+    at::NoGradGuard no_grad;
+    if (std::uncaught_exceptions() == 0) {
+      m.units->gather_everything();
+    } else {
+      m.params->zero_fill_released();
+      if (m.rank == 0) {
+        std::fprintf(stderr, "zerocpp: stage 3 engine destroyed by an error: the module's partitioned parameters "
+                     "are not gathered back (zeros)\n");
+      }
+    }
+  } catch (const std::exception& e) {
+    m.params->zero_fill_released();
+    std::fprintf(stderr, "zerocpp: could not gather the stage-3 parameters back into the module: %s\n", e.what());
+  }
+}
 
 c10::ScalarType Engine::dtype() const { return impl_->precision.dtype(); }
 std::int64_t Engine::num_parameters() const { return static_cast<std::int64_t>(impl_->params->layout().numel()); }
@@ -395,12 +464,14 @@ void Engine::backward(const at::Tensor& loss) {
     m.precision.backward(loss);
     at::NoGradGuard no_grad;
     m.grads->end_backward();
+    if (m.units) m.units->end_backward();
     m.trace_compute("backward");
   } catch (...) {
     // Part of this micro-batch's gradients may be in the buffers: the whole
     // accumulation window is dropped and the next backward starts a new one.
     at::NoGradGuard no_grad;
     m.grads->abort();
+    if (m.units) m.units->abort();
     for (const auto& p : m.params->params()) p.mutable_grad().reset();
     m.micro_step -= m.micro_step % config_.gradient_accumulation_steps;
     throw;

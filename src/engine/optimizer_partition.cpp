@@ -58,11 +58,17 @@ at::Tensor OptimizerPartition::allocate(Buffer id, c10::ScalarType dtype, bool z
 }
 
 void OptimizerPartition::seed_master(const at::Tensor& flat32) {
-  master_ = allocate(Buffer::kMaster, at::kFloat, /*zero=*/false);
+  allocate_master();
   for (const Bucket& b : layout_.buckets()) {
-    master_.narrow(0, i64(b.partition_offset), i64(b.chunk))
-        .copy_(flat32.narrow(0, i64(b.offset + static_cast<std::size_t>(plan_.shard_rank) * b.chunk), i64(b.chunk)));
+    seed_master_chunk(b, flat32.narrow(0, i64(b.offset + static_cast<std::size_t>(plan_.shard_rank) * b.chunk),
+                                       i64(b.chunk)));
   }
+}
+
+void OptimizerPartition::allocate_master() { master_ = allocate(Buffer::kMaster, at::kFloat, /*zero=*/false); }
+
+void OptimizerPartition::seed_master_chunk(const Bucket& b, const at::Tensor& chunk32) {
+  master_.narrow(0, i64(b.partition_offset), i64(b.chunk)).copy_(chunk32);
 }
 
 void OptimizerPartition::allocate_moments() {

@@ -37,6 +37,10 @@ class OptimizerPartition {
   // The master partition from the rank's chunks of `flat32` (the full fp32
   // parameters).
   void seed_master(const at::Tensor& flat32);
+  // The same bucket by bucket (stage 3 never holds the full parameters):
+  // allocate, then each bucket's chunk (fp32, b.chunk elements) once.
+  void allocate_master();
+  void seed_master_chunk(const Bucket& b, const at::Tensor& chunk32);
   // The moments (zeros; Adagrad: its initial accumulator). Allocated after
   // the caller has freed its construction temporaries.
   void allocate_moments();

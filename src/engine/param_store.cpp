@@ -80,6 +80,10 @@ void ParamStore::adopt(at::Tensor flat32, comm::Communicator& comm, memory::Memo
     params_[i].set_data(flat_.narrow(0, i64(s.offset), i64(s.numel)).view(params_[i].sizes()));
     params_[i].mutable_grad().reset();
   }
+  cast_frozen_and_buffers(comm, guard);
+}
+
+void ParamStore::cast_frozen_and_buffers(comm::Communicator& comm, ModuleGuard& guard) {
   // Frozen floating-point parameters and buffers meet the training-precision
   // activations, so they take the training precision too (a frozen fp32
   // Linear fed bf16 inputs would fail in LibTorch with a dtype mismatch).
@@ -137,9 +141,9 @@ void ParamStore::begin_publish(bool offloaded, const DeviceContext& ctx) {
 
 void ParamStore::publish_piece(const at::Tensor& src, const Bucket& b, std::size_t offset, std::size_t n,
                                const char* kind, std::size_t index) {
-  if (publish_offloaded_) copied_ += n * flat_.element_size();  // H2D
+  if (publish_offloaded_) copied_ += n * c10::elementSize(dtype_);  // H2D
   if (!src.defined()) return;
-  at::Tensor dst = flat_.narrow(0, i64(chunk_flat_offset(b) + offset), i64(n));
+  at::Tensor dst = rank_chunk(b).narrow(0, i64(offset), i64(n));
   const at::Tensor from = src.narrow(0, i64(b.partition_offset + offset), i64(n));
   if (!publish_stream_) {
     dst.copy_(from);
@@ -171,6 +175,16 @@ std::uint64_t ParamStore::take_copied_bytes() {
 
 // Stage >= 1: every rank's updated chunks to every rank.
 void ParamStore::all_gather(comm::Communicator& comm) {
+  if (partitioned_) {
+    // Stage 3: what is gathered now (the buckets of no unit) from the partition.
+    std::vector<comm::WorkPtr> works;
+    for (std::size_t b = 0; b < buckets_.size(); ++b) {
+      if (!buckets_[b].held()) continue;
+      if (auto w = start_gather(static_cast<int>(b), comm)) works.push_back(std::move(w));
+    }
+    for (auto& w : works) w->wait();
+    return;
+  }
   if (layout_.shard_world() <= 1) return;
   std::vector<comm::WorkPtr> works;
   const std::size_t es = flat_.element_size();

@@ -4,10 +4,20 @@
 // floating-point buffers cast to that precision; all equal to rank 0's at
 // construction. After a step, publish() brings the rank's updated chunks
 // into the flat buffer and all-gathers them from every rank.
+//
+// Stage 3 (partitioned(); param_store_stage3.cpp): the rank holds its
+// partition of the training-precision parameters (on the device, or in host
+// memory with offload_param), and each bucket's parameters are views of a
+// BucketStorage that is gathered from every rank's partition and released
+// again, unit by unit (unit_schedule.h). Buckets of no unit stay gathered.
+// publish() then writes the partition, and all-gathers only the buckets
+// that are gathered at the time.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -16,6 +26,7 @@
 #include <c10/core/Event.h>
 #include <torch/nn/module.h>
 
+#include "bucket_storage.h"
 #include "device_context.h"
 #include "module_guard.h"
 #include "step_timeline.h"
@@ -53,6 +64,26 @@ class ParamStore {
   //    `flat32` is consumed. Changes go through `guard`.
   void adopt(at::Tensor flat32, comm::Communicator& comm, memory::MemoryLedger& ledger, ModuleGuard& guard);
 
+  // Stage 3's construction instead of the two above, one bucket at a time:
+  // each bucket in fp32 (rank 0's values), `seed(b, chunk32)` with the
+  // rank's fp32 chunk (the master weights), the rank's chunk into the
+  // partition, the parameters made views of the bucket's storage, which is
+  // then released (buckets of no unit stay). Frozen parameters and buffers
+  // as in adopt().
+  using SeedFn = std::function<void(const Bucket&, const at::Tensor&)>;
+  void adopt_partitioned(comm::Communicator& comm, memory::MemoryLedger& ledger, ModuleGuard& guard,
+                         const SeedFn& seed, const DeviceContext& ctx);
+  bool partitioned() const { return partitioned_; }
+  // Stage 3: bucket b's parameters from every rank's partition. Started
+  // (the storage refilled, the rank's chunk copied in, the all-gather
+  // issued); the returned work completes it (null: nothing to wait for).
+  comm::WorkPtr start_gather(int b, comm::Communicator& comm);
+  void release(int b);
+  bool gathered(int b) const { return buckets_[static_cast<std::size_t>(b)].held(); }
+  // Stage 3, when the engine goes while unwinding (no collective then):
+  // released buckets get zeros, so that the module can be given back.
+  void zero_fill_released();
+
   // After a step: `src` (the rank's updated partition, fp32 master or
   // training-precision staging; undefined when the optimizer wrote the flat
   // buffer itself) into the rank's chunks, then the all-gather (stage >= 1).
@@ -71,8 +102,12 @@ class ParamStore {
   void end_publish(comm::Communicator& comm);
   // Where the copies up are traced (Engine::trace()); null: nowhere.
   void set_timeline(StepTimeline* timeline) { timeline_ = timeline; }
-  // The rank's chunk of bucket b in the flat training-precision buffer.
+  // The rank's chunk of bucket b in the training precision: in the flat
+  // buffer, or at stage 3 in the partition.
   at::Tensor rank_chunk(const Bucket& b) const {
+    if (partitioned_) {
+      return partition_.narrow(0, static_cast<std::int64_t>(b.partition_offset), static_cast<std::int64_t>(b.chunk));
+    }
     return flat_.narrow(0, static_cast<std::int64_t>(chunk_flat_offset(b)), static_cast<std::int64_t>(b.chunk));
   }
   // Blocks until the last publish()'s host-to-device copies are done (before
@@ -90,6 +125,7 @@ class ParamStore {
     return b.offset + static_cast<std::size_t>(shard_rank_) * b.chunk;
   }
   void all_gather(comm::Communicator& comm);
+  void cast_frozen_and_buffers(comm::Communicator& comm, ModuleGuard& guard);
 
   std::shared_ptr<torch::nn::Module> module_;
   c10::ScalarType dtype_;
@@ -109,6 +145,12 @@ class ParamStore {
   const DeviceContext* publish_ctx_ = nullptr;
   std::optional<c10::Stream> publish_stream_, publish_compute_;
   StepTimeline* timeline_ = nullptr;
+  // Stage 3.
+  bool partitioned_ = false;
+  at::Tensor partition_;                // the rank's chunks of every bucket, training precision
+  std::vector<BucketStorage> buckets_;  // one per bucket of the layout
+  std::vector<std::array<memory::MemoryLedger::Registration, 2>> bucket_regs_;  // while held: values, padding
+  memory::MemoryLedger* ledger_ = nullptr;
 };
 
 }  // namespace zero::detail

@@ -172,6 +172,7 @@ Gpt::Gpt(const GptConfig& c) : config_(c) {
   wpe_ = register_module("wpe", torch::nn::Embedding(c.block_size, c.n_embd));
   for (std::int64_t i = 0; i < c.n_layer; ++i) {
     blocks_.push_back(register_module("h" + std::to_string(i), std::make_shared<Block>(c)));
+    zero::mark_unit(*blocks_.back());  // a unit of ZeRO stage 3 (forward() calls it through zero::unit)
   }
   ln_f_ = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.n_embd})));
   // GPT-2's initialisation: N(0, 0.02), residual projections scaled by 1/sqrt(2 * n_layer).

@@ -26,13 +26,55 @@ PlannedBuffer make(Tier tier, Kind kind, Lifetime life, std::size_t elements, st
   return b;
 }
 
+// Stage 3's parameters: the rank's partition (device, or host with
+// offload_param), the buckets of no unit (always gathered), the gathered
+// units at their bound, and one bucket in fp32 at a time at construction.
+void plan_stage3_params(const PlanInput& in, MemoryPlan& p) {
+  const FlatLayout& L = p.layout;
+  const int es = in.element_bytes;
+  auto set = [&](Buffer id, PlannedBuffer b) { p.buffers[static_cast<std::size_t>(id)] = b; };
+  std::size_t persistent = 0, persistent_valid = 0, largest_bucket = 0;
+  std::vector<std::size_t> unit_padded;
+  for (const Bucket& b : L.buckets()) {
+    largest_bucket = std::max(largest_bucket, b.padded);
+    if (b.group < 0) {
+      persistent += b.padded;
+      persistent_valid += b.numel;
+      continue;
+    }
+    if (unit_padded.size() <= static_cast<std::size_t>(b.group)) unit_padded.resize(b.group + 1, 0);
+    unit_padded[static_cast<std::size_t>(b.group)] += b.padded;
+  }
+  set(Buffer::kFlat32, make(Tier::kDevice, Kind::kStaging, Lifetime::kConstruction, largest_bucket, largest_bucket, 4,
+                            "one bucket of the parameters in fp32 (construction only)"));
+  set(Buffer::kParamPartition, make(in.offload_param ? Tier::kHost : Tier::kDevice, Kind::kHalfParams,
+                                    Lifetime::kPersistent, L.partition_numel(), L.partition_valid(p.shard_rank), es,
+                                    "the parameter partition"));
+  if (persistent > 0) {
+    set(Buffer::kFlatParams, make(Tier::kDevice, Kind::kHalfParams, Lifetime::kPersistent, persistent,
+                                  persistent_valid, es, "the parameters of no unit (kept gathered)"));
+  }
+  std::sort(unit_padded.begin(), unit_padded.end(), std::greater<>());
+  std::size_t live = 0;
+  for (std::size_t i = 0; i < unit_padded.size() && i < static_cast<std::size_t>(in.live_units); ++i) {
+    live += unit_padded[i];
+  }
+  if (live > 0) {
+    set(Buffer::kLiveParams, make(Tier::kDevice, Kind::kHalfParams, Lifetime::kBackward, live, live, es,
+                                  "the gathered units"));
+  }
+}
+
 }  // namespace
 
 MemoryPlan plan_memory(const PlanInput& in) {
   ZERO_CHECK(!in.numels.empty(), "the memory plan needs at least one parameter");
   ZERO_CHECK(in.world >= 1 && in.rank >= 0 && in.rank < in.world, "rank ", in.rank, " of world ", in.world);
-  ZERO_CHECK(in.stage >= 0 && in.stage <= 2, "stage must be 0, 1 or 2 (stage 3 is not available yet), got ", in.stage);
-  ZERO_CHECK(!in.offload || in.stage >= 1, "offload needs stage 1 or 2");
+  ZERO_CHECK(in.stage >= 0 && in.stage <= 3, "stage must be 0, 1, 2 or 3, got ", in.stage);
+  ZERO_CHECK(!in.offload || in.stage >= 1, "offload needs stage 1, 2 or 3");
+  ZERO_CHECK(!in.offload_param || in.stage == 3, "parameter offload needs stage 3");
+  ZERO_CHECK(in.groups.empty() || in.groups.size() == in.numels.size(), "one unit per parameter, or none");
+  ZERO_CHECK(in.live_units >= 1, "at least one live unit");
   ZERO_CHECK(in.element_bytes == 2 || in.element_bytes == 4, "element size must be 2 or 4 bytes");
   ZERO_CHECK(in.moments == 1 || in.moments == 2, "moments per parameter must be 1 or 2");
   ZERO_CHECK(in.bucket_numel > 0, "reduce_bucket_size must be positive");
@@ -40,7 +82,9 @@ MemoryPlan plan_memory(const PlanInput& in) {
   MemoryPlan p;
   // Stage 0 keeps everything on every rank: one shard.
   p.shard_rank = in.stage == 0 ? 0 : in.rank;
-  p.layout = FlatLayout(in.numels, in.bucket_numel, in.world, in.stage == 0 ? 1 : in.world, kPlanAlignElements);
+  const bool stage3 = in.stage == 3;
+  p.layout = FlatLayout(in.numels, in.bucket_numel, in.world, in.stage == 0 ? 1 : in.world, kPlanAlignElements,
+                        stage3 ? in.groups : std::vector<int>{});
   const FlatLayout& L = p.layout;
   const std::size_t psi = L.numel(), padded = L.padded_numel();
   const std::size_t part = L.partition_numel(), valid = L.partition_valid(p.shard_rank);
@@ -49,11 +93,15 @@ MemoryPlan plan_memory(const PlanInput& in) {
   const Tier opt = in.offload ? Tier::kHost : Tier::kDevice;
   auto set = [&](Buffer id, PlannedBuffer b) { p.buffers[static_cast<std::size_t>(id)] = b; };
 
-  set(Buffer::kFlat32, make(Tier::kDevice, half ? Kind::kStaging : Kind::kHalfParams,
-                            half ? Lifetime::kConstruction : Lifetime::kPersistent, padded, half ? padded : psi, 4,
-                            half ? "the temporary fp32 copy of the parameters (construction only)"
-                                 : "the flat parameter buffer"));
-  if (half) {
+  if (stage3) {
+    plan_stage3_params(in, p);
+  } else {
+    set(Buffer::kFlat32, make(Tier::kDevice, half ? Kind::kStaging : Kind::kHalfParams,
+                              half ? Lifetime::kConstruction : Lifetime::kPersistent, padded, half ? padded : psi, 4,
+                              half ? "the temporary fp32 copy of the parameters (construction only)"
+                                   : "the flat parameter buffer"));
+  }
+  if (half && !stage3) {
     set(Buffer::kFlatParams, make(Tier::kDevice, Kind::kHalfParams, Lifetime::kPersistent, padded, psi, es,
                                   "the flat parameter buffer"));
   }
@@ -85,14 +133,14 @@ MemoryPlan plan_memory(const PlanInput& in) {
       set(Buffer::kDevAccum, make(Tier::kDevice, Kind::kGrads, Lifetime::kPersistent, part, valid, 4,
                                   "the device gradient partition (accumulation)"));
     }
-  } else if (in.stage == 2) {
+  } else if (in.stage >= 2) {
     set(Buffer::kPartGrads, make(Tier::kDevice, Kind::kGrads, Lifetime::kPersistent, part, valid, es,
                                  "the gradient partition"));
   } else {
     set(Buffer::kFullGrads, make(Tier::kDevice, Kind::kGrads, Lifetime::kPersistent, padded, psi, es,
                                  "the flat gradient buffer"));
   }
-  if (in.offload || in.stage == 2) {
+  if (in.offload || in.stage >= 2) {
     std::vector<std::size_t> sizes;
     for (const Bucket& b : L.buckets()) sizes.push_back(b.padded);
     std::sort(sizes.begin(), sizes.end(), std::greater<>());
@@ -115,8 +163,10 @@ std::int64_t MemoryPlan::construction_peak(Tier tier) const {
   // The constructor's order (src/engine/engine.cpp): the fp32 copy, the
   // master seeded from it, the flat training-precision parameters made from
   // it; then the copy is freed and the rest allocated.
+  // Stage 3 allocates the partition and the kept buckets first, then goes
+  // through the buckets one at a time in fp32.
   std::int64_t sum = 0;
-  for (Buffer id : {Buffer::kFlat32, Buffer::kMaster, Buffer::kFlatParams}) {
+  for (Buffer id : {Buffer::kFlat32, Buffer::kMaster, Buffer::kFlatParams, Buffer::kParamPartition}) {
     const PlannedBuffer& b = (*this)[id];
     if (b.present && b.tier == tier) sum += b.bytes();
   }
@@ -125,8 +175,9 @@ std::int64_t MemoryPlan::construction_peak(Tier tier) const {
 
 std::int64_t MemoryPlan::peak(Tier tier) const {
   std::int64_t step = persistent(tier);
-  const PlannedBuffer& buckets = (*this)[Buffer::kBuckets];
-  if (buckets.present && buckets.tier == tier) step += buckets.bytes();
+  for (const PlannedBuffer& b : buffers) {
+    if (b.present && b.tier == tier && b.lifetime == Lifetime::kBackward) step += b.bytes();
+  }
   return std::max(step, construction_peak(tier));
 }
 

@@ -1,9 +1,13 @@
 #include "zero/zero/unit.h"
 
+#include <iterator>
+#include <memory>
 #include <mutex>
 
 #include <c10/core/GradMode.h>
 #include <unordered_map>
+
+#include "zero/core/error.h"
 
 namespace zero {
 namespace {
@@ -15,6 +19,12 @@ std::mutex& registry_mutex() {
 std::unordered_map<const torch::nn::Module*, UnitHandler*>& registry() {
   static std::unordered_map<const torch::nn::Module*, UnitHandler*> r;
   return r;
+}
+// Marked units, by address; the weak pointer tells a live module from a new
+// one allocated where a freed marked module was.
+std::unordered_map<const torch::nn::Module*, std::weak_ptr<const torch::nn::Module>>& marks() {
+  static std::unordered_map<const torch::nn::Module*, std::weak_ptr<const torch::nn::Module>> m;
+  return m;
 }
 
 // The backward half of one call of a unit: gathered when the output's
@@ -42,6 +52,31 @@ struct BackwardState {
 
 }  // namespace
 
+void mark_unit(const torch::nn::Module& m) {
+  std::shared_ptr<const torch::nn::Module> owner;
+  try {
+    owner = m.shared_from_this();
+  } catch (const std::bad_weak_ptr&) {
+    ZERO_CHECK(false, "zero::mark_unit: module '", m.name(), "' is not owned by a shared_ptr; mark a registered "
+               "submodule (register_module(...)) or a module made with std::make_shared");
+  }
+  std::lock_guard<std::mutex> lock(registry_mutex());
+  auto& all = marks();
+  // Drop the marks of modules that are gone, now and then.
+  if (all.size() > 64 && all.size() % 64 == 0) {
+    for (auto it = all.begin(); it != all.end();) it = it->second.expired() ? all.erase(it) : std::next(it);
+  }
+  all[&m] = owner;
+}
+
+bool is_unit(const torch::nn::Module& m) {
+  std::lock_guard<std::mutex> lock(registry_mutex());
+  const auto it = marks().find(&m);
+  if (it == marks().end()) return false;
+  const auto owner = it->second.lock();
+  return owner && owner.get() == &m;
+}
+
 void set_unit_handler(const torch::nn::Module& m, UnitHandler* handler) {
   std::lock_guard<std::mutex> lock(registry_mutex());
   if (handler == nullptr) {
@@ -60,7 +95,10 @@ UnitHandler* unit_handler(const torch::nn::Module& m) {
 at::Tensor unit(const torch::nn::Module& m, const at::Tensor& x,
                 const std::function<at::Tensor(const at::Tensor&)>& fn) {
   UnitHandler* h = unit_handler(m);
-  if (h == nullptr) return fn(x);
+  if (h == nullptr) {
+    if (!is_unit(m)) mark_unit(m);
+    return fn(x);
+  }
   // A view of the input of its own, so that its gradient hook fires once the
   // unit's backward has produced it (not when other users of x have too).
   // An input that needs no gradient (data entering a first unit) is made a

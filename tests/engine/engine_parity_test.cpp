@@ -104,7 +104,7 @@ TEST_P(Parity, MatchesSingleProcessStage0) {
 
 std::string case_name(const testing::TestParamInfo<Case>& info) {
   auto [kind, bf16, stage, offload] = info.param;
-  return std::string(kind == ModelKind::kMlp ? "mlp" : "transformer") + (bf16 ? "_bf16" : "_fp32") +
+  return std::string(kind == ModelKind::kMlp ? "mlp" : kind == ModelKind::kUnitMlp ? "unitmlp" : "transformer") + (bf16 ? "_bf16" : "_fp32") +
          "_stage" + std::to_string(stage) + (offload ? "_offload" : "");
 }
 
@@ -120,7 +120,15 @@ INSTANTIATE_TEST_SUITE_P(
         Case{ModelKind::kTransformer, false, 2, false}, Case{ModelKind::kTransformer, false, 1, true},
         Case{ModelKind::kTransformer, false, 2, true}, Case{ModelKind::kTransformer, true, 0, false},
         Case{ModelKind::kTransformer, true, 1, false}, Case{ModelKind::kTransformer, true, 2, false},
-        Case{ModelKind::kTransformer, true, 1, true}, Case{ModelKind::kTransformer, true, 2, true}),
+        Case{ModelKind::kTransformer, true, 1, true}, Case{ModelKind::kTransformer, true, 2, true},
+        // Stage 3: every unit shape (UnitMlp), the transformer's units beside
+        // its tied embedding, with and without offload.
+        Case{ModelKind::kMlp, false, 3, false}, Case{ModelKind::kMlp, true, 3, false},
+        Case{ModelKind::kMlp, false, 3, true}, Case{ModelKind::kMlp, true, 3, true},
+        Case{ModelKind::kTransformer, false, 3, false}, Case{ModelKind::kTransformer, true, 3, false},
+        Case{ModelKind::kTransformer, false, 3, true}, Case{ModelKind::kUnitMlp, false, 0, false},
+        Case{ModelKind::kUnitMlp, false, 3, false}, Case{ModelKind::kUnitMlp, true, 3, false},
+        Case{ModelKind::kUnitMlp, false, 3, true}),
     case_name);
 
 }  // namespace

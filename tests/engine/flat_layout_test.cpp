@@ -41,5 +41,23 @@ TEST(FlatLayout, LargeParameterGetsItsOwnBucketAndStage0OwnsAll) {
   EXPECT_EQ(L.partition_valid(0), 103u);
 }
 
+TEST(FlatLayout, Stage3GroupsAreWholeBuckets) {
+  // Groups -1, 0, 0, 1, -1 (back to front: -1, 1, 0 0, -1); 0's two fit one bucket.
+  FlatLayout L({4, 3, 3, 5, 2}, 100, 2, 2, 1, {-1, 0, 0, 1, -1});
+  ASSERT_EQ(L.buckets().size(), 4u);
+  EXPECT_EQ(L.buckets()[0].group, -1);
+  EXPECT_EQ((L.buckets()[0].params), (std::vector<int>{4}));
+  EXPECT_EQ(L.buckets()[1].group, 1);
+  EXPECT_EQ(L.buckets()[2].group, 0);
+  EXPECT_EQ((L.buckets()[2].params), (std::vector<int>{2, 1}));
+  EXPECT_EQ(L.buckets()[3].group, -1);
+  EXPECT_EQ(L.group_buckets(0), (std::vector<int>{2}));
+  EXPECT_EQ(L.group_buckets(-1), (std::vector<int>{0, 3}));
+  // A group larger than a bucket spans several, still of its own.
+  FlatLayout M({6, 6, 6}, 7, 1, 1, 1, {0, 0, -1});
+  EXPECT_EQ(M.group_buckets(0).size(), 2u);
+  EXPECT_EQ(M.group_buckets(-1).size(), 1u);
+}
+
 }  // namespace
 }  // namespace zero

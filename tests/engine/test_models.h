@@ -18,18 +18,27 @@
 #include <torch/nn/modules/normalization.h>
 
 #include "zero/config/config.h"
+#include "zero/zero/unit.h"
 
 namespace zero::test {
 
-// Linear - GELU - Linear - GELU - Linear with a regression loss.
+// Runs `layer` as a unit of ZeRO stage 3 (zero/zero/unit.h).
+template <typename Layer>
+at::Tensor as_unit(Layer& layer, const at::Tensor& x) {
+  return zero::unit(*layer, x, [&](const at::Tensor& in) { return layer->forward(in); });
+}
+
+// Linear - GELU - Linear - GELU - Linear with a regression loss; each Linear
+// a unit of stage 3.
 struct Mlp : torch::nn::Module {
   Mlp() {
     l1 = register_module("l1", torch::nn::Linear(16, 48));
     l2 = register_module("l2", torch::nn::Linear(48, 40));
     l3 = register_module("l3", torch::nn::Linear(40, 4));
+    for (auto* l : {&l1, &l2, &l3}) zero::mark_unit(**l);
   }
   at::Tensor forward(const at::Tensor& x) {
-    return l3->forward(at::gelu(l2->forward(at::gelu(l1->forward(x)))));
+    return as_unit(l3, at::gelu(as_unit(l2, at::gelu(as_unit(l1, x)))));
   }
   torch::nn::Linear l1{nullptr}, l2{nullptr}, l3{nullptr};
 };
@@ -51,20 +60,23 @@ struct TinyTransformer : torch::nn::Module {
     fc = register_module("fc", torch::nn::Linear(kDim, 4 * kDim));
     out = register_module("out", torch::nn::Linear(4 * kDim, kDim));
     lnf = register_module("lnf", torch::nn::LayerNorm(torch::nn::LayerNormOptions({kDim})));
+    // Units of stage 3: the four Linear layers; the embedding (tied to the
+    // head, used outside any unit) and the LayerNorms stay gathered.
+    for (auto* l : {&qkv, &proj, &fc, &out}) zero::mark_unit(**l);
   }
   // idx: [B, T] int64 -> logits [B, T, vocab]
   at::Tensor forward(const at::Tensor& idx) {
     const auto B = idx.size(0), T = idx.size(1);
     at::Tensor x = tok->forward(idx) + pos.narrow(0, 0, T);
     at::Tensor h = ln1->forward(x);
-    auto q_k_v = qkv->forward(h).view({B, T, 3, kHeads, kDim / kHeads}).permute({2, 0, 3, 1, 4});
+    auto q_k_v = as_unit(qkv, h).view({B, T, 3, kHeads, kDim / kHeads}).permute({2, 0, 3, 1, 4});
     at::Tensor q = q_k_v[0], k = q_k_v[1], v = q_k_v[2];
     at::Tensor att = q.matmul(k.transpose(-2, -1)) / std::sqrt(double(kDim / kHeads));
     at::Tensor mask = at::ones({T, T}, idx.options().dtype(at::kBool)).triu(1);
     att = at::softmax(att.masked_fill(mask, -1e4), -1);
     at::Tensor y = att.matmul(v).transpose(1, 2).reshape({B, T, kDim});
-    x = x + proj->forward(y);
-    x = x + out->forward(at::gelu(fc->forward(ln2->forward(x))));
+    x = x + as_unit(proj, y);
+    x = x + as_unit(out, at::gelu(as_unit(fc, ln2->forward(x))));
     return lnf->forward(x).matmul(tok->weight.t());  // tied head
   }
   torch::nn::Embedding tok{nullptr};
@@ -89,6 +101,36 @@ struct TiedMlp : torch::nn::Module {
     return head->forward(h);
   }
   torch::nn::Linear l1{nullptr}, l2{nullptr}, head{nullptr};
+};
+
+// Every shape of unit stage 3 must handle: l1, l3 and head ordinary units;
+// l2 a unit called twice in one forward; `tied` a unit that holds l3's weight
+// too (a parameter of two units, which stays gathered); `scale` a parameter
+// of no unit; the first unit fed with data that needs no gradient.
+struct UnitMlp : torch::nn::Module {
+  UnitMlp() {
+    l1 = register_module("l1", torch::nn::Linear(16, 32));
+    l2 = register_module("l2", torch::nn::Linear(32, 32));
+    l3 = register_module("l3", torch::nn::Linear(32, 32));
+    tied = register_module("tied", std::make_shared<torch::nn::Module>());
+    tied->register_parameter("weight", l3->weight);
+    head = register_module("head", torch::nn::Linear(32, 4));
+    scale = register_parameter("scale", at::ones({32}));
+    for (auto* l : {&l1, &l2, &l3, &head}) zero::mark_unit(**l);
+    zero::mark_unit(*tied);
+  }
+  at::Tensor forward(const at::Tensor& x) {
+    at::Tensor h = at::gelu(as_unit(l1, x)) * scale;
+    h = at::gelu(as_unit(l2, h));
+    h = at::gelu(as_unit(l2, h));
+    h = at::gelu(as_unit(l3, h));
+    const at::Tensor w = l3->weight;
+    h = at::gelu(zero::unit(*tied, h, [&](const at::Tensor& in) { return at::linear(in, w); }));
+    return as_unit(head, h);
+  }
+  torch::nn::Linear l1{nullptr}, l2{nullptr}, l3{nullptr}, head{nullptr};
+  std::shared_ptr<torch::nn::Module> tied;
+  at::Tensor scale;
 };
 
 // bf16 runs against a stage-0 bf16 or an fp32 reference: the largest
@@ -117,6 +159,8 @@ inline config::Config make_config(int stage, bool offload, bool bf16, int world,
   // parity checks ZeRO and not the amplification of rounding noise.
   c.optimizer.eps = 1e-6f;
   c.zero_optimization.stage = stage;
+  // Stage 3: the test models' parameters are all small; partition them all.
+  c.zero_optimization.stage3_param_persistence_threshold = 0;
   c.zero_optimization.offload_optimizer.device = offload ? "cpu" : "none";
   c.zero_optimization.offload_optimizer.cpu_threads = 1;
   // Small buckets, so that the models span several and overlap is exercised.

@@ -17,7 +17,7 @@
 
 namespace zero::test {
 
-enum class ModelKind { kMlp, kTransformer, kTiedMlp };
+enum class ModelKind { kMlp, kTransformer, kTiedMlp, kUnitMlp };
 
 // The job's communicator (MPI under mpirun, else one process), made once.
 inline comm::Communicator& world_comm() {
@@ -36,6 +36,7 @@ inline std::shared_ptr<torch::nn::Module> make_model(ModelKind kind) {
   torch::manual_seed(1234);
   if (kind == ModelKind::kMlp) return std::make_shared<Mlp>();
   if (kind == ModelKind::kTiedMlp) return std::make_shared<TiedMlp>();
+  if (kind == ModelKind::kUnitMlp) return std::make_shared<UnitMlp>();
   return std::make_shared<TinyTransformer>();
 }
 
@@ -62,6 +63,10 @@ inline at::Tensor micro_loss(ModelKind kind, torch::nn::Module& model, const at:
   }
   if (kind == ModelKind::kTiedMlp) {
     at::Tensor out = static_cast<TiedMlp&>(model).forward(x.to(dtype));
+    return at::mse_loss(out.to(at::kFloat), y);
+  }
+  if (kind == ModelKind::kUnitMlp) {
+    at::Tensor out = static_cast<UnitMlp&>(model).forward(x.to(dtype));
     return at::mse_loss(out.to(at::kFloat), y);
   }
   at::Tensor logits = static_cast<TinyTransformer&>(model).forward(x);

@@ -17,6 +17,9 @@
 //  - A rank's partition (fp32 master, moments, gradient partition) is its
 //    chunks of all buckets, concatenated in bucket order: bucket k's chunk
 //    sits at `bucket.partition_offset` in every rank's partition.
+//  - Stage 3: each parameter may belong to a group (a unit, gathered and
+//    released together; -1: none); a bucket holds parameters of one group
+//    only, so a unit's parameters are whole buckets.
 // Stage 0 uses shard_world = 1 (every rank owns everything).
 #pragma once
 
@@ -38,14 +41,16 @@ struct Bucket {
   std::size_t chunk = 0;             // padded / shard_world: what one rank owns
   std::size_t partition_offset = 0;  // where that chunk sits in every rank's partition
   std::vector<int> params;           // indices of the parameters it holds
+  int group = -1;                    // the group all of them belong to (-1: none)
 };
 
 class FlatLayout {
  public:
   FlatLayout() = default;
-  // numels: parameter sizes in the model's order.
+  // numels: parameter sizes in the model's order; groups: empty, or each
+  // parameter's group (-1: none), the same length.
   FlatLayout(const std::vector<std::size_t>& numels, std::size_t bucket_numel, int pad_world,
-             int shard_world, std::size_t align);
+             int shard_world, std::size_t align, const std::vector<int>& groups = {});
 
   const std::vector<ParamSlot>& params() const { return params_; }
   const std::vector<Bucket>& buckets() const { return buckets_; }
@@ -55,6 +60,8 @@ class FlatLayout {
   int shard_world() const { return shard_world_; }
   // Elements of rank r's partition that are parameters (not padding).
   std::size_t partition_valid(int rank) const;
+  // The buckets of group g, in bucket order.
+  std::vector<int> group_buckets(int g) const;
 
  private:
   std::vector<ParamSlot> params_;

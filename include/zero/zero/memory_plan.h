@@ -27,18 +27,26 @@ struct PlanInput {
   int accumulation = 1;  // gradient_accumulation_steps
   int element_bytes = 2;  // training precision: 2 (bf16/fp16) or 4 (fp32)
   int moments = 2;        // optimizer state per parameter: Adam 2, Adagrad 1
+  // Stage 3: each parameter's unit (-1: none, stays gathered), the same
+  // length as numels; empty: no units (every parameter stays gathered).
+  std::vector<int> groups;
+  bool offload_param = false;  // stage 3: the parameter partition in host memory
+  int live_units = 1;          // stage 3: units gathered at once (2 with prefetch)
 };
 
 enum class Lifetime : std::uint8_t {
   kConstruction,  // freed before the constructor returns
   kPersistent,    // for the engine's life
-  kBackward,      // transient during backward (the gradient buckets, at their bound)
+  kBackward,      // transient during forward/backward (the gradient buckets, stage 3's gathered
+                  // units, at their bound)
 };
 
 // What each buffer is; the engine asks the plan for these by name.
 enum class Buffer : std::uint8_t {
-  kFlat32,       // the full fp32 parameters at construction (the flat parameters themselves in fp32)
-  kFlatParams,   // the training-precision flat parameters (bf16/fp16 only)
+  kFlat32,       // the full fp32 parameters at construction (the flat parameters themselves in fp32);
+                 // stage 3: one bucket of them at a time, at construction
+  kFlatParams,   // the training-precision flat parameters (bf16/fp16 only); stage 3: the buckets
+                 // of no unit, which stay gathered (any precision)
   kMaster,       // the rank's fp32 master partition
   kExpAvg,       // first moment (Adagrad: its sum)
   kExpAvgSq,     // second moment (Adam only)
@@ -49,8 +57,10 @@ enum class Buffer : std::uint8_t {
   kHostGrads1,   // offload with DPU: the second one
   kDevAccum,     // GPU offload with accumulation: the device fp32 sum of the window
   kBuckets,      // stage 2 / offload: the transient buckets at their bound
+  kParamPartition,  // stage 3: the rank's partition of the training-precision parameters
+  kLiveParams,      // stage 3: the gathered units at their bound (forward and backward)
 };
-inline constexpr int kNumBuffers = 12;
+inline constexpr int kNumBuffers = 14;
 
 struct PlannedBuffer {
   bool present = false;

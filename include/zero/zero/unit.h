@@ -6,6 +6,14 @@
 //
 //   x = zero::unit(*block, x, [&](const at::Tensor& in) { return block->forward(in); });
 //
+// The engine lays its buckets out per unit when it is built, before any
+// forward, so it must also know the units then: zero::unit() marks its
+// module on its first call, and a model marks its units at construction with
+// mark_unit(*block) (zero::models::Gpt does) — or runs one forward before
+// the engine is built. A module marked but then called directly (not through
+// zero::unit) would run on released parameters: the engine refuses the step
+// (its parameters got gradients while it was not gathered).
+//
 // Outside a stage-3 engine (no handler registered for the module) this is
 // just the call. Under one, the module's handler gathers before `fn`,
 // releases after, and — through gradient hooks on the unit's input and
@@ -33,6 +41,11 @@ class UnitHandler {
   virtual void gather() = 0;
   virtual void release() = 0;
 };
+
+// Marks `m` as a unit of ZeRO stage 3 (idempotent). m must be owned by a
+// shared_ptr (every registered submodule is). The mark lasts as long as m.
+void mark_unit(const torch::nn::Module& m);
+bool is_unit(const torch::nn::Module& m);
 
 // Registers `handler` for module `m` (nullptr removes it). The handler must
 // outlive every forward and backward through `m` until removed.

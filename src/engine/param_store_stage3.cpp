@@ -1,0 +1,101 @@
+// ParamStore at ZeRO stage 3 (param_store.h): construction bucket by bucket,
+// and the gather and release of one bucket.
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
+
+#include "param_store.h"
+#include "planned_tensor.h"
+#include "zero/core/error.h"
+#include "zero/zero/torch_dtype.h"
+
+namespace zero::detail {
+
+void ParamStore::adopt_partitioned(comm::Communicator& comm, memory::MemoryLedger& ledger, ModuleGuard& guard,
+                                   const SeedFn& seed, const DeviceContext& ctx) {
+  partitioned_ = true;
+  ledger_ = &ledger;
+  const MemoryPlan& plan = *plan_;
+  const PlannedBuffer& part = plan[Buffer::kParamPartition];
+  partition_ = part.tier == memory::Tier::kHost ? ctx.host_tensor(part.elements, dtype_)
+                                                : at::empty({i64(part.elements)}, at::TensorOptions().dtype(dtype_).device(device()));
+  partition_.zero_();
+  register_planned(ledger, regs_, part, partition_);
+  // One bucket of fp32 at a time (the largest one's size), counted while it lives.
+  const PlannedBuffer& temp = plan[Buffer::kFlat32];
+  at::Tensor flat32 = at::zeros({i64(temp.elements)}, at::TensorOptions().dtype(at::kFloat).device(device()));
+  flat32_temp_ = ledger.add(temp.tier, temp.kind, i64(flat32.nbytes()), temp.what);
+  const std::vector<Bucket>& buckets = layout_.buckets();
+  buckets_.resize(buckets.size());
+  bucket_regs_.resize(buckets.size());
+  const std::size_t es = c10::elementSize(dtype_);
+  for (std::size_t bi = 0; bi < buckets.size(); ++bi) {
+    const Bucket& b = buckets[bi];
+    at::Tensor full32 = flat32.narrow(0, 0, i64(b.padded));
+    full32.zero_();
+    for (int i : b.params) {
+      const ParamSlot& s = layout_.params()[static_cast<std::size_t>(i)];
+      full32.narrow(0, i64(s.offset - b.offset), i64(s.numel)).copy_(params_[static_cast<std::size_t>(i)].reshape({-1}));
+    }
+    if (world_ > 1) comm.broadcast(full32.data_ptr(), b.padded, DType::kFloat32)->wait();
+    const at::Tensor mine32 = full32.narrow(0, i64(static_cast<std::size_t>(shard_rank_) * b.chunk), i64(b.chunk));
+    seed(b, mine32);
+    partition_.narrow(0, i64(b.partition_offset), i64(b.chunk)).copy_(mine32);
+    buckets_[bi] = BucketStorage(full32.to(dtype_, /*non_blocking=*/false, /*copy=*/true));
+    if (b.group < 0) {
+      // Kept gathered: counted as the plan's kFlatParams.
+      bucket_regs_[bi][0] = ledger.add(memory::Tier::kDevice, memory::Kind::kHalfParams, i64(b.numel * es),
+                                       "the parameters of no unit (kept gathered)", /*check_budget=*/false);
+      bucket_regs_[bi][1] = ledger.add(memory::Tier::kDevice, memory::Kind::kPadding, i64((b.padded - b.numel) * es),
+                                       "the parameters of no unit (kept gathered)", /*check_budget=*/false);
+    }
+    const at::Tensor& t = buckets_[bi].tensor();
+    for (int i : b.params) {
+      const ParamSlot& s = layout_.params()[static_cast<std::size_t>(i)];
+      at::Tensor& p = params_[static_cast<std::size_t>(i)];
+      guard.will_replace_trainable(p);
+      p.set_data(t.narrow(0, i64(s.offset - b.offset), i64(s.numel)).view(p.sizes()));
+      p.mutable_grad().reset();
+    }
+    if (b.group >= 0) buckets_[bi].release();
+  }
+  flat32 = at::Tensor();
+  flat32_temp_.release();
+  cast_frozen_and_buffers(comm, guard);
+}
+
+comm::WorkPtr ParamStore::start_gather(int bi, comm::Communicator& comm) {
+  const Bucket& b = layout_.buckets()[static_cast<std::size_t>(bi)];
+  BucketStorage& st = buckets_[static_cast<std::size_t>(bi)];
+  if (!st.held()) {
+    st.refill();
+    const std::size_t es = c10::elementSize(dtype_);
+    // Budgeted at construction (the plan's gathered units at their bound):
+    // not refused here, inside forward, where one rank could fail alone.
+    auto& regs = bucket_regs_[static_cast<std::size_t>(bi)];
+    regs[0] = ledger_->add(memory::Tier::kDevice, memory::Kind::kHalfParams, i64(b.numel * es), "the gathered units",
+                           /*check_budget=*/false);
+    regs[1] = ledger_->add(memory::Tier::kDevice, memory::Kind::kPadding, i64((b.padded - b.numel) * es),
+                           "the gathered units", /*check_budget=*/false);
+  }
+  const std::size_t mine = static_cast<std::size_t>(shard_rank_) * b.chunk;
+  st.raw(mine, b.chunk).copy_(partition_.narrow(0, i64(b.partition_offset), i64(b.chunk)));
+  if (layout_.shard_world() <= 1) return nullptr;
+  const at::Tensor all = st.raw(0, b.padded);
+  auto* base = static_cast<char*>(all.data_ptr());
+  return comm.all_gather(base + mine * all.element_size(), base, b.chunk, to_dtype(dtype_));
+}
+
+void ParamStore::release(int bi) {
+  buckets_[static_cast<std::size_t>(bi)].release();
+  for (auto& r : bucket_regs_[static_cast<std::size_t>(bi)]) r.release();
+}
+
+void ParamStore::zero_fill_released() {
+  for (BucketStorage& st : buckets_) {
+    if (st.held()) continue;
+    st.refill();
+    st.raw(0, static_cast<std::size_t>(st.tensor().numel())).zero_();
+  }
+}
+
+}  // namespace zero::detail

@@ -1,0 +1,165 @@
+#include "unit_schedule.h"
+
+#include <algorithm>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "zero/core/error.h"
+
+namespace zero::detail {
+
+UnitAssignment assign_units(const torch::nn::Module& root, const std::vector<at::Tensor>& params,
+                            std::int64_t persistence_threshold) {
+  UnitAssignment a;
+  for (const auto& item : root.named_modules(/*name_prefix=*/"", /*include_self=*/true)) {
+    if (!is_unit(*item.value())) continue;
+    a.units.push_back(item.value().get());
+    a.names.push_back(item.key());
+  }
+  // For each parameter, the units that hold it; for each unit, the modules inside it.
+  std::unordered_map<const void*, std::vector<int>> holders;
+  std::vector<std::unordered_set<const torch::nn::Module*>> inside(a.units.size());
+  for (std::size_t u = 0; u < a.units.size(); ++u) {
+    for (const at::Tensor& p : a.units[u]->parameters(/*recurse=*/true)) {
+      std::vector<int>& h = holders[p.unsafeGetTensorImpl()];
+      if (h.empty() || h.back() != static_cast<int>(u)) h.push_back(static_cast<int>(u));
+    }
+    for (const auto& m : a.units[u]->modules(/*include_self=*/false)) inside[u].insert(m.get());
+  }
+  a.groups.assign(params.size(), -1);
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    if (params[i].numel() < persistence_threshold) continue;
+    const auto it = holders.find(params[i].unsafeGetTensorImpl());
+    if (it == holders.end()) continue;
+    // The innermost holder: inside every other one.
+    for (int c : it->second) {
+      const bool innermost = std::all_of(it->second.begin(), it->second.end(), [&](int d) {
+        return d == c || inside[static_cast<std::size_t>(d)].count(a.units[static_cast<std::size_t>(c)]) > 0;
+      });
+      if (innermost) {
+        a.groups[i] = c;
+        break;
+      }
+    }
+  }
+  return a;
+}
+
+UnitSchedule::UnitSchedule(const UnitAssignment& units, ParamStore& store, comm::Communicator& comm, Options options)
+    : modules_(units.units), units_(units.units.size()), store_(store), comm_(comm), o_(options) {
+  const FlatLayout& L = store.layout();
+  handlers_.reserve(modules_.size());  // their addresses are registered
+  for (std::size_t u = 0; u < modules_.size(); ++u) {
+    units_[u].buckets = L.group_buckets(static_cast<int>(u));
+    for (int b : units_[u].buckets) units_[u].elements += L.buckets()[static_cast<std::size_t>(b)].padded;
+    handlers_.emplace_back(this, static_cast<int>(u));
+  }
+  for (std::size_t u = 0; u < modules_.size(); ++u) set_unit_handler(*modules_[u], &handlers_[u]);
+}
+
+UnitSchedule::~UnitSchedule() {
+  for (const torch::nn::Module* m : modules_) set_unit_handler(*m, nullptr);
+  for (UnitState& s : units_) {
+    for (auto& w : s.pending) {
+      try {
+        w->wait();  // the collective's buffers are the store's
+      } catch (...) {
+      }
+    }
+  }
+}
+
+void UnitSchedule::start(int u) {
+  UnitState& s = units_[static_cast<std::size_t>(u)];
+  for (int b : s.buckets) {
+    if (auto w = store_.start_gather(b, comm_)) s.pending.push_back(std::move(w));
+  }
+  s.resident = true;
+  live_elements_ += s.elements;
+}
+
+void UnitSchedule::finish(int u) {
+  UnitState& s = units_[static_cast<std::size_t>(u)];
+  for (auto& w : s.pending) w->wait();
+  s.pending.clear();
+}
+
+void UnitSchedule::drop(int u) {
+  UnitState& s = units_[static_cast<std::size_t>(u)];
+  if (!s.resident) return;
+  finish(u);
+  for (int b : s.buckets) store_.release(b);
+  s.resident = false;
+  live_elements_ -= s.elements;
+}
+
+void UnitSchedule::gather(int u) {
+  current_.push_back(u);
+  const std::size_t position = current_.size();
+  if (following_ && (position > recorded_.size() || recorded_[position - 1] != u)) following_ = false;
+  UnitState& s = units_[static_cast<std::size_t>(u)];
+  if (s.refs++ == 0) {
+    if (!s.resident) start(u);
+    finish(u);
+  }
+  if (following_ && o_.prefetch) prefetch_after(position);
+}
+
+void UnitSchedule::prefetch_after(std::size_t position) {
+  std::size_t ahead = 0;
+  for (std::size_t i = position; i < recorded_.size(); ++i) {
+    const int v = recorded_[i];
+    UnitState& t = units_[static_cast<std::size_t>(v)];
+    if (t.refs > 0) continue;  // in use: nothing to fetch
+    if (t.resident) {          // fetched ahead already
+      ahead += t.elements;
+      continue;
+    }
+    if (ahead + t.elements > o_.prefetch_elements || live_elements_ + t.elements > o_.max_live_elements) break;
+    start(v);
+    ++prefetched_;
+    ahead += t.elements;
+  }
+}
+
+void UnitSchedule::release(int u) {
+  UnitState& s = units_[static_cast<std::size_t>(u)];
+  // After abort() the graph of the failed backward may still release what
+  // abort() already did.
+  if (s.refs == 0) return;
+  if (--s.refs == 0) drop(u);
+}
+
+void UnitSchedule::end_backward() {
+  for (std::size_t u = 0; u < units_.size(); ++u) {
+    if (units_[u].refs == 0) drop(static_cast<int>(u));  // fetched ahead, not used
+  }
+  if (current_ != recorded_) recorded_ = current_;
+  current_.clear();
+  following_ = !recorded_.empty();
+}
+
+void UnitSchedule::abort() {
+  for (std::size_t u = 0; u < units_.size(); ++u) {
+    units_[u].refs = 0;
+    drop(static_cast<int>(u));
+  }
+  current_.clear();
+  following_ = false;
+}
+
+void UnitSchedule::gather_everything() {
+  for (std::size_t u = 0; u < units_.size(); ++u) {
+    if (!units_[u].resident) start(static_cast<int>(u));
+    ++units_[u].refs;  // kept: nothing releases it any more
+  }
+  for (std::size_t u = 0; u < units_.size(); ++u) finish(static_cast<int>(u));
+}
+
+std::int64_t UnitSchedule::take_prefetched() {
+  const std::int64_t n = prefetched_;
+  prefetched_ = 0;
+  return n;
+}
+
+}  // namespace zero::detail

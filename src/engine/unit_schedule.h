@@ -1,0 +1,107 @@
+// Stage 3's units as the model runs them: which modules are units
+// (zero/zero/unit.h marks them), which parameters each one owns, and the
+// gather and release of their buckets when zero::unit() asks — nested
+// gathers counted, and with prefetch the next units' all-gathers started
+// while the current one computes.
+//
+// Ownership: a parameter belongs to the innermost marked unit that holds it;
+// one held by two units neither inside the other (a tied embedding and
+// output head) belongs to none, as do parameters of no unit and those below
+// stage3_param_persistence_threshold elements: they stay gathered.
+//
+// Prefetch: the order in which units are gathered in one step (forward and
+// backward, from the end of one backward to the end of the next) is recorded;
+// on the next steps, gathering a unit where the recorded order has it also
+// starts the all-gathers of the units that follow, up to
+// stage3_prefetch_bucket_size elements ahead and stage3_max_live_parameters
+// gathered at once. A step whose order differs from the recording stops
+// prefetching for the rest of that step and becomes the new recording. Every
+// rank must run the units in the same order (their all-gathers pair up).
+// Private to zero_engine.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <ATen/Tensor.h>
+#include <torch/nn/module.h>
+
+#include "param_store.h"
+#include "step_timeline.h"
+#include "zero/comm/communicator.h"
+#include "zero/zero/unit.h"
+
+namespace zero::detail {
+
+struct UnitAssignment {
+  std::vector<const torch::nn::Module*> units;  // the marked modules, in module order
+  std::vector<std::string> names;               // their names in the model ("" for the root)
+  std::vector<int> groups;                      // per trainable parameter: its unit, or -1
+};
+
+// params: the trainable parameters, each once, in ParamStore's order.
+UnitAssignment assign_units(const torch::nn::Module& root, const std::vector<at::Tensor>& params,
+                            std::int64_t persistence_threshold);
+
+class UnitSchedule {
+ public:
+  struct Options {
+    bool prefetch = true;
+    std::size_t prefetch_elements = 50'000'000;   // stage3_prefetch_bucket_size
+    std::size_t max_live_elements = 1'000'000'000;  // stage3_max_live_parameters
+  };
+  // Registers a handler for every unit; removes them when destroyed.
+  UnitSchedule(const UnitAssignment& units, ParamStore& store, comm::Communicator& comm, Options options);
+  ~UnitSchedule();
+  UnitSchedule(const UnitSchedule&) = delete;
+  UnitSchedule& operator=(const UnitSchedule&) = delete;
+
+  void gather(int unit);
+  void release(int unit);
+  // After a backward: every unit released (prefetched ones unused are
+  // released too); the step's order recorded.
+  void end_backward();
+  // After a backward that threw: everything released.
+  void abort();
+  // Every unit's buckets gathered and kept (the engine going: the module
+  // gets its values back). Collective.
+  void gather_everything();
+  std::size_t count() const { return units_.size(); }
+  // Units whose all-gather was started ahead of use, since the last call.
+  std::int64_t take_prefetched();
+
+ private:
+  struct Handler : UnitHandler {
+    Handler(UnitSchedule* s, int u) : schedule(s), unit(u) {}
+    void gather() override { schedule->gather(unit); }
+    void release() override { schedule->release(unit); }
+    UnitSchedule* schedule;
+    int unit;
+  };
+  struct UnitState {
+    std::vector<int> buckets;
+    std::size_t elements = 0;  // padded, of all its buckets
+    int refs = 0;              // gathers not yet released
+    bool resident = false;     // its buckets are gathered (refs > 0, or prefetched)
+    std::vector<comm::WorkPtr> pending;  // a prefetch's all-gathers not yet waited for
+  };
+  void start(int unit);
+  void finish(int unit);
+  void drop(int unit);
+  void prefetch_after(std::size_t position);
+
+  std::vector<const torch::nn::Module*> modules_;
+  std::vector<Handler> handlers_;
+  std::vector<UnitState> units_;
+  ParamStore& store_;
+  comm::Communicator& comm_;
+  Options o_;
+  std::size_t live_elements_ = 0;
+  std::vector<int> recorded_, current_;  // gather order: the last step's, this step's so far
+  bool following_ = false;               // this step has matched the recording so far
+  std::int64_t prefetched_ = 0;
+};
+
+}  // namespace zero::detail
