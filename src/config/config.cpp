@@ -243,7 +243,7 @@ void read_zero_optimization(SectionReader& top, ZeroOptimizationConfig& zero) {
   if (auto v = z.read_int("reduce_bucket_size", kPositive)) zero.reduce_bucket_size = *v;
   if (auto v = z.read_int("allgather_bucket_size", kPositive)) zero.allgather_bucket_size = *v;
   if (auto v = z.read_bool("reduce_scatter")) zero.reduce_scatter = *v;
-  if (auto v = z.read_int("stage3_prefetch_bucket_size", kPositive)) {
+  if (auto v = z.read_int("stage3_prefetch_bucket_size", kNonNegative)) {
     zero.stage3_prefetch_bucket_size = *v;
   }
   if (auto v = z.read_int("stage3_param_persistence_threshold", kNonNegative)) {

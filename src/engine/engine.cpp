@@ -302,7 +302,8 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
     units = detail::assign_units(*P.module(), P.params(), z.stage3_param_persistence_threshold);
     pi.groups = units.groups;
     pi.offload_param = offload_param;
-    pi.live_units = z.stage3_prefetch_bucket_size > 0 ? 2 : 1;
+    pi.prefetch_elements = z.stage3_prefetch_bucket_size;
+    pi.max_live_elements = z.stage3_max_live_parameters;
   }
   m.plan = plan_memory(pi);
   P.use_plan(m.plan);
@@ -519,6 +520,7 @@ bool Engine::step() {
     }
     m.comm_at_step_start = now;
     last_step_offload_bytes_ = m.grads->take_copied_bytes() + m.params->take_copied_bytes();
+    if (m.units) stats_.units_prefetched = m.units->take_prefetched();
   };
   stats_.grad_norm = static_cast<float>(d.norm);
   if (d.skip) {

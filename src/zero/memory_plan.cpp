@@ -54,11 +54,18 @@ void plan_stage3_params(const PlanInput& in, MemoryPlan& p) {
     set(Buffer::kFlatParams, make(Tier::kDevice, Kind::kHalfParams, Lifetime::kPersistent, persistent,
                                   persistent_valid, es, "the parameters of no unit (kept gathered)"));
   }
-  std::sort(unit_padded.begin(), unit_padded.end(), std::greater<>());
-  std::size_t live = 0;
-  for (std::size_t i = 0; i < unit_padded.size() && i < static_cast<std::size_t>(in.live_units); ++i) {
-    live += unit_padded[i];
+  // The unit in use (the largest, at the bound) and what prefetch may hold
+  // beside it: at most stage3_prefetch_bucket_size elements, no more than the
+  // other units have, and no more than stage3_max_live_parameters leaves.
+  std::size_t largest = 0, all = 0;
+  for (std::size_t n : unit_padded) {
+    largest = std::max(largest, n);
+    all += n;
   }
+  const auto prefetch = static_cast<std::size_t>(std::max<std::int64_t>(in.prefetch_elements, 0));
+  const auto max_live = static_cast<std::size_t>(std::max<std::int64_t>(in.max_live_elements, 0));
+  const std::size_t ahead = std::min({prefetch, all - largest, max_live > largest ? max_live - largest : 0});
+  const std::size_t live = largest + ahead;
   if (live > 0) {
     set(Buffer::kLiveParams, make(Tier::kDevice, Kind::kHalfParams, Lifetime::kBackward, live, live, es,
                                   "the gathered units"));
@@ -74,7 +81,6 @@ MemoryPlan plan_memory(const PlanInput& in) {
   ZERO_CHECK(!in.offload || in.stage >= 1, "offload needs stage 1, 2 or 3");
   ZERO_CHECK(!in.offload_param || in.stage == 3, "parameter offload needs stage 3");
   ZERO_CHECK(in.groups.empty() || in.groups.size() == in.numels.size(), "one unit per parameter, or none");
-  ZERO_CHECK(in.live_units >= 1, "at least one live unit");
   ZERO_CHECK(in.element_bytes == 2 || in.element_bytes == 4, "element size must be 2 or 4 bytes");
   ZERO_CHECK(in.moments == 1 || in.moments == 2, "moments per parameter must be 1 or 2");
   ZERO_CHECK(in.bucket_numel > 0, "reduce_bucket_size must be positive");

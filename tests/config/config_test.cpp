@@ -285,7 +285,7 @@ TEST(Config, RangesAreChecked) {
       {R"("fp16": {"initial_scale_power": 128})", "fp16.initial_scale_power: expected an integer 0..127, got 128"},
       {R"("zero_optimization": {"reduce_bucket_size": 0})", "zero_optimization.reduce_bucket_size: expected a positive integer, got 0"},
       {R"("zero_optimization": {"allgather_bucket_size": -5})", "zero_optimization.allgather_bucket_size: expected a positive integer, got -5"},
-      {R"("zero_optimization": {"stage3_prefetch_bucket_size": 0})", "zero_optimization.stage3_prefetch_bucket_size: expected a positive integer"},
+      {R"("zero_optimization": {"stage3_prefetch_bucket_size": -1})", "zero_optimization.stage3_prefetch_bucket_size: expected an integer >= 0, got -1"},
       {R"("zero_optimization": {"stage3_max_live_parameters": 0})", "zero_optimization.stage3_max_live_parameters: expected a positive integer"},
       {R"("zero_optimization": {"stage3_param_persistence_threshold": -1})", "zero_optimization.stage3_param_persistence_threshold: expected an integer >= 0, got -1"},
       {R"("zero_optimization": {"reduce_bucket_size": 1e30})", "zero_optimization.reduce_bucket_size: expected a positive integer, got 1e+30"},

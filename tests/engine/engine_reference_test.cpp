@@ -1,5 +1,5 @@
 // References outside the engine: every model and precision of the parity
-// suite, at stages 0-2 with and without offload, on 1, 2 and 4 ranks, against
+// suite, at stages 0-3 with and without offload, on 1, 2 and 4 ranks, against
 // a plain LibTorch loop that knows nothing of zerocpp: the fp32 model,
 // torch::optim::AdamW, torch::nn::utils::clip_grad_norm_, the global batch
 // of each step in micro-batches of loss / accumulation, a learning rate that
@@ -137,8 +137,10 @@ Trace train_engine(ModelKind kind, const config::Config& cfg, comm::Communicator
   return t;
 }
 
-// The stage layouts of the parity suite: 0, 1, 2, 1 + offload, 2 + offload.
-constexpr std::pair<int, bool> kLayouts[] = {{0, false}, {1, false}, {2, false}, {1, true}, {2, true}};
+// The stage layouts of the parity suite: 0, 1, 2, 1 + offload, 2 + offload,
+// 3, 3 + offload.
+constexpr std::pair<int, bool> kLayouts[] = {{0, false}, {1, false}, {2, false}, {1, true},
+                                             {2, true},  {3, false}, {3, true}};
 
 using Case = std::tuple<ModelKind, Precision, int /*index into kLayouts*/>;
 class Reference : public testing::TestWithParam<Case> {};
@@ -216,7 +218,7 @@ INSTANTIATE_TEST_SUITE_P(
     testing::Combine(testing::Values(ModelKind::kMlp, ModelKind::kTransformer),
                      testing::Values(Precision::kFp32, Precision::kBf16, Precision::kFp16Dynamic,
                                      Precision::kFp16Static),
-                     testing::Values(0, 1, 2, 3, 4)),
+                     testing::Values(0, 1, 2, 3, 4, 5, 6)),
     [](const testing::TestParamInfo<Case>& info) { return case_name(info); });
 
 // The options the parity grid does not vary, each against its LibTorch

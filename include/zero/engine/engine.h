@@ -89,6 +89,9 @@ struct StepStats {
   float clipped_grad_norm = 0.0f; // after clipping
   bool last_step_skipped = false;
   float lr = 0.0f;
+  // Stage 3: units whose all-gather started ahead of their use (prefetch)
+  // in the last step's forward and backward passes.
+  std::int64_t units_prefetched = 0;
 };
 
 class Engine {

@@ -31,7 +31,11 @@ struct PlanInput {
   // length as numels; empty: no units (every parameter stays gathered).
   std::vector<int> groups;
   bool offload_param = false;  // stage 3: the parameter partition in host memory
-  int live_units = 1;          // stage 3: units gathered at once (2 with prefetch)
+  // Stage 3's prefetch: stage3_prefetch_bucket_size (0: off) and
+  // stage3_max_live_parameters, in elements. The gathered units' bound is the
+  // largest unit plus what may be fetched ahead of it.
+  std::int64_t prefetch_elements = 0;
+  std::int64_t max_live_elements = 1'000'000'000;
 };
 
 enum class Lifetime : std::uint8_t {

@@ -1,0 +1,362 @@
+// ZeRO stage 3 beyond parity (engine_parity_test.cpp and
+// engine_reference_test.cpp hold it to stage 0 and to torch::optim::AdamW):
+// what each rank holds on the device while units are gathered and released,
+// the bytes sent per step, prefetch, parameter offload, a model too large
+// for the device budget at stage 2, a model with no marked unit, and the
+// module given back when the engine goes. The model is zero::models::Gpt,
+// whose blocks are its units.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include <ATen/ops/randint.h>
+#include <gtest/gtest.h>
+#include <torch/utils.h>
+
+#include "train_loop.h"
+#include "zero/core/error.h"
+#include "zero/models/gpt.h"
+#include "zero/zero/memory_plan.h"
+
+namespace zero::test {
+namespace {
+
+using memory::Kind;
+using memory::Tier;
+
+constexpr std::int64_t kSeq = 16;
+
+models::GptConfig tiny_gpt() {
+  models::GptConfig g;
+  g.vocab_size = 64;
+  g.block_size = kSeq;
+  g.n_layer = 4;
+  g.n_head = 2;
+  g.n_embd = 32;
+  return g;
+}
+
+std::shared_ptr<models::Gpt> make_gpt(const models::GptConfig& g = tiny_gpt()) {
+  torch::manual_seed(77);
+  return std::make_shared<models::Gpt>(g);
+}
+
+config::Config stage3_config(int world, bool bf16 = true) {
+  config::Config c = make_config(3, false, bf16, world, 2, 1);
+  c.zero_optimization.reduce_bucket_size = 4096;
+  return c;
+}
+
+struct GptRun {
+  std::vector<float> losses;
+  std::vector<at::Tensor> params;
+  std::vector<StepStats> stats;
+  memory::LedgerSnapshot ledger;
+  comm::CommStats last_comm;
+};
+
+// `steps` steps on fresh token batches, the same on every rank for a step,
+// each rank its own rows.
+GptRun train_gpt(models::Gpt& model, Engine& engine, comm::Communicator& comm, int steps) {
+  GptRun r;
+  for (int step = 0; step < steps; ++step) {
+    torch::manual_seed(900 + step);
+    const at::Tensor all = at::randint(tiny_gpt().vocab_size, {2 * comm.world_size(), kSeq + 1});
+    const at::Tensor mine = all.narrow(0, 2 * comm.rank(), 2);
+    at::Tensor loss = model.loss(mine.narrow(1, 0, kSeq), mine.narrow(1, 1, kSeq));
+    engine.backward(loss);
+    engine.step();
+    r.losses.push_back(loss.item<float>());
+    r.stats.push_back(engine.stats());
+  }
+  engine.flush();
+  r.ledger = engine.ledger().snapshot();
+  r.last_comm = engine.last_step_comm();
+  r.params = engine.gather_master_params();
+  return r;
+}
+
+std::int64_t round_up(std::int64_t n, std::int64_t q) { return (n + q - 1) / q * q; }
+
+// The model's parameters by unit, from the module (not from the engine):
+// each block's, and those of no unit (embeddings, final LayerNorm).
+struct UnitSizes {
+  std::vector<std::int64_t> units;  // elements per block
+  std::int64_t kept = 0, psi = 0;
+  std::int64_t n_params = 0;        // trainable tensors (each is padded at most once per bucket)
+};
+UnitSizes unit_sizes(models::Gpt& model) {
+  UnitSizes u;
+  for (const auto& item : model.named_children()) {
+    std::int64_t n = 0;
+    for (const at::Tensor& p : item.value()->parameters()) n += p.numel();
+    if (item.key().rfind('h', 0) == 0 && zero::is_unit(*item.value())) {
+      u.units.push_back(n);
+    } else {
+      u.kept += n;
+    }
+    u.n_params += static_cast<std::int64_t>(item.value()->parameters().size());
+  }
+  for (const at::Tensor& p : model.parameters()) u.psi += p.numel();
+  return u;
+}
+
+// ---- memory: the partition plus the gathered units -----------------------
+
+struct MemoryCase {
+  bool prefetch;
+  bool offload_param;
+};
+class Stage3Memory : public testing::TestWithParam<MemoryCase> {};
+
+TEST_P(Stage3Memory, DeviceHoldsPartitionKeptAndLiveUnitsOnly) {
+  const auto [prefetch, offload_param] = GetParam();
+  comm::Communicator& comm = world_comm();
+  const std::int64_t N = comm.world_size();
+  auto model = make_gpt();
+  const UnitSizes u = unit_sizes(*model);
+  ASSERT_EQ(u.units.size(), 4u);
+  std::vector<std::int64_t> units = u.units;
+  std::sort(units.rbegin(), units.rend());
+  config::Config cfg = stage3_config(static_cast<int>(N));
+  // Prefetch one block ahead (its padded size; the default fetches up to
+  // 50M elements ahead: here, the whole model).
+  cfg.zero_optimization.stage3_prefetch_bucket_size = prefetch ? units[0] + 2 * N * kPlanAlignElements * 8 : 0;
+  if (offload_param) cfg.zero_optimization.offload_param.device = "cpu";
+  Engine engine(model, cfg, comm);
+  const GptRun r = train_gpt(*model, engine, comm, 3);
+
+  // The bound, from the module's sizes: each bucket is padded to N * 32
+  // elements, so each of a group's parameters adds at most that much.
+  const std::int64_t es = 2, pad = N * kPlanAlignElements;
+  const std::int64_t slack = u.n_params * pad;  // padding of every bucket, at most
+  const std::int64_t partition = (u.psi + slack) / N;
+  const std::int64_t live = units[0] + (prefetch ? units[1] : 0);
+  const std::int64_t bound = es * ((offload_param ? 0 : partition) + u.kept + live + slack);
+  const std::int64_t peak = r.ledger.peak[int(Tier::kDevice)][int(Kind::kHalfParams)];
+  EXPECT_LE(peak, bound) << "device parameter bytes at their peak";
+  // Units really were gathered beside what stays (the peak saw one block),
+  // and at 4 ranks the device never held the whole model.
+  const std::int64_t floor = es * ((offload_param ? 0 : u.psi / N) + u.kept + units.back());
+  EXPECT_GE(peak, floor - es * slack);
+  if (N == 4 && !prefetch) EXPECT_LT(peak, es * u.psi);
+  // After the step no unit is gathered: what stays is the partition (on the
+  // host with offload_param) and the parameters of no unit.
+  const std::int64_t now = r.ledger.bytes(Tier::kDevice, Kind::kHalfParams);
+  EXPECT_LE(now, es * ((offload_param ? 0 : partition) + u.kept));
+  if (offload_param) {
+    EXPECT_GE(r.ledger.bytes(Tier::kHost, Kind::kHalfParams), es * (u.psi / N - slack));
+    EXPECT_LE(now, es * u.kept);
+  } else {
+    EXPECT_EQ(r.ledger.bytes(Tier::kHost, Kind::kHalfParams), 0);
+  }
+  std::printf("[ measured ] N=%lld prefetch=%d offload_param=%d: device parameter peak %lld B, bound %lld B, "
+              "full model %lld B\n",
+              static_cast<long long>(N), prefetch, offload_param, static_cast<long long>(peak),
+              static_cast<long long>(bound), static_cast<long long>(es * u.psi));
+  if (prefetch) {
+    for (std::size_t s = 1; s < r.stats.size(); ++s) EXPECT_GT(r.stats[s].units_prefetched, 0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, Stage3Memory,
+                         testing::Values(MemoryCase{false, false}, MemoryCase{true, false},
+                                         MemoryCase{false, true}, MemoryCase{true, true}),
+                         [](const testing::TestParamInfo<MemoryCase>& i) {
+                           return std::string(i.param.prefetch ? "prefetch" : "no_prefetch") +
+                                  (i.param.offload_param ? "_offload_param" : "");
+                         });
+
+// ---- communication per step ------------------------------------------------
+
+// Stage 3 sends per step: the units' all-gather in forward and again in
+// backward, the reduce-scatter of the gradients (as stage 2), and the
+// all-gather of the kept parameters after the step: (2 Psi_units + Psi_kept
+// + Psi) (N-1)/N elements, about 1.5 times stage 2's 2 Psi (N-1)/N.
+TEST(Stage3, BytesSentPerStepMatchTheFormula) {
+  comm::Communicator& comm = world_comm();
+  const std::int64_t N = comm.world_size();
+  if (N == 1) GTEST_SKIP() << "one rank sends nothing";
+  auto sent = [&](int stage, bool prefetch) {
+    auto model = make_gpt();
+    config::Config cfg = stage3_config(static_cast<int>(N));
+    cfg.zero_optimization.stage = stage;
+    if (!prefetch) cfg.zero_optimization.stage3_prefetch_bucket_size = 0;
+    Engine engine(model, cfg, comm);
+    const GptRun r = train_gpt(*model, engine, comm, 3);
+    return std::make_pair(r.last_comm, unit_sizes(*model));
+  };
+  const auto [s2, u] = sent(2, true);
+  const auto [s3, u3] = sent(3, true);
+  const auto [s3_off, u3_off] = sent(3, false);
+  const double es = 2.0, share = double(N - 1) / double(N);
+  std::int64_t psi_units = 0;
+  for (std::int64_t n : u.units) psi_units += n;
+  const double slack = es * double(u.n_params * N * kPlanAlignElements) * 3;  // padding, generously
+  const double norm = 2.0 * double(N - 1) * 4;                                  // the fp32 norm all-reduce
+  auto kind = [](const comm::CommStats& c, comm::CollectiveKind k) { return double(c.bytes_sent[int(k)]); };
+  EXPECT_NEAR(kind(s3, comm::CollectiveKind::kReduceScatter), es * share * u.psi, slack);
+  EXPECT_NEAR(kind(s3, comm::CollectiveKind::kAllGather), es * share * (2.0 * psi_units + u.kept), slack);
+  EXPECT_NEAR(double(s3.total_bytes()), es * share * (2.0 * psi_units + u.kept + u.psi) + norm, slack);
+  // Prefetch changes when, not what.
+  EXPECT_EQ(s3.total_bytes(), s3_off.total_bytes());
+  const double ratio = double(s3.total_bytes()) / double(s2.total_bytes());
+  std::printf("[ measured ] N=%lld: stage 3 sends %llu B per step, stage 2 %llu B: %.3fx\n",
+              static_cast<long long>(N), static_cast<unsigned long long>(s3.total_bytes()),
+              static_cast<unsigned long long>(s2.total_bytes()), ratio);
+  EXPECT_GT(ratio, 1.3);
+  EXPECT_LT(ratio, 1.55);
+}
+
+// ---- prefetch ---------------------------------------------------------------
+
+// Prefetch starts the next block's all-gather early and changes no number:
+// the same losses and weights, bit for bit, as without it.
+TEST(Stage3, PrefetchChangesNothingButWhen) {
+  comm::Communicator& comm = world_comm();
+  auto run = [&](bool prefetch, bool checkpoint) {
+    models::GptConfig g = tiny_gpt();
+    g.checkpoint_activations = checkpoint;
+    auto model = make_gpt(g);
+    config::Config cfg = stage3_config(comm.world_size(), /*bf16=*/false);
+    if (!prefetch) cfg.zero_optimization.stage3_prefetch_bucket_size = 0;
+    Engine engine(model, cfg, comm);
+    return train_gpt(*model, engine, comm, 4);
+  };
+  for (bool checkpoint : {false, true}) {
+    const GptRun on = run(true, checkpoint), off = run(false, checkpoint);
+    EXPECT_EQ(on.losses, off.losses) << "checkpoint " << checkpoint;
+    for (std::size_t i = 0; i < on.params.size(); ++i) {
+      EXPECT_TRUE(at::equal(on.params[i], off.params[i])) << "parameter " << i << ", checkpoint " << checkpoint;
+    }
+    // The first step records the order; the next ones fetch ahead: in forward
+    // blocks 1-3 and in backward blocks 2-0 (block 3 is still gathered).
+    EXPECT_EQ(on.stats[0].units_prefetched, 0);
+    for (std::size_t s = 1; s < on.stats.size(); ++s) {
+      EXPECT_GE(on.stats[s].units_prefetched, 6) << "step " << s << ", checkpoint " << checkpoint;
+    }
+    for (const StepStats& st : off.stats) EXPECT_EQ(st.units_prefetched, 0);
+  }
+}
+
+// ---- a model larger than the device budget at stage 2 -----------------------
+
+TEST(Stage3, TrainsAModelWhoseParametersExceedTheDeviceBudget) {
+  comm::Communicator& comm = world_comm();
+  auto probe = make_gpt();
+  const UnitSizes u = unit_sizes(*probe);
+  // Less than the full bf16 parameters: stage 2 cannot even hold them.
+  const std::int64_t limit = 2 * u.psi * 3 / 4;
+  auto build = [&](int stage) {
+    auto model = make_gpt();
+    config::Config cfg = stage3_config(comm.world_size());
+    cfg.zero_optimization.stage = stage;
+    cfg.zero_optimization.offload_optimizer.device = "cpu";
+    if (stage == 3) cfg.zero_optimization.offload_param.device = "cpu";
+    // One block gathered at a time (the default prefetch would fetch the
+    // whole model ahead, and the engine would refuse the budget for that).
+    cfg.zero_optimization.stage3_prefetch_bucket_size = 0;
+    cfg.device_memory_limit = limit;
+    return std::make_pair(model, cfg);
+  };
+  {
+    auto [model, cfg] = build(2);
+    try {
+      Engine engine(model, cfg, comm);
+      ADD_FAILURE() << "stage 2 built within a budget below its parameters";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("device memory budget exceeded"), std::string::npos) << e.what();
+    }
+  }
+  auto [model, cfg] = build(3);
+  Engine engine(model, cfg, comm);
+  const GptRun r = train_gpt(*model, engine, comm, 3);
+  EXPECT_LE(r.ledger.tier_peak[int(Tier::kDevice)], limit);
+  EXPECT_EQ(r.stats.back().step, 3);
+  for (float l : r.losses) EXPECT_TRUE(std::isfinite(l));
+}
+
+// ---- a model with no marked unit --------------------------------------------
+
+TEST(Stage3, ModelWithNoUnitTrainsAsOneUnitAndSaysSo) {
+  comm::Communicator& comm = world_comm();
+  const int world = comm.world_size();
+  config::Config cfg = make_config(3, false, false, world, kGlobalBatch / world, 1);
+  testing::internal::CaptureStderr();
+  const RunResult got = train(ModelKind::kTiedMlp, cfg, comm, 5);
+  const std::string err = testing::internal::GetCapturedStderr();
+  if (comm.rank() == 0) {
+    EXPECT_NE(err.find("no module of the model is marked as a unit"), std::string::npos) << err;
+    EXPECT_NE(err.find("docs/engine.md"), std::string::npos) << err;
+  }
+  config::Config ref_cfg = make_config(0, false, false, world, kGlobalBatch / world, 1);
+  const RunResult ref = train(ModelKind::kTiedMlp, ref_cfg, comm, 5);
+  ASSERT_EQ(got.losses.size(), ref.losses.size());
+  for (std::size_t i = 0; i < ref.losses.size(); ++i) {
+    EXPECT_NEAR(got.losses[i], ref.losses[i], 1e-5 * std::abs(ref.losses[i])) << "step " << i;
+  }
+}
+
+// ---- the module given back ----------------------------------------------------
+
+// When the engine goes, the module's parameters are gathered back: plain
+// fp32 tensors of their own with the trained values (in fp32 training the
+// master weights), and the module runs without the engine.
+TEST(Stage3, ModuleGetsItsTrainedParametersBack) {
+  comm::Communicator& comm = world_comm();
+  auto model = make_gpt();
+  std::vector<at::Tensor> master;
+  {
+    config::Config cfg = stage3_config(comm.world_size(), /*bf16=*/false);
+    Engine engine(model, cfg, comm);
+    master = train_gpt(*model, engine, comm, 2).params;
+  }
+  std::vector<at::Tensor> params;
+  std::unordered_set<const void*> seen;
+  for (const at::Tensor& p : model->parameters()) {
+    if (seen.insert(p.unsafeGetTensorImpl()).second) params.push_back(p);
+  }
+  ASSERT_EQ(params.size(), master.size());
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    EXPECT_EQ(params[i].scalar_type(), at::kFloat);
+    EXPECT_TRUE(at::equal(params[i].detach(), master[i])) << "parameter " << i;
+  }
+  torch::NoGradGuard no_grad;
+  const at::Tensor idx = at::randint(tiny_gpt().vocab_size, {1, kSeq});
+  EXPECT_TRUE(model->forward(idx).isfinite().all().item<bool>());
+}
+
+// ---- offload_param with the optimizer offloaded and the delayed update ------
+
+TEST(Stage3, OffloadParamWithOffloadedOptimizerAndDelayedUpdateMatchesStage2) {
+  comm::Communicator& comm = world_comm();
+  auto run = [&](int stage) {
+    auto model = make_gpt();
+    config::Config cfg = stage3_config(comm.world_size(), /*bf16=*/false);
+    cfg.zero_optimization.stage = stage;
+    cfg.zero_optimization.offload_optimizer.device = "cpu";
+    cfg.zero_optimization.offload_optimizer.delayed_param_update = true;
+    cfg.zero_optimization.offload_optimizer.delayed_param_update_warmup_steps = 2;
+    if (stage == 3) cfg.zero_optimization.offload_param.device = "cpu";
+    Engine engine(model, cfg, comm);
+    return train_gpt(*model, engine, comm, 6);
+  };
+  // The delayed update is the same at every stage: stage 2 with DPU is the
+  // reference (engine_behaviour_test holds it to its definition).
+  const GptRun s3 = run(3), s2 = run(2);
+  ASSERT_EQ(s3.losses.size(), s2.losses.size());
+  for (std::size_t i = 0; i < s2.losses.size(); ++i) {
+    EXPECT_NEAR(s3.losses[i], s2.losses[i], 1e-5 * std::abs(s2.losses[i])) << "step " << i;
+  }
+  for (std::size_t i = 0; i < s2.params.size(); ++i) {
+    const at::Tensor diff = (s3.params[i] - s2.params[i]).abs();
+    EXPECT_TRUE((diff <= s2.params[i].abs() * 1e-5 + 1e-6).all().item<bool>())
+        << "parameter " << i << ": " << diff.max().item<double>();
+  }
+}
+
+}  // namespace
+}  // namespace zero::test
