@@ -7,7 +7,8 @@
 //   plain     torch::optim::AdamW; gradients all-reduced as one flat fp32
 //             buffer after backward (data parallelism without overlap)
 //   stage0    zerocpp stage 0 (bucketed all-reduce overlapping backward)
-//   stage1, stage2, stage2+offload, stage2+offload+dpu
+//   stage1, stage2, stage3 (prefetch one unit ahead), stage3-noprefetch,
+//   stage2+offload, stage2+offload+dpu
 // Every variant is built first (its own model and engine), then the variants
 // run interleaved, one step each per round, so that a change of machine load
 // during the run hits them alike. The first --warmup rounds are not timed;
@@ -107,7 +108,8 @@ struct EngineRun {
   std::unique_ptr<Engine> engine;
 };
 
-Variant make_engine(const StepOptions& o, const std::string& name, int stage, bool offload, bool dpu) {
+Variant make_engine(const StepOptions& o, const std::string& name, int stage, bool offload, bool dpu,
+                    bool prefetch = true) {
   auto run = std::make_shared<EngineRun>();
   run->comm = comm::make_communicator();
   run->model = make_gpt(o);
@@ -123,6 +125,9 @@ Variant make_engine(const StepOptions& o, const std::string& name, int stage, bo
   cfg.zero_optimization.offload_optimizer.delayed_param_update = dpu;
   cfg.zero_optimization.offload_optimizer.delayed_param_update_warmup_steps = 1;
   cfg.zero_optimization.offload_optimizer.cpu_threads = o.cpu_threads;
+  // Stage 3: the blocks are the units; prefetch the next block's parameters
+  // (about 12 embd^2 elements) while one computes, or nothing.
+  cfg.zero_optimization.stage3_prefetch_bucket_size = prefetch ? 13 * o.embd * o.embd : 0;
   run->engine = std::make_unique<Engine>(run->model, cfg, *run->comm);
   Variant v;
   v.name = name;
@@ -176,6 +181,8 @@ void run_step(const StepOptions& o) {
   vs.push_back(make_engine(o, "stage0", 0, false, false));
   vs.push_back(make_engine(o, "stage1", 1, false, false));
   vs.push_back(make_engine(o, "stage2", 2, false, false));
+  vs.push_back(make_engine(o, "stage3", 3, false, false));
+  vs.push_back(make_engine(o, "stage3-noprefetch", 3, false, false, /*prefetch=*/false));
   vs.push_back(make_engine(o, "stage2+offload", 2, true, false));
   vs.push_back(make_engine(o, "stage2+offload+dpu", 2, true, true));
   for (int round = 0; round < o.warmup + o.steps; ++round) {
@@ -210,6 +217,14 @@ void run_step(const StepOptions& o) {
                 tokens * gc.flops_per_token(o.seq) / r.seconds / 1e12);
   }
   std::printf("(step-time ratios: below 1 is faster)\n");
+  auto seconds = [&](const std::string& name) {
+    for (const Row& r : rows) {
+      if (r.name == name) return r.seconds;
+    }
+    return 0.0;
+  };
+  std::printf("stage3 / stage2: %.3fx; stage3 without prefetch / with: %.3fx\n", seconds("stage3") / seconds("stage2"),
+              seconds("stage3-noprefetch") / seconds("stage3"));
   if (o.summaries) {
     for (const std::string& sm : summaries) std::printf("%s", sm.c_str());
   } else if (!summaries.empty()) {

@@ -60,6 +60,8 @@ int main(int argc, char** argv) {
   std::string model = "gpt2", params_text, device_mem_text, host_mem_text, precision = "bf16", stage_text, optimizer = "AdamW";
   int world = 1, stage = -1;
   bool offload = false, dpu = false, json = false, checkpoint = false, cpu_checkpoint = false, on_gpu = false;
+  bool offload_param = false;
+  std::int64_t prefetch = 50'000'000, persistence = 100'000;
   std::int64_t micro = 1, seq = 0, bucket = 500'000'000, n_layer = 0, n_head = 0, n_embd = 0, block_size = 0;
   CLI::App app{"zero-estimate: memory per rank per tier for a ZeRO configuration, and what fits"};
   auto* model_opt = app.add_option("--model", model, "GPT preset: gpt2-tiny, gpt2-small-test, gpt2, gpt2-medium, "
@@ -71,8 +73,14 @@ int main(int argc, char** argv) {
   auto* embd_opt = app.add_option("--n-embd", n_embd, "override the preset's width");
   auto* block_opt = app.add_option("--block-size", block_size, "override the preset's context length");
   app.add_option("--world", world, "data-parallel ranks")->capture_default_str();
-  app.add_option("--stage", stage_text, "ZeRO stage 0, 1 or 2 (default: all; stage 3 is not supported yet)");
-  app.add_flag("--offload", offload, "offload_optimizer.device = cpu (stage 1 or 2)");
+  app.add_option("--stage", stage_text, "ZeRO stage 0, 1, 2 or 3 (default: all)");
+  app.add_flag("--offload", offload, "offload_optimizer.device = cpu (stage 1, 2 or 3)");
+  app.add_flag("--offload-param", offload_param, "offload_param.device = cpu: stage 3's parameter partition in "
+               "host memory (lists stage 3 only)");
+  app.add_option("--prefetch", prefetch, "stage3_prefetch_bucket_size in elements (0: no prefetch); stage 3 "
+                 "holds the largest unit plus this much fetched ahead")->capture_default_str();
+  app.add_option("--persistence-threshold", persistence, "stage3_param_persistence_threshold: parameters with "
+                 "fewer elements stay gathered")->capture_default_str();
   app.add_flag("--dpu", dpu, "delayed parameter update (needs --offload)");
   app.add_option("--precision", precision, "bf16, fp16 or fp32")->capture_default_str();
   app.add_option("--optimizer", optimizer, "AdamW, Adam (two moments) or Adagrad (one)")->capture_default_str();
@@ -94,14 +102,16 @@ int main(int argc, char** argv) {
     // Flags first, each error naming the fix.
     if (!stage_text.empty()) {
       ZERO_CHECK(stage_text.find_first_not_of("0123456789") == std::string::npos && stage_text.size() <= 2,
-                 "--stage '", stage_text, "' is not a ZeRO stage: use 0, 1 or 2, or leave --stage out to list all");
+                 "--stage '", stage_text, "' is not a ZeRO stage: use 0, 1, 2 or 3, or leave --stage out to list "
+                 "all");
       stage = std::stoi(stage_text);
-      ZERO_CHECK(stage != 3, "--stage 3 (partitioned parameters) is not supported yet by zerocpp's engine: use "
-                 "--stage 0, 1 or 2, or leave --stage out to list all");
-      ZERO_CHECK(stage <= 2, "--stage ", stage, " does not exist: ZeRO stages are 0, 1 and 2 (3 not yet supported)");
+      ZERO_CHECK(stage <= 3, "--stage ", stage, " does not exist: ZeRO stages are 0, 1, 2 and 3");
     }
+    ZERO_CHECK(!offload_param || stage < 0 || stage == 3, "--offload-param needs --stage 3 (parameter offload "
+               "partitions the parameters), got --stage ", stage);
+    ZERO_CHECK(prefetch >= 0 && persistence >= 0, "--prefetch and --persistence-threshold must be >= 0");
     ZERO_CHECK(!(offload && stage == 0), "--stage 0 --offload: the engine refuses offload_optimizer.device=\"cpu\" "
-               "at stage 0 (ZeRO-Offload offloads the rank's optimizer partition): use --stage 1 or 2");
+               "at stage 0 (ZeRO-Offload offloads the rank's optimizer partition): use --stage 1, 2 or 3");
     ZERO_CHECK(!dpu || offload, "--dpu (delayed parameter update) needs --offload: the delayed step is the CPU "
                "optimizer's");
     ZERO_CHECK(world >= 1, "--world must be at least 1, got ", world);
@@ -126,6 +136,8 @@ int main(int argc, char** argv) {
                "--optimizer must be AdamW, Adam or Adagrad, got '", optimizer, "'");
     in.moments = optimizer == "Adagrad" ? 1 : 2;
     in.on_gpu = on_gpu;
+    in.prefetch_elements = prefetch;
+    in.persistence_threshold = persistence;
     if (!params_text.empty()) {
       in.params = parse_count(params_text);
     } else {
@@ -141,6 +153,7 @@ int main(int argc, char** argv) {
                  ": use --seq <= ", g.block_size, " or --block-size ", seq);
       in.params = g.num_parameters();
       in.param_numels = g.parameter_numels();
+      in.param_units = g.parameter_units();
       in.micro_batch = micro;
       in.seq_len = seq > 0 ? seq : g.block_size;
       in.n_layer = g.n_layer;
@@ -156,25 +169,34 @@ int main(int argc, char** argv) {
                 in.params / 1e9, world, precision.c_str(),
                 in.micro_batch ? (", activations of micro-batch " + std::to_string(micro) + " x " + std::to_string(in.seq_len)).c_str() : "",
                 in.checkpoint_activations ? (in.cpu_checkpointing ? ", checkpointed on the host" : ", checkpointed") : "");
-    std::printf("%-18s %12s %12s %12s %12s %12s | %12s %12s\n", "configuration", "dev states", "dev padding",
-                "dev buckets", "dev activ.", "dev total", "host states", "host total");
+    if (params_text.empty() == false && (stage < 0 || stage == 3)) {
+      std::printf("(stage 3 with --params: the model is taken as one unit, gathered whole in forward and "
+                  "backward; give --model for a GPT's per-block units)\n");
+    }
+    std::printf("%-26s %12s %12s %12s %12s %12s %12s | %12s %12s\n", "configuration", "dev states", "dev padding",
+                "dev buckets", "dev units", "dev activ.", "dev total", "host states", "host total");
     struct Row { int stage; bool offload; MemoryEstimate e; bool fits; };
     std::vector<Row> rows;
     // Best first: the least communication and host work that fits.
     // --offload lists only offloaded configurations; --stage only that stage.
-    const std::vector<std::pair<int, bool>> order = {{0, false}, {1, false}, {2, false}, {1, true}, {2, true}};
+    // --offload-param: stage 3 only, its partition on the host.
+    const std::vector<std::pair<int, bool>> order = {{0, false}, {1, false}, {2, false}, {3, false},
+                                                     {1, true},  {2, true},  {3, true}};
     for (auto [s, off] : order) {
       if (stage >= 0 && s != stage) continue;
       if (offload != off && (stage >= 0 || offload)) continue;
+      if (offload_param && s != 3) continue;
       in.stage = s;
       in.offload = off;
       in.dpu = off && dpu;
+      in.offload_param = offload_param && s == 3;
       MemoryEstimate e = estimate_memory(in);
       const bool fits = (device_mem == 0 || e.device_total() <= device_mem) && (host_mem == 0 || e.host_total() <= host_mem);
       rows.push_back({s, off, e, fits});
-      std::printf("%-18s %12s %12s %12s %12s %12s | %12s %12s%s\n", describe_config(s, off).c_str(),
+      std::printf("%-26s %12s %12s %12s %12s %12s %12s | %12s %12s%s\n",
+                  describe_config(s, off, in.offload_param).c_str(),
                   memory::format_bytes(e.device_model_states()).c_str(), memory::format_bytes(e.device_padding).c_str(),
-                  memory::format_bytes(e.device_buckets).c_str(),
+                  memory::format_bytes(e.device_buckets).c_str(), memory::format_bytes(e.device_gathered).c_str(),
                   memory::format_bytes(e.device_activations).c_str(), memory::format_bytes(e.device_total()).c_str(),
                   memory::format_bytes(e.host_model_states()).c_str(), memory::format_bytes(e.host_total()).c_str(),
                   (device_mem || host_mem) ? (fits ? "  fits" : "  does not fit") : "");
@@ -184,10 +206,12 @@ int main(int argc, char** argv) {
       for (std::size_t i = 0; i < rows.size(); ++i) {
         const MemoryEstimate& e = rows[i].e;
         std::printf("%s{\"stage\":%d,\"offload\":%s,\"device_model_states\":%lld,\"host_model_states\":%lld,"
-                    "\"device_buckets\":%lld,\"device_padding\":%lld,\"device_activations\":%lld,\"host_activations\":%lld,"
+                    "\"device_buckets\":%lld,\"device_gathered\":%lld,\"device_padding\":%lld,"
+                    "\"device_activations\":%lld,\"host_activations\":%lld,"
                     "\"device_total\":%lld,\"host_total\":%lld,\"fits\":%s}",
                     i ? "," : "", rows[i].stage, rows[i].offload ? "true" : "false",
                     (long long)e.device_model_states(), (long long)e.host_model_states(), (long long)e.device_buckets,
+                    (long long)e.device_gathered,
                     (long long)e.device_padding, (long long)e.device_activations, (long long)e.host_activations,
                     (long long)e.device_total(),
                     (long long)e.host_total(), rows[i].fits ? "true" : "false");
@@ -198,8 +222,11 @@ int main(int argc, char** argv) {
       const Row* best = nullptr;
       for (const Row& r : rows) if (r.fits && !best) best = &r;
       if (best) {
-        std::printf("best fit: %s (zero_optimization.stage=%d%s)\n", describe_config(best->stage, best->offload).c_str(),
-                    best->stage, best->offload ? ", offload_optimizer.device=\"cpu\"" : "");
+        const bool params_off = offload_param && best->stage == 3;
+        std::printf("best fit: %s (zero_optimization.stage=%d%s%s)\n",
+                    describe_config(best->stage, best->offload, params_off).c_str(), best->stage,
+                    best->offload ? ", offload_optimizer.device=\"cpu\"" : "",
+                    params_off ? ", offload_param.device=\"cpu\"" : "");
       } else {
         std::printf("nothing fits: add ranks (--world), lower the micro-batch, or use more host memory\n");
         return 2;

@@ -46,6 +46,14 @@ std::vector<std::int64_t> GptConfig::parameter_numels() const {
   return v;
 }
 
+std::vector<int> GptConfig::parameter_units() const {
+  std::vector<int> v{-1, -1};
+  for (std::int64_t i = 0; i < n_layer; ++i) v.insert(v.end(), 12, static_cast<int>(i));
+  v.push_back(-1);
+  v.push_back(-1);
+  return v;
+}
+
 double GptConfig::flops_per_token(std::int64_t seq_len) const {
   return 6.0 * static_cast<double>(num_parameters()) +
          6.0 * static_cast<double>(n_layer * seq_len * n_embd);

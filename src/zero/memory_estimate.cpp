@@ -12,9 +12,10 @@ namespace zero {
 MemoryEstimate estimate_memory(const EstimateInput& in) {
   ZERO_CHECK(in.params > 0, "the parameter count must be positive, got ", in.params);
   ZERO_CHECK(in.world >= 1, "the world size must be at least 1, got ", in.world);
-  ZERO_CHECK(in.stage >= 0 && in.stage <= 2, "stage must be 0, 1 or 2 (stage 3 is not available yet), got ", in.stage);
+  ZERO_CHECK(in.stage >= 0 && in.stage <= 3, "stage must be 0, 1, 2 or 3, got ", in.stage);
+  ZERO_CHECK(!in.offload_param || in.stage == 3, "parameter offload needs stage 3");
   ZERO_CHECK(in.moments == 1 || in.moments == 2, "moments per parameter must be 1 (Adagrad) or 2 (Adam)");
-  ZERO_CHECK(!in.offload || in.stage >= 1, "offload needs stage 1 or 2");
+  ZERO_CHECK(!in.offload || in.stage >= 1, "offload needs stage 1, 2 or 3");
   ZERO_CHECK(in.element_bytes == 2 || in.element_bytes == 4, "element size must be 2 or 4 bytes");
   ZERO_CHECK(in.bucket_numel > 0, "reduce_bucket_size must be positive, got ", in.bucket_numel);
   const std::int64_t psi = in.params, es = in.element_bytes;
@@ -36,14 +37,29 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   pi.accumulation = in.accumulation;
   pi.element_bytes = in.element_bytes;
   pi.moments = in.moments;
+  if (in.stage == 3) {
+    ZERO_CHECK(in.param_units.empty() || in.param_units.size() == pi.numels.size(),
+               "one unit per parameter size, or none");
+    for (std::size_t i = 0; i < pi.numels.size(); ++i) {
+      const int unit = in.param_units.empty() ? 0 : in.param_units[i];
+      pi.groups.push_back(static_cast<std::int64_t>(pi.numels[i]) < in.persistence_threshold ? -1 : unit);
+    }
+    pi.offload_param = in.offload_param;
+    pi.prefetch_elements = in.prefetch_elements;
+    pi.max_live_elements = in.max_live_elements;
+  }
   const MemoryPlan plan = plan_memory(pi);
   MemoryEstimate e;
   for (const PlannedBuffer& b : plan.buffers) {
     if (!b.present || b.lifetime == Lifetime::kConstruction) continue;
     const bool dev = b.tier == memory::Tier::kDevice;
+    if (b.lifetime == Lifetime::kBackward && b.kind == memory::Kind::kHalfParams) {
+      e.device_gathered += b.bytes();  // stage 3's gathered units, padding included
+      continue;
+    }
     const std::int64_t valid = b.valid_bytes(), pad = b.bytes() - b.valid_bytes();
     switch (b.kind) {
-      case memory::Kind::kHalfParams: (dev ? e.device_params : e.host_staging) += valid; break;
+      case memory::Kind::kHalfParams: (dev ? e.device_params : e.host_params) += valid; break;
       case memory::Kind::kGrads: (dev ? e.device_grads : e.host_grads) += valid; break;
       case memory::Kind::kFp32Master: (dev ? e.device_master : e.host_master) += valid; break;
       case memory::Kind::kMoments: (dev ? e.device_moments : e.host_moments) += valid; break;
@@ -83,8 +99,8 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   return e;
 }
 
-std::string describe_config(int stage, bool offload) {
-  return "stage " + std::to_string(stage) + (offload ? " + offload" : "");
+std::string describe_config(int stage, bool offload, bool offload_param) {
+  return "stage " + std::to_string(stage) + (offload ? " + offload" : "") + (offload_param ? " + params" : "");
 }
 
 }  // namespace zero

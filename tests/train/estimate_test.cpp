@@ -21,7 +21,17 @@ config::Config bf16_config(int world, int stage, bool offload) {
   cfg.bf16.enabled = true;
   cfg.zero_optimization.stage = stage;
   cfg.zero_optimization.offload_optimizer.device = offload ? "cpu" : "none";
+  // Stage 3: every parameter of gpt2-tiny's blocks partitioned (they are all
+  // below the default threshold), one block gathered at a time.
+  cfg.zero_optimization.stage3_param_persistence_threshold = 0;
+  cfg.zero_optimization.stage3_prefetch_bucket_size = 0;
   return cfg;
+}
+
+// The stage-3 settings of bf16_config, for the estimate.
+void stage3_settings(EstimateInput& in) {
+  in.persistence_threshold = 0;
+  in.prefetch_elements = 0;
 }
 
 TEST(Estimate, PaperExample) {
@@ -42,7 +52,7 @@ TEST(Estimate, PaperExample) {
 TEST(Estimate, MatchesTheEngineLedger) {
   auto comm = comm::make_communicator();
   const models::GptConfig g = models::gpt_preset("gpt2-tiny");
-  for (int stage : {0, 1, 2}) {
+  for (int stage : {0, 1, 2, 3}) {
     for (bool offload : {false, true}) {
       if (offload && stage == 0) continue;
       for (bool dpu : {false, true}) {
@@ -59,6 +69,9 @@ TEST(Estimate, MatchesTheEngineLedger) {
         in.stage = stage;
         in.offload = offload;
         in.dpu = dpu;
+        in.param_numels = g.parameter_numels();
+        in.param_units = g.parameter_units();
+        stage3_settings(in);
         const MemoryEstimate e = estimate_memory(in);
         const auto s = engine.ledger().snapshot();
         const double dev = static_cast<double>(s.model_state_bytes(memory::Tier::kDevice));
@@ -81,7 +94,7 @@ TEST(Estimate, PeaksIncludingConstructionMatchTheLedger) {
   const int rank = comm->rank();
   for (const char* optimizer : {"AdamW", "Adagrad"}) {
     for (bool bf16 : {false, true}) {
-      for (int stage : {0, 1, 2}) {
+      for (int stage : {0, 1, 2, 3}) {
         for (bool offload : {false, true}) {
           if (offload && stage == 0) continue;
           if (std::string(optimizer) == "Adagrad" && !offload && stage == 1) continue;  // covered by stage 2
@@ -100,18 +113,29 @@ TEST(Estimate, PeaksIncludingConstructionMatchTheLedger) {
           EstimateInput in;
           in.params = g.num_parameters();
           in.param_numels = g.parameter_numels();
+          in.param_units = g.parameter_units();
           in.world = comm->world_size();
           in.stage = stage;
           in.offload = offload;
           in.element_bytes = bf16 ? 2 : 4;
+          stage3_settings(in);
           in.moments = std::string(optimizer) == "Adagrad" ? 1 : 2;
           const MemoryEstimate e = estimate_memory(in);
           const auto s = engine.ledger().snapshot();
           const double dev = static_cast<double>(s.tier_peak[int(memory::Tier::kDevice)]);
           const double host = static_cast<double>(s.tier_peak[int(memory::Tier::kHost)]);
-          EXPECT_NEAR(dev, e.device_total(), 0.05 * e.device_total()) << what;
+          if (stage < 3) {
+            EXPECT_NEAR(dev, e.device_total(), 0.05 * e.device_total()) << what;
+          } else {
+            // Stage 3 adds the gradient buckets and the gathered unit at their
+            // bounds, which backward does not reach at the same moment (the
+            // largest buckets are the embeddings', reduced after the last
+            // unit is released): a bound, within 10%.
+            EXPECT_LE(dev, e.device_total()) << what;
+            EXPECT_GE(dev, 0.9 * e.device_total()) << what;
+          }
           EXPECT_NEAR(host, e.host_total(), 0.05 * e.host_total() + 1) << what;
-          if (bf16) {
+          if (bf16 && stage < 3) {
             // The construction peak is the device peak without offload's
             // small steady state: the fp32 copy beside the bf16 parameters.
             EXPECT_GE(e.device_construction, static_cast<std::int64_t>(6 * g.num_parameters())) << what;

@@ -39,6 +39,9 @@ struct GptConfig {
   // wpe, each block's ln1, qkv, proj, ln2, fc, proj with weight then bias,
   // ln_f): the engine's flat layout without building the model.
   std::vector<std::int64_t> parameter_numels() const;
+  // Each of those parameters' unit of ZeRO stage 3: its block's index, or -1
+  // (the embeddings and the final LayerNorm, used outside the blocks).
+  std::vector<int> parameter_units() const;
   // Training FLOPs per token: 6 * params + attention (6 * n_layer * block * n_embd, PaLM's formula
   // with the causal half: 6 * n_layer * seq * n_embd).
   double flops_per_token(std::int64_t seq_len) const;

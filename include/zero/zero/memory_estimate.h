@@ -26,6 +26,14 @@ struct EstimateInput {
   // when given, buckets and padding follow the engine's exact flat layout;
   // when empty, the model is taken as one parameter of `params` elements.
   std::vector<std::int64_t> param_numels;
+  // Stage 3: each parameter's unit, in param_numels' order
+  // (GptConfig::parameter_units(): its block; -1 for the embeddings and the
+  // final LayerNorm, which stay gathered); empty: the model is one unit.
+  std::vector<int> param_units;
+  bool offload_param = false;                        // offload_param.device = "cpu"
+  std::int64_t prefetch_elements = 50'000'000;       // stage3_prefetch_bucket_size
+  std::int64_t max_live_elements = 1'000'000'000;    // stage3_max_live_parameters
+  std::int64_t persistence_threshold = 100'000;      // stage3_param_persistence_threshold
   // Activations of one micro-batch of a GPT (0 = not estimated).
   std::int64_t micro_batch = 0, seq_len = 0, n_layer = 0, n_embd = 0, n_head = 0, vocab = 256;
   // Per-block activation checkpointing (GptConfig::checkpoint_activations):
@@ -38,12 +46,16 @@ struct MemoryEstimate {
   // Device tier.
   std::int64_t device_params = 0, device_grads = 0, device_master = 0, device_moments = 0;
   std::int64_t device_buckets = 0, device_activations = 0;
+  // Stage 3: the gathered units at their bound (the unit in use and what
+  // prefetch holds beside it), transient like the buckets.
+  std::int64_t device_gathered = 0;
   // Padding of the flat buffers and of the partition (the ledger's kPadding):
   // each bucket is padded to a multiple of world * kPlanAlignElements; the
   // figure is for the last rank, whose chunks hold the most padding.
   std::int64_t device_padding = 0, host_padding = 0;
   // Host tier.
   std::int64_t host_grads = 0, host_master = 0, host_moments = 0, host_staging = 0;
+  std::int64_t host_params = 0;  // stage 3 with offload_param: the parameter partition
   std::int64_t host_activations = 0;  // checkpoints kept on the host (cpu_checkpointing)
   // The device bytes while the engine is built (the temporary fp32 copy of
   // the parameters beside the flat parameters and, without offload, the
@@ -51,10 +63,11 @@ struct MemoryEstimate {
   std::int64_t device_construction = 0;
 
   std::int64_t device_model_states() const { return device_params + device_grads + device_master + device_moments; }
-  std::int64_t host_model_states() const { return host_grads + host_master + host_moments; }
+  std::int64_t host_model_states() const { return host_params + host_grads + host_master + host_moments; }
   // The device peak: the larger of construction and a step.
   std::int64_t device_total() const {
-    const std::int64_t step = device_model_states() + device_padding + device_buckets + device_activations;
+    const std::int64_t step =
+        device_model_states() + device_padding + device_buckets + device_gathered + device_activations;
     return step > device_construction ? step : device_construction;
   }
   std::int64_t host_total() const { return host_model_states() + host_padding + host_staging + host_activations; }
@@ -62,7 +75,7 @@ struct MemoryEstimate {
 
 MemoryEstimate estimate_memory(const EstimateInput& in);
 
-// Human name of a configuration: "stage 2 + offload".
-std::string describe_config(int stage, bool offload);
+// Human name of a configuration: "stage 2 + offload", "stage 3 + offload + params".
+std::string describe_config(int stage, bool offload, bool offload_param = false);
 
 }  // namespace zero
