@@ -202,12 +202,18 @@ int run(const Options& cli) {
     in.n_head = gc.n_head;
     in.vocab = gc.vocab_size;
     in.param_numels = gc.parameter_numels();
+    in.param_units = gc.parameter_units();
+    in.offload_param = cfg.zero_optimization.offload_param.device == "cpu";
+    in.prefetch_elements = cfg.zero_optimization.stage3_prefetch_bucket_size;
+    in.max_live_elements = cfg.zero_optimization.stage3_max_live_parameters;
+    in.persistence_threshold = cfg.zero_optimization.stage3_param_persistence_threshold;
     in.bucket_numel = cfg.zero_optimization.reduce_bucket_size;
     in.checkpoint_activations = gc.checkpoint_activations;
     in.cpu_checkpointing = gc.checkpoint_on_cpu;
     const MemoryEstimate est = estimate_memory(in);
     const auto snap = engine.ledger().snapshot();
     const std::int64_t activations = est.device_activations;
+    // (Stage 3's gathered units are transient too, and budgeted by the engine.)
     const std::int64_t buckets = std::max<std::int64_t>(
         0, est.device_buckets - snap.current[static_cast<int>(memory::Tier::kDevice)][static_cast<int>(memory::Kind::kBuckets)]);
     const std::int64_t held = snap.tier_current[static_cast<int>(memory::Tier::kDevice)];
@@ -358,9 +364,11 @@ int run(const Options& cli) {
       std::fprintf(stderr, "report: %s\n", o.report.c_str());
     }
   }
-  if (o.sample > 0 && root) {
-    std::printf("---- sample (%lld bytes) ----\n%s\n----\n", (long long)o.sample,
-                generate(*model, o.sample, gc.block_size, o.seed, td.device).c_str());
+  if (o.sample > 0) {
+    // Every rank runs the same forwards (at stage 3 each one gathers its
+    // blocks from every rank); rank 0 prints.
+    const std::string text = generate(*model, o.sample, gc.block_size, o.seed, td.device);
+    if (root) std::printf("---- sample (%lld bytes) ----\n%s\n----\n", (long long)o.sample, text.c_str());
   }
   comm->barrier()->wait();
   return 0;

@@ -88,7 +88,11 @@ endforeach()
 if(NOT last_loss LESS first_loss)
   message(FATAL_ERROR "the loss did not fall over ${STEPS} steps: ${first_loss} then ${last_loss}")
 endif()
-execute_process(COMMAND ${ESTIMATE} --params ${params} --world ${NP} --stage 2 --offload --precision bf16 --json
+# ESTIMATE_ARGS: the configuration CONFIG describes (default: ZeRO-2 + offload).
+if(NOT ESTIMATE_ARGS)
+  set(ESTIMATE_ARGS --params ${params} --stage 2 --offload)
+endif()
+execute_process(COMMAND ${ESTIMATE} ${ESTIMATE_ARGS} --world ${NP} --precision bf16 --json
                 RESULT_VARIABLE rc OUTPUT_VARIABLE est)
 string(REGEX MATCH "{[^\n]*}\n?$" est_json "${est}")
 string(JSON est_dev GET "${est_json}" configs 0 device_model_states)
