@@ -53,6 +53,7 @@ struct Case {
   bool dpu = false;
   std::string optimizer = "AdamW";
   bool nccl = false;  // the engine on an NCCL communicator of world 1
+  bool offload_param = false;  // stage 3: the parameter partition in pinned host memory
 };
 
 struct TrainRun {
@@ -82,6 +83,9 @@ config::Config make_config(const Case& k) {
       {"zero_optimization",
        {{"stage", k.stage},
         {"reduce_bucket_size", 20000},  // several buckets
+        // Stage 3: the blocks partitioned (all their parameters are small).
+        {"stage3_param_persistence_threshold", 0},
+        {"offload_param", {{"device", k.offload_param ? "cpu" : "none"}}},
         {"offload_optimizer",
          {{"device", k.offload}, {"delayed_param_update", k.dpu}, {"delayed_param_update_warmup_steps", 1}}}}},
       {"steps_per_print", 1000000}};
@@ -171,7 +175,7 @@ TEST_P(EngineCuda, MatchesTheCpuEngine) {
 
 std::vector<Case> cases() {
   std::vector<Case> v;
-  for (int stage : {0, 1, 2}) {
+  for (int stage : {0, 1, 2, 3}) {
     for (int accum : {1, 2}) {
       for (float clip : {0.0f, 0.05f}) {
         Case c;
@@ -203,6 +207,12 @@ std::vector<Case> cases() {
   add("adagrad_offload_stage2", 2, 1, 0.0f, "fp32", "cpu", false, "Adagrad");
   add("nccl_fp32_stage0", 0, 2, 0.05f, "fp32", "none", false, "AdamW", true);
   add("nccl_bf16_stage2_clip", 2, 1, 0.05f, "bf16", "none", false, "AdamW", true);
+  add("bf16_stage3_accum2_clip", 3, 2, 0.05f, "bf16");
+  add("nccl_bf16_stage3_clip", 3, 1, 0.05f, "bf16", "none", false, "AdamW", true);
+  add("offload_bf16_stage3_dpu", 3, 1, 0.05f, "bf16", "cpu", true);
+  Case params_offloaded{"offload_param_bf16_stage3_dpu", 3, 1, 0.05f, "bf16", "cpu", true};
+  params_offloaded.offload_param = true;
+  v.push_back(params_offloaded);
   return v;
 }
 
