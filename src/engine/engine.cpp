@@ -461,6 +461,7 @@ void Engine::backward(const at::Tensor& loss) {
              "torch::NoGradGuard?");
   m.trace_compute("forward");
   m.grads->begin_backward(is_accumulation_boundary());
+  if (m.units) m.units->begin_backward();
   try {
     m.precision.backward(loss);
     at::NoGradGuard no_grad;
@@ -520,7 +521,11 @@ bool Engine::step() {
     }
     m.comm_at_step_start = now;
     last_step_offload_bytes_ = m.grads->take_copied_bytes() + m.params->take_copied_bytes();
-    if (m.units) stats_.units_prefetched = m.units->take_prefetched();
+    if (m.units) {
+      const detail::UnitSchedule::PrefetchCounts c = m.units->take_prefetched();
+      stats_.units_prefetched = c.used;
+      stats_.units_prefetched_unused = c.unused;
+    }
   };
   stats_.grad_norm = static_cast<float>(d.norm);
   if (d.skip) {

@@ -4,6 +4,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include <c10/core/GradMode.h>
+
 #include "zero/core/error.h"
 
 namespace zero::detail {
@@ -87,6 +89,8 @@ void UnitSchedule::finish(int u) {
 void UnitSchedule::drop(int u) {
   UnitState& s = units_[static_cast<std::size_t>(u)];
   if (!s.resident) return;
+  if (s.prefetched) ++counts_.unused;
+  s.prefetched = false;
   finish(u);
   for (int b : s.buckets) store_.release(b);
   s.resident = false;
@@ -94,14 +98,17 @@ void UnitSchedule::drop(int u) {
 }
 
 void UnitSchedule::gather(int u) {
-  current_.push_back(u);
-  const std::size_t position = current_.size();
-  if (following_ && (position > recorded_.size() || recorded_[position - 1] != u)) following_ = false;
   UnitState& s = units_[static_cast<std::size_t>(u)];
   if (s.refs++ == 0) {
+    if (s.prefetched) ++counts_.used;
+    s.prefetched = false;
     if (!s.resident) start(u);
     finish(u);
   }
+  if (!recording()) return;  // validation: not part of a step
+  current_.push_back(u);
+  const std::size_t position = current_.size();
+  if (following_ && (position > recorded_.size() || recorded_[position - 1] != u)) following_ = false;
   if (following_ && o_.prefetch) prefetch_after(position);
 }
 
@@ -117,7 +124,7 @@ void UnitSchedule::prefetch_after(std::size_t position) {
     }
     if (ahead + t.elements > o_.prefetch_elements || live_elements_ + t.elements > o_.max_live_elements) break;
     start(v);
-    ++prefetched_;
+    t.prefetched = true;
     ahead += t.elements;
   }
 }
@@ -127,10 +134,30 @@ void UnitSchedule::release(int u) {
   // After abort() the graph of the failed backward may still release what
   // abort() already did.
   if (s.refs == 0) return;
-  if (--s.refs == 0) drop(u);
+  if (--s.refs == 0 && !(recording() && needed_soon(u))) drop(u);
+}
+
+bool UnitSchedule::recording() const { return in_backward_ || at::GradMode::is_enabled(); }
+
+// Whether the recording has `u` again within what prefetch would fetch
+// ahead from here: then it stays gathered instead of being released and
+// fetched again at once (the last block of forward is the first of backward).
+bool UnitSchedule::needed_soon(int u) const {
+  if (!following_ || !o_.prefetch) return false;
+  std::size_t ahead = 0;
+  for (std::size_t i = current_.size(); i < recorded_.size(); ++i) {
+    const int v = recorded_[i];
+    if (v == u) return true;
+    const UnitState& t = units_[static_cast<std::size_t>(v)];
+    if (t.refs > 0) continue;
+    ahead += t.elements;
+    if (ahead > o_.prefetch_elements) return false;
+  }
+  return false;
 }
 
 void UnitSchedule::end_backward() {
+  in_backward_ = false;
   for (std::size_t u = 0; u < units_.size(); ++u) {
     if (units_[u].refs == 0) drop(static_cast<int>(u));  // fetched ahead, not used
   }
@@ -146,6 +173,7 @@ void UnitSchedule::abort() {
   }
   current_.clear();
   following_ = false;
+  in_backward_ = false;
 }
 
 void UnitSchedule::gather_everything() {
@@ -156,10 +184,10 @@ void UnitSchedule::gather_everything() {
   for (std::size_t u = 0; u < units_.size(); ++u) finish(static_cast<int>(u));
 }
 
-std::int64_t UnitSchedule::take_prefetched() {
-  const std::int64_t n = prefetched_;
-  prefetched_ = 0;
-  return n;
+UnitSchedule::PrefetchCounts UnitSchedule::take_prefetched() {
+  const PrefetchCounts c = counts_;
+  counts_ = {};
+  return c;
 }
 
 }  // namespace zero::detail

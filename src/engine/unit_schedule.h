@@ -14,9 +14,12 @@
 // on the next steps, gathering a unit where the recorded order has it also
 // starts the all-gathers of the units that follow, up to
 // stage3_prefetch_bucket_size elements ahead and stage3_max_live_parameters
-// gathered at once. A step whose order differs from the recording stops
+// gathered at once; a unit released where the recording has it again within
+// that reach stays gathered. A step whose order differs from the recording stops
 // prefetching for the rest of that step and becomes the new recording. Every
 // rank must run the units in the same order (their all-gathers pair up).
+// Forwards without gradients (validation) gather and release unit by unit
+// but are neither recorded nor prefetched for.
 // Private to zero_engine.
 #pragma once
 
@@ -60,6 +63,9 @@ class UnitSchedule {
 
   void gather(int unit);
   void release(int unit);
+  // Around the engine's backward (its gathers are recorded whatever the
+  // grad mode inside autograd's engine).
+  void begin_backward() { in_backward_ = true; }
   // After a backward: every unit released (prefetched ones unused are
   // released too); the step's order recorded.
   void end_backward();
@@ -69,8 +75,12 @@ class UnitSchedule {
   // gets its values back). Collective.
   void gather_everything();
   std::size_t count() const { return units_.size(); }
-  // Units whose all-gather was started ahead of use, since the last call.
-  std::int64_t take_prefetched();
+  // Units fetched ahead and then used, and fetched ahead in vain (the order
+  // changed), since the last call.
+  struct PrefetchCounts {
+    std::int64_t used = 0, unused = 0;
+  };
+  PrefetchCounts take_prefetched();
 
  private:
   struct Handler : UnitHandler {
@@ -85,12 +95,17 @@ class UnitSchedule {
     std::size_t elements = 0;  // padded, of all its buckets
     int refs = 0;              // gathers not yet released
     bool resident = false;     // its buckets are gathered (refs > 0, or prefetched)
+    bool prefetched = false;   // fetched ahead and not used yet
     std::vector<comm::WorkPtr> pending;  // a prefetch's all-gathers not yet waited for
   };
   void start(int unit);
   void finish(int unit);
   void drop(int unit);
   void prefetch_after(std::size_t position);
+  bool needed_soon(int unit) const;
+  // A training step's gather (forward with gradients, or backward), not a
+  // validation forward's.
+  bool recording() const;
 
   std::vector<const torch::nn::Module*> modules_;
   std::vector<Handler> handlers_;
@@ -101,7 +116,8 @@ class UnitSchedule {
   std::size_t live_elements_ = 0;
   std::vector<int> recorded_, current_;  // gather order: the last step's, this step's so far
   bool following_ = false;               // this step has matched the recording so far
-  std::int64_t prefetched_ = 0;
+  bool in_backward_ = false;
+  PrefetchCounts counts_;
 };
 
 }  // namespace zero::detail

@@ -12,7 +12,10 @@
 #include <unordered_set>
 #include <vector>
 
+#include <ATen/ops/gelu.h>
+#include <ATen/ops/mse_loss.h>
 #include <ATen/ops/randint.h>
+#include <ATen/ops/randn.h>
 #include <gtest/gtest.h>
 #include <torch/utils.h>
 
@@ -160,6 +163,18 @@ TEST_P(Stage3Memory, DeviceHoldsPartitionKeptAndLiveUnitsOnly) {
   if (prefetch) {
     for (std::size_t s = 1; s < r.stats.size(); ++s) EXPECT_GT(r.stats[s].units_prefetched, 0);
   }
+  // Not only the ledger: between steps the blocks' parameters really hold
+  // no memory (their storage is freed), the others do.
+  for (const auto& item : model->named_children()) {
+    const bool unit = zero::is_unit(*item.value());
+    for (const at::Tensor& p : item.value()->parameters()) {
+      if (unit) {
+        EXPECT_EQ(p.storage().nbytes(), 0u) << item.key() << " is released";
+      } else {
+        EXPECT_GE(p.storage().nbytes(), static_cast<std::size_t>(p.numel() * es)) << item.key() << " stays";
+      }
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, Stage3Memory,
@@ -175,23 +190,24 @@ INSTANTIATE_TEST_SUITE_P(Cases, Stage3Memory,
 // Stage 3 sends per step: the units' all-gather in forward and again in
 // backward, the reduce-scatter of the gradients (as stage 2), and the
 // all-gather of the kept parameters after the step: (2 Psi_units + Psi_kept
-// + Psi) (N-1)/N elements, about 1.5 times stage 2's 2 Psi (N-1)/N.
+// + Psi) (N-1)/N elements, about 1.5 times stage 2's 2 Psi (N-1)/N. With
+// prefetch, a unit the recording needs again within its reach stays gathered
+// (the last block of forward is the first of backward): one block less.
 TEST(Stage3, BytesSentPerStepMatchTheFormula) {
   comm::Communicator& comm = world_comm();
   const std::int64_t N = comm.world_size();
   if (N == 1) GTEST_SKIP() << "one rank sends nothing";
-  auto sent = [&](int stage, bool prefetch) {
+  const UnitSizes u = unit_sizes(*make_gpt());
+  const std::int64_t block = *std::max_element(u.units.begin(), u.units.end());
+  auto sent = [&](int stage, std::int64_t prefetch) {
     auto model = make_gpt();
     config::Config cfg = stage3_config(static_cast<int>(N));
     cfg.zero_optimization.stage = stage;
-    if (!prefetch) cfg.zero_optimization.stage3_prefetch_bucket_size = 0;
+    cfg.zero_optimization.stage3_prefetch_bucket_size = prefetch;
     Engine engine(model, cfg, comm);
-    const GptRun r = train_gpt(*model, engine, comm, 3);
-    return std::make_pair(r.last_comm, unit_sizes(*model));
+    return train_gpt(*model, engine, comm, 3).last_comm;
   };
-  const auto [s2, u] = sent(2, true);
-  const auto [s3, u3] = sent(3, true);
-  const auto [s3_off, u3_off] = sent(3, false);
+  const comm::CommStats s2 = sent(2, 0), s3 = sent(3, 0), s3_ahead = sent(3, block + 1024);
   const double es = 2.0, share = double(N - 1) / double(N);
   std::int64_t psi_units = 0;
   for (std::int64_t n : u.units) psi_units += n;
@@ -201,11 +217,11 @@ TEST(Stage3, BytesSentPerStepMatchTheFormula) {
   EXPECT_NEAR(kind(s3, comm::CollectiveKind::kReduceScatter), es * share * u.psi, slack);
   EXPECT_NEAR(kind(s3, comm::CollectiveKind::kAllGather), es * share * (2.0 * psi_units + u.kept), slack);
   EXPECT_NEAR(double(s3.total_bytes()), es * share * (2.0 * psi_units + u.kept + u.psi) + norm, slack);
-  // Prefetch changes when, not what.
-  EXPECT_EQ(s3.total_bytes(), s3_off.total_bytes());
+  EXPECT_NEAR(double(s3_ahead.total_bytes()), double(s3.total_bytes()) - es * share * block, slack);
   const double ratio = double(s3.total_bytes()) / double(s2.total_bytes());
-  std::printf("[ measured ] N=%lld: stage 3 sends %llu B per step, stage 2 %llu B: %.3fx\n",
+  std::printf("[ measured ] N=%lld: stage 3 sends %llu B per step (%llu with prefetch), stage 2 %llu B: %.3fx\n",
               static_cast<long long>(N), static_cast<unsigned long long>(s3.total_bytes()),
+              static_cast<unsigned long long>(s3_ahead.total_bytes()),
               static_cast<unsigned long long>(s2.total_bytes()), ratio);
   EXPECT_GT(ratio, 1.3);
   EXPECT_LT(ratio, 1.55);
@@ -232,14 +248,66 @@ TEST(Stage3, PrefetchChangesNothingButWhen) {
     for (std::size_t i = 0; i < on.params.size(); ++i) {
       EXPECT_TRUE(at::equal(on.params[i], off.params[i])) << "parameter " << i << ", checkpoint " << checkpoint;
     }
-    // The first step records the order; the next ones fetch ahead: in forward
-    // blocks 1-3 and in backward blocks 2-0 (block 3 is still gathered).
+    // The first step records the order; the next ones fetch blocks 1-3 ahead
+    // in forward (the default prefetch reaches the whole model, which then
+    // stays gathered until the end of backward), none in vain.
     EXPECT_EQ(on.stats[0].units_prefetched, 0);
     for (std::size_t s = 1; s < on.stats.size(); ++s) {
-      EXPECT_GE(on.stats[s].units_prefetched, 6) << "step " << s << ", checkpoint " << checkpoint;
+      EXPECT_EQ(on.stats[s].units_prefetched, 3) << "step " << s << ", checkpoint " << checkpoint;
+      EXPECT_EQ(on.stats[s].units_prefetched_unused, 0) << "step " << s << ", checkpoint " << checkpoint;
     }
     for (const StepStats& st : off.stats) EXPECT_EQ(st.units_prefetched, 0);
   }
+}
+
+// Three units a, b, c; the forward may skip b (an order that changes).
+struct SkipNet : torch::nn::Module {
+  SkipNet() {
+    a = register_module("a", torch::nn::Linear(16, 16));
+    b = register_module("b", torch::nn::Linear(16, 16));
+    c = register_module("c", torch::nn::Linear(16, 4));
+    for (auto* l : {&a, &b, &c}) zero::mark_unit(**l);
+  }
+  at::Tensor forward(const at::Tensor& x, bool skip_b) {
+    at::Tensor h = at::gelu(as_unit(a, x));
+    if (!skip_b) h = at::gelu(as_unit(b, h));
+    return as_unit(c, h);
+  }
+  torch::nn::Linear a{nullptr}, b{nullptr}, c{nullptr};
+};
+
+// A step in another order departs from the recording (prefetch stops there,
+// and what it fetched in vain is counted) and becomes the new recording; a
+// validation forward (no gradients) in between changes nothing.
+TEST(Stage3, PrefetchFollowsAChangedOrder) {
+  comm::Communicator& comm = world_comm();
+  torch::manual_seed(3);
+  auto model = std::make_shared<SkipNet>();
+  config::Config cfg = make_config(3, false, false, comm.world_size(), 4, 1);
+  Engine engine(model, cfg, comm);
+  auto step = [&](int s, bool skip_b) {
+    torch::manual_seed(50 + s);
+    const at::Tensor x = at::randn({4, 16}), y = at::randn({4, 4});
+    engine.backward(at::mse_loss(model->forward(x, skip_b), y));
+    engine.step();
+    return std::make_pair(engine.stats().units_prefetched, engine.stats().units_prefetched_unused);
+  };
+  EXPECT_EQ(step(0, false), std::make_pair(std::int64_t{0}, std::int64_t{0}));  // recording
+  const auto full = step(1, false);
+  EXPECT_GT(full.first, 0);
+  EXPECT_EQ(full.second, 0);
+  {
+    torch::NoGradGuard no_grad;  // validation
+    (void)model->forward(at::randn({4, 16}), false);
+  }
+  EXPECT_EQ(step(2, false), full) << "a validation forward disturbed the recording";
+  // b skipped: fetched ahead for nothing; then the new order is followed.
+  const auto changed = step(3, true);
+  EXPECT_GE(changed.second, 1);
+  const auto followed = step(4, true);
+  EXPECT_EQ(followed.second, 0) << "the changed order was not recorded";
+  EXPECT_GT(followed.first, 0);
+  EXPECT_EQ(step(5, true), followed);
 }
 
 // ---- a model larger than the device budget at stage 2 -----------------------

@@ -89,9 +89,11 @@ struct StepStats {
   float clipped_grad_norm = 0.0f; // after clipping
   bool last_step_skipped = false;
   float lr = 0.0f;
-  // Stage 3: units whose all-gather started ahead of their use (prefetch)
-  // in the last step's forward and backward passes.
+  // Stage 3, over the last step's forward and backward passes: units whose
+  // all-gather started ahead of their use (prefetch) and that were then
+  // used, and those fetched ahead in vain (the order of the units changed).
   std::int64_t units_prefetched = 0;
+  std::int64_t units_prefetched_unused = 0;
 };
 
 class Engine {

@@ -1,4 +1,4 @@
-// Gradient reduction in buckets while backward goes on (ZeRO stages 0-2).
+// Gradient reduction in buckets while backward goes on (ZeRO stages 0-3).
 //
 // The engine hands every parameter's gradient to on_grad() as soon as autograd
 // has finished it (a post-accumulate-grad hook). The gradient is added into
