@@ -1,6 +1,7 @@
-// zero::Engine: trains any torch::nn::Module with ZeRO stage 0/1/2, mixed
+// zero::Engine: trains any torch::nn::Module with ZeRO stage 0/1/2/3, mixed
 // precision, gradient accumulation and clipping, CPU offload of the optimizer
-// and the one-step delayed parameter update (DPU) of ZeRO-Offload.
+// (and at stage 3 of the parameters) and the one-step delayed parameter
+// update (DPU) of ZeRO-Offload.
 //
 //   zero::Engine engine(model, config, *comm);
 //   for (each micro-batch) {
@@ -25,6 +26,12 @@
 //    ZeRO does: momentum and weight decay still move it.
 //  - The fp32 master weights and optimizer moments exist only for the rank's
 //    partition (stage >= 1), on the host when offload_optimizer.device="cpu".
+//  - Stage 3: each rank holds only its partition of the training-precision
+//    parameters; the model's units (zero/zero/unit.h: zero::mark_unit at
+//    construction, zero::unit where they are called) are gathered while they
+//    run in forward and backward, and released after. Parameters of no unit
+//    stay gathered. Every rank must run the same units in the same order.
+//    docs/engine.md "Stage 3".
 //  - The module is on the CPU or on one CUDA GPU (cuda:<local rank>); every
 //    trainable parameter on the same device. On a GPU the flat buffers and
 //    (without offload) the optimizer partition are there, the optimizer step
