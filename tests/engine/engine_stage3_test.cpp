@@ -300,6 +300,11 @@ TEST(Stage3, PrefetchFollowsAChangedOrder) {
     torch::NoGradGuard no_grad;  // validation
     (void)model->forward(at::randn({4, 16}), false);
   }
+  // It released every unit after use (nothing kept for a step to come)...
+  for (const auto& l : {model->a, model->b, model->c}) {
+    EXPECT_EQ(l->weight.storage().nbytes(), 0u) << "a unit stayed gathered after validation";
+  }
+  // ...and left the recording alone.
   EXPECT_EQ(step(2, false), full) << "a validation forward disturbed the recording";
   // b skipped: fetched ahead for nothing; then the new order is followed.
   const auto changed = step(3, true);
