@@ -379,22 +379,7 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
                "device (a higher stage, or offload_optimizer.device=\"cpu\").");
   }
   if (m.rank == 0 && m.units) {
-    const FlatLayout& L = P.layout();
-    std::size_t kept = 0;
-    for (const Bucket& b : L.buckets()) kept += b.group < 0 ? b.numel : 0;
-    if (m.units->count() == 0) {
-      std::fprintf(stderr,
-                   "zerocpp: stage 3: no module of the model is marked as a unit, so the whole model is one unit "
-                   "that stays gathered: every rank holds all %zu parameters in %s (as at stage 2) beside its "
-                   "partition. Mark the model's blocks (zero::mark_unit(*block) at construction and "
-                   "zero::unit(*block, x, fn) in forward; docs/engine.md) so that only one block is gathered at "
-                   "a time.\n",
-                   L.numel(), c10::toString(dtype));
-    } else {
-      std::fprintf(stderr, "zerocpp: stage 3: %zu units; %zu of %zu parameters stay gathered (no unit, shared by "
-                   "two units, or below stage3_param_persistence_threshold=%lld elements)\n",
-                   m.units->count(), kept, L.numel(), static_cast<long long>(z.stage3_param_persistence_threshold));
-    }
+    std::fprintf(stderr, "%s\n", m.units->describe(z.stage3_param_persistence_threshold, dtype).c_str());
   }
   if (m.rank == 0) {
     for (const std::string& w : ignored_settings(config_, m.ctx.on_accelerator())) {

@@ -184,6 +184,22 @@ void UnitSchedule::gather_everything() {
   for (std::size_t u = 0; u < units_.size(); ++u) finish(static_cast<int>(u));
 }
 
+std::string UnitSchedule::describe(std::int64_t persistence_threshold, c10::ScalarType dtype) const {
+  const FlatLayout& L = store_.layout();
+  std::size_t kept = 0;
+  for (const Bucket& b : L.buckets()) kept += b.group < 0 ? b.numel : 0;
+  if (units_.empty()) {
+    return "zerocpp: stage 3: no module of the model is marked as a unit, so the whole model is one unit that "
+           "stays gathered: every rank holds all " + std::to_string(L.numel()) + " parameters in " +
+           c10::toString(dtype) + " (as at stage 2) beside its partition. Mark the model's blocks "
+           "(zero::mark_unit(*block) at construction and zero::unit(*block, x, fn) in forward; docs/engine.md) so "
+           "that only one block is gathered at a time.";
+  }
+  return "zerocpp: stage 3: " + std::to_string(units_.size()) + " units; " + std::to_string(kept) + " of " +
+         std::to_string(L.numel()) + " parameters stay gathered (no unit, shared by two units, or below "
+         "stage3_param_persistence_threshold=" + std::to_string(persistence_threshold) + " elements)";
+}
+
 UnitSchedule::PrefetchCounts UnitSchedule::take_prefetched() {
   const PrefetchCounts c = counts_;
   counts_ = {};

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include <ATen/Tensor.h>
+#include <c10/core/ScalarType.h>
 #include <torch/nn/module.h>
 
 #include "param_store.h"
@@ -75,6 +76,9 @@ class UnitSchedule {
   // gets its values back). Collective.
   void gather_everything();
   std::size_t count() const { return units_.size(); }
+  // What the engine says at construction: the units and what stays
+  // gathered, or, with no unit, that the whole model does and the fix.
+  std::string describe(std::int64_t persistence_threshold, c10::ScalarType dtype) const;
   // Units fetched ahead and then used, and fetched ahead in vain (the order
   // changed), since the last call.
   struct PrefetchCounts {
