@@ -126,6 +126,9 @@ class ParamStore {
   }
   void all_gather(comm::Communicator& comm);
   void cast_frozen_and_buffers(comm::Communicator& comm, ModuleGuard& guard);
+  // Stage 3: bucket bi's gathered bytes into the ledger (values, padding),
+  // not checked against the budget (the construction check covers them).
+  void register_bucket(std::size_t bi, const char* what);
 
   std::shared_ptr<torch::nn::Module> module_;
   c10::ScalarType dtype_;

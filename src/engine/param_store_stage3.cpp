@@ -27,7 +27,6 @@ void ParamStore::adopt_partitioned(comm::Communicator& comm, memory::MemoryLedge
   const std::vector<Bucket>& buckets = layout_.buckets();
   buckets_.resize(buckets.size());
   bucket_regs_.resize(buckets.size());
-  const std::size_t es = c10::elementSize(dtype_);
   for (std::size_t bi = 0; bi < buckets.size(); ++bi) {
     const Bucket& b = buckets[bi];
     at::Tensor full32 = flat32.narrow(0, 0, i64(b.padded));
@@ -41,13 +40,7 @@ void ParamStore::adopt_partitioned(comm::Communicator& comm, memory::MemoryLedge
     seed(b, mine32);
     partition_.narrow(0, i64(b.partition_offset), i64(b.chunk)).copy_(mine32);
     buckets_[bi] = BucketStorage(full32.to(dtype_, /*non_blocking=*/false, /*copy=*/true));
-    if (b.group < 0) {
-      // Kept gathered: counted as the plan's kFlatParams.
-      bucket_regs_[bi][0] = ledger.add(memory::Tier::kDevice, memory::Kind::kHalfParams, i64(b.numel * es),
-                                       "the parameters of no unit (kept gathered)", /*check_budget=*/false);
-      bucket_regs_[bi][1] = ledger.add(memory::Tier::kDevice, memory::Kind::kPadding, i64((b.padded - b.numel) * es),
-                                       "the parameters of no unit (kept gathered)", /*check_budget=*/false);
-    }
+    if (b.group < 0) register_bucket(bi, "the parameters of no unit (kept gathered)");  // the plan's kFlatParams
     const at::Tensor& t = buckets_[bi].tensor();
     for (int i : b.params) {
       const ParamSlot& s = layout_.params()[static_cast<std::size_t>(i)];
@@ -68,14 +61,9 @@ comm::WorkPtr ParamStore::start_gather(int bi, comm::Communicator& comm) {
   BucketStorage& st = buckets_[static_cast<std::size_t>(bi)];
   if (!st.held()) {
     st.refill();
-    const std::size_t es = c10::elementSize(dtype_);
     // Budgeted at construction (the plan's gathered units at their bound):
     // not refused here, inside forward, where one rank could fail alone.
-    auto& regs = bucket_regs_[static_cast<std::size_t>(bi)];
-    regs[0] = ledger_->add(memory::Tier::kDevice, memory::Kind::kHalfParams, i64(b.numel * es), "the gathered units",
-                           /*check_budget=*/false);
-    regs[1] = ledger_->add(memory::Tier::kDevice, memory::Kind::kPadding, i64((b.padded - b.numel) * es),
-                           "the gathered units", /*check_budget=*/false);
+    register_bucket(static_cast<std::size_t>(bi), "the gathered units");
   }
   const std::size_t mine = static_cast<std::size_t>(shard_rank_) * b.chunk;
   st.raw(mine, b.chunk).copy_(partition_.narrow(0, i64(b.partition_offset), i64(b.chunk)));
@@ -83,6 +71,16 @@ comm::WorkPtr ParamStore::start_gather(int bi, comm::Communicator& comm) {
   const at::Tensor all = st.raw(0, b.padded);
   auto* base = static_cast<char*>(all.data_ptr());
   return comm.all_gather(base + mine * all.element_size(), base, b.chunk, to_dtype(dtype_));
+}
+
+void ParamStore::register_bucket(std::size_t bi, const char* what) {
+  const Bucket& b = layout_.buckets()[bi];
+  const std::size_t es = c10::elementSize(dtype_);
+  auto& regs = bucket_regs_[bi];
+  regs[0] = ledger_->add(memory::Tier::kDevice, memory::Kind::kHalfParams, i64(b.numel * es), what,
+                         /*check_budget=*/false);
+  regs[1] = ledger_->add(memory::Tier::kDevice, memory::Kind::kPadding, i64((b.padded - b.numel) * es), what,
+                         /*check_budget=*/false);
 }
 
 void ParamStore::release(int bi) {
