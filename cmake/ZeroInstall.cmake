@@ -13,7 +13,7 @@ add_library(zerocpp INTERFACE)
 target_link_libraries(zerocpp INTERFACE zero_engine zero_models zero_data zero_launch)
 add_library(zerocpp::zerocpp ALIAS zerocpp)
 
-set(_zero_install_libs zero_core zero_memory zero_offload zero_comm zero_comm_mpi zero_config zero_optim
+set(_zero_install_libs zero_core zero_memory zero_offload zero_ckpt zero_comm zero_comm_mpi zero_config zero_optim
     zero_unit zero_engine zero_models zero_data zero_launch zerocpp)
 if(TARGET zero_cuda)
   list(APPEND _zero_install_libs zero_cuda)

@@ -56,6 +56,9 @@ constexpr const char* kDefaultConfig = R"({
 
 struct Options {
   std::string config_path, model = "gpt2-tiny", report, out_dir = "runs/latest", device = "auto";
+  std::string save_dir, resume;
+  std::int64_t save_every = 0;
+  bool sync_save = false;
   std::int64_t n_layer = 0, n_head = 0, n_embd = 0, block_size = 0, seq_len = 0;
   std::int64_t steps = 300, warmup = -1, eval_every = 50, eval_batches = 8, sample = 0;
   double min_lr_ratio = 0.1;
@@ -249,6 +252,23 @@ int run(const Options& cli) {
   const LrSchedule schedule(sched, cfg.optimizer.lr);
   data::BatchSampler sampler(static_cast<std::int64_t>(corpus.train.size()), o.seq_len, micro, accum,
                              comm->world_size(), comm->rank(), o.seed);
+  // Resume: the engine's state, and from the client state where the data
+  // and the schedule stand (both functions of the step).
+  std::int64_t first_step = 0;
+  if (!o.resume.empty()) {
+    ZERO_CHECK(!o.save_dir.empty(), "--resume needs --save-dir: the folder the checkpoints were saved to");
+    const nlohmann::json client = engine.load_checkpoint(o.save_dir, o.resume);
+    first_step = client.value("step", std::int64_t{0});
+    if (root && client.value("seed", o.seed) != o.seed) {
+      std::fprintf(stderr, "warning: the checkpoint was trained with --seed %llu, this run has --seed %llu: the data "
+                   "order from here on differs from the saved run's\n",
+                   static_cast<unsigned long long>(client.value("seed", o.seed)), static_cast<unsigned long long>(o.seed));
+    }
+    if (root) {
+      std::fprintf(stderr, "resuming at step %lld of %lld\n", static_cast<long long>(first_step),
+                   static_cast<long long>(o.steps));
+    }
+  }
   fs::create_directories(o.out_dir);
   std::ofstream metrics, loss_dat, val_dat;
   if (root) {
@@ -264,7 +284,16 @@ int run(const Options& cli) {
   double total_seconds = 0.0;
   std::optional<double> last_val;  // none when no evaluation ran
   comm::CommStats last_comm, run_comm;  // this rank's: the last step, and the sum over steps
-  for (std::int64_t step = 0; step < o.steps; ++step) {
+  auto report_saved = [&] {
+    const Engine::CheckpointTiming& c = engine.last_checkpoint();
+    if (root) {
+      std::fprintf(stderr, "checkpoint %s saved in %s: %.1f MiB per rank written in %.2f s, training stalled %.1f ms%s\n",
+                   c.tag.c_str(), o.save_dir.c_str(), static_cast<double>(c.bytes) / (1 << 20), c.write_s,
+                   c.stall_s * 1e3, c.async ? " (asynchronous save)" : "");
+    }
+  };
+  for (std::int64_t step = first_step; step < o.steps; ++step) {
+    const bool saving = engine.checkpoint_in_flight();
     engine.set_lr(schedule.lr(step));
     const auto t0 = std::chrono::steady_clock::now();
     // Summed where the model is, read once per step (no host sync per micro-batch).
@@ -280,6 +309,7 @@ int run(const Options& cli) {
     comm->all_reduce(&loss_sum, 1, DType::kFloat32)->wait();
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     total_seconds += seconds;
+    if (saving && !engine.checkpoint_in_flight()) report_saved();
     const double loss = loss_sum / static_cast<double>(accum * comm->world_size());
     // The mean over every rank: all ranks see the same value and stop together.
     ZERO_CHECK(std::isfinite(loss), "step ", step + 1, ": the training loss is ", loss,
@@ -319,6 +349,23 @@ int run(const Options& cli) {
       loss_dat << p.step << " " << loss << " " << p.device_bytes << " " << p.host_bytes << "\n";
       if (val >= 0) val_dat << p.step << " " << val << "\n";
     }
+    if (o.save_every > 0 && (step + 1) % o.save_every == 0) {
+      const std::string tag = "step-" + std::to_string(step + 1);
+      if (root) {
+        std::fprintf(stderr, "checkpoint %s: saving to %s%s\n", tag.c_str(), o.save_dir.c_str(),
+                     o.sync_save ? "" : " (training goes on while it is written)");
+      }
+      const nlohmann::json client = {{"step", step + 1}, {"seed", o.seed}, {"model", o.model},
+                                     {"seq_len", o.seq_len}, {"steps", o.steps},
+                                     {"gpt", {{"vocab_size", gc.vocab_size}, {"block_size", gc.block_size},
+                                              {"n_layer", gc.n_layer}, {"n_head", gc.n_head}, {"n_embd", gc.n_embd}}}};
+      engine.save_checkpoint(o.save_dir, tag, client, /*async=*/!o.sync_save);
+      if (o.sync_save) report_saved();
+    }
+  }
+  if (engine.checkpoint_in_flight()) {
+    engine.wait_checkpoint();
+    report_saved();
   }
   engine.flush();
   if (root) progress.finish();
@@ -407,6 +454,15 @@ int main(int argc, char** argv) {
                  "cuda:<local rank r>; several ranks talk over NCCL)")
       ->capture_default_str();
   app.add_option("--seed", o.seed, "seed of the model and the data order")->capture_default_str();
+  app.add_option("--save-every", o.save_every,
+                 "save a checkpoint every K steps (tag step-<N>) to --save-dir (0: never)")
+      ->capture_default_str();
+  app.add_option("--save-dir", o.save_dir, "folder of the checkpoints (<dir>/<tag>/, <dir>/latest)");
+  app.add_option("--resume", o.resume,
+                 "resume from checkpoint TAG of --save-dir (latest: the newest); saved on any number of ranks");
+  app.add_flag("--sync-save", o.sync_save,
+               "write checkpoints before training goes on (default: asynchronously, training blocks only for a "
+               "host copy)");
   app.add_flag("--checkpoint-activations", o.checkpoint_activations,
                "checkpoint activations per block (recompute in backward); also on when the config sets "
                "activation_checkpointing.cpu_checkpointing, which keeps the checkpoints on the host");
@@ -414,6 +470,10 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  }
+  if (o.save_every > 0 && o.save_dir.empty()) {
+    std::fprintf(stderr, "zero-train: error: --save-every needs --save-dir: the folder to save the checkpoints to\n");
+    return 2;
   }
   o.warmup_given = warmup->count() > 0;
   o.min_lr_ratio_given = min_lr->count() > 0;

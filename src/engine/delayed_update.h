@@ -43,6 +43,12 @@ class DelayedUpdate {
   bool pending() const { return pending_; }
   // The caller has applied the pending update.
   void applied() { pending_ = false; }
+  // A checkpoint's pending update (of optimizer step `step`) is in the
+  // update buffers: the next wait() finds it pending, as after a job.
+  void restore_pending(std::int64_t step) {
+    pending_ = true;
+    pending_step_ = step;
+  }
 
   // How far the running job has come, in buckets, so that the main thread
   // can copy each finished one up while the rest are stepped: the job calls

@@ -20,15 +20,7 @@
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/function_hook.h>
 
-#include "delayed_update.h"
-#include "device_context.h"
-#include "grad_path.h"
-#include "module_guard.h"
-#include "optimizer_partition.h"
-#include "param_store.h"
-#include "precision.h"
-#include "step_timeline.h"
-#include "unit_schedule.h"
+#include "engine_impl.h"
 #include "zero/comm/launcher_env.h"
 #include "zero/core/error.h"
 #include "zero/core/host_memory.h"
@@ -96,69 +88,6 @@ void check_host_memory(const MemoryPlan& plan, bool on_gpu, comm::Communicator& 
 }
 
 }  // namespace
-
-struct Engine::Impl {
-  int world = 1, rank = 0, stage = 0;
-  bool offload = false;
-  detail::DeviceContext ctx;
-  detail::Precision precision;
-  detail::StepTimeline timeline{ctx};
-  detail::StepTimeline::Mark last_mark;  // where the compute stream was when the engine last returned
-  // Declared in dependency order: each part may refer to those above it,
-  // and is destroyed before them.
-  MemoryPlan plan;
-  std::unique_ptr<detail::ParamStore> params;
-  std::unique_ptr<detail::OptimizerPartition> optimizer;
-  std::unique_ptr<detail::GradPath> grads;
-  std::unique_ptr<detail::DelayedUpdate> delayed;
-  std::unique_ptr<detail::UnitSchedule> units;  // stage 3
-  int update_index = 0;  // the gradient buffer whose step the pending update is
-  std::int64_t micro_step = 0;
-  std::int64_t optimizer_step = 0;  // the optimizer's own step count (bias correction)
-  comm::CommStats comm_at_step_start;
-  // Declared last, so destroyed first: the hooks go before what they call,
-  // and the module gets its own tensors back while the flat buffer is alive.
-  detail::ModuleGuard guard;
-
-  explicit Impl(const config::Config& config) : precision(config) {}
-  using Clock = detail::StepTimeline::Clock;
-
-  // Fires once per backward for each parameter, after autograd has
-  // accumulated its gradient (also for a parameter used twice).
-  struct GradHook : torch::autograd::PostAccumulateGradHook {
-    GradHook(Impl* impl, int index) : impl_(impl), index_(index) {}
-    void operator()(const at::Tensor& p) override {
-      impl_->grads->on_grad(index_, p.grad());
-      // The gradient now lives in its bucket; release the tensor at once.
-      p.mutable_grad().reset();
-    }
-    Impl* impl_;
-    int index_;
-  };
-
-  // The optimizer step on gradient buffer `buf` (main thread or DPU worker;
-  // no collectives). after_piece (optional): each piece of the partition as
-  // it is done (the DPU worker reports it; without DPU it goes up at once).
-  using Piece = detail::OptimizerPartition::Piece;
-  void run_optimizer(int buf, float grad_scale, float lr, std::int64_t step,
-                     const std::function<void(const Piece&)>& after_piece = {});
-  // Where the updated training-precision partition of buffer `buf` is read
-  // from for the model (undefined: the optimizer wrote the flat buffer).
-  at::Tensor update_source(int buf) const;
-  // The update of gradient buffer `buf` into the model: copies and all-gather.
-  void apply_update(int buf, comm::Communicator& comm);
-  // Waits for the delayed update, if any, and applies it to the model: on a
-  // GPU each chunk goes up as soon as the worker has stepped it, so the
-  // copies overlap the rest of the CPU step.
-  void finish_delayed(comm::Communicator& comm);
-  // A compute interval from the last mark to now (tracing only).
-  void trace_compute(const char* what) {
-    if (!timeline.on()) return;
-    detail::StepTimeline::Mark now = timeline.mark_current();
-    timeline.device_interval("compute", what, last_mark, now);
-    last_mark = std::move(now);
-  }
-};
 
 void Engine::Impl::run_optimizer(int buf, float grad_scale, float lr, std::int64_t step,
                                  const std::function<void(const Piece&)>& after_piece) {
@@ -412,6 +341,20 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
 // from an error no collective is started and the released ones get zeros.
 Engine::~Engine() {
   Impl& m = *impl_;
+  if (m.saving) {
+    // A save under way is finished (a collective, as the engine goes on
+    // every rank); while unwinding it is dropped: the earlier checkpoints
+    // stay, its .partial folder is removed by the next save of the tag.
+    if (std::uncaught_exceptions() == 0) {
+      try {
+        finish_checkpoint(/*block=*/true);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "zerocpp: the checkpoint save under way failed: %s\n", e.what());
+      }
+    } else {
+      m.saving.reset();
+    }
+  }
   if (!m.units) return;
   try {
     at::NoGradGuard no_grad;
@@ -476,6 +419,9 @@ bool Engine::step() {
     ~TraceStep() { m.trace_compute("step"); }
   } trace_step{m};
   m.timeline.set_step(stats_.step);
+  // An asynchronous save is committed at the first step after every rank
+  // has written its file.
+  if (m.saving) finish_checkpoint(/*block=*/false);
   m.finish_delayed(comm_);
   const int buf = m.grads->current();
   m.grads->window_done(buf);

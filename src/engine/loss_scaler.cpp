@@ -10,6 +10,18 @@ LossScaler::LossScaler(const LossScalerOptions& opts)
       scale_(opts.dynamic ? std::ldexp(1.0f, opts.initial_scale_power) : opts.static_scale),
       hysteresis_left_(opts.hysteresis) {}
 
+void LossScaler::restore(const State& s) {
+  // A static scale stays the configured one (the checkpoint may come from
+  // a run with another); the counters carry over.
+  if (opts_.dynamic) {
+    scale_ = s.scale;
+    hysteresis_left_ = s.hysteresis_left;
+  }
+  iter_ = s.iter;
+  last_overflow_iter_ = s.last_overflow_iter;
+  skipped_ = s.skipped;
+}
+
 bool LossScaler::update(bool overflow) {
   if (overflow) {
     ++skipped_;

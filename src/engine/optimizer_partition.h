@@ -77,6 +77,11 @@ class OptimizerPartition {
   const at::Tensor& master() const { return master_; }
   // The updated training-precision partition (offload with staging).
   const at::Tensor& staging() const { return staging_; }
+  // The moments, fp32, the partition's size (Adam: m and v; Adagrad: the
+  // sum in exp_avg, exp_avg_sq undefined).
+  const at::Tensor& exp_avg() const { return exp_avg_; }
+  const at::Tensor& exp_avg_sq() const { return exp_avg_sq_; }
+  int moments() const { return adagrad_ ? 1 : 2; }
 
  private:
   at::Tensor allocate(Buffer id, c10::ScalarType dtype, bool zero);

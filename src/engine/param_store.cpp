@@ -15,12 +15,14 @@ ParamStore::ParamStore(std::shared_ptr<torch::nn::Module> module, c10::ScalarTyp
     : module_(std::move(module)), dtype_(dtype), world_(world), rank_(rank) {
   // Trainable parameters, each once (tied weights appear twice in the module).
   std::unordered_set<const void*> seen;
-  for (const at::Tensor& p : module_->parameters(/*recurse=*/true)) {
+  for (const auto& item : module_->named_parameters(/*recurse=*/true)) {
+    const at::Tensor& p = item.value();
     if (!p.requires_grad()) {
       ++frozen_;
       continue;
     }
     if (!seen.insert(p.unsafeGetTensorImpl()).second) continue;
+    names_.push_back(item.key());
     ZERO_CHECK(p.scalar_type() == at::kFloat, "parameter ", params_.size(), " is ", c10::toString(p.scalar_type()),
                ": give zero::Engine an fp32 module; it makes the bf16/fp16 copy itself");
     params_.push_back(p);

@@ -20,6 +20,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include <ATen/Tensor.h>
@@ -48,6 +49,8 @@ class ParamStore {
   void use_plan(const MemoryPlan& plan);
 
   const std::vector<at::Tensor>& params() const { return params_; }
+  // Their names in the module (a tied parameter: its first name).
+  const std::vector<std::string>& names() const { return names_; }
   std::int64_t frozen_count() const { return frozen_; }
   const FlatLayout& layout() const { return layout_; }
   c10::Device device() const { return params_.front().device(); }
@@ -133,6 +136,7 @@ class ParamStore {
   std::shared_ptr<torch::nn::Module> module_;
   c10::ScalarType dtype_;
   std::vector<at::Tensor> params_;
+  std::vector<std::string> names_;
   std::int64_t frozen_ = 0;
   FlatLayout layout_;
   int world_ = 1, rank_ = 0, shard_rank_ = 0;

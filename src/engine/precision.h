@@ -29,6 +29,7 @@ class Precision {
   c10::ScalarType dtype() const { return dtype_; }
   float loss_scale() const { return scaler_.scale(); }
   std::int64_t skipped_steps() const { return scaler_.skipped_steps(); }
+  LossScaler& scaler() { return scaler_; }
 
   // backward() of loss times the current scale.
   void backward(const at::Tensor& loss) const;

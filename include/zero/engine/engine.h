@@ -139,6 +139,44 @@ class Engine {
   const comm::CommStats& last_step_comm() const { return last_step_comm_; }
   std::uint64_t last_step_offload_bytes() const { return last_step_offload_bytes_; }
 
+  // Checkpoints (docs/checkpoints.md). Collective: every rank calls them,
+  // between steps (after the step() that ends an accumulation window).
+  //
+  // save_checkpoint writes <dir>/<tag>/: each rank its file (its partition
+  // of the fp32 master weights, the moments, the training-precision
+  // parameters, a pending delayed update, its RNG state), rank 0 the module's
+  // frozen parameters and buffers and the manifest; then <dir>/latest names
+  // the tag. Files go to <dir>/<tag>.partial and are fsync'd before the
+  // rename, so a crash at any moment leaves the earlier checkpoints
+  // loadable. async: returns once the state is copied to host memory; the
+  // files are written while training goes on, and the checkpoint is
+  // committed at a later step() once every rank has written its file (or by
+  // wait_checkpoint()). client_state: the caller's JSON (data position,
+  // schedule), saved in the manifest and returned by load_checkpoint.
+  void save_checkpoint(const std::string& dir, const std::string& tag,
+                       const nlohmann::json& client_state = nlohmann::json::object(), bool async = false);
+  // Finishes an asynchronous save (waits for every rank's file, commits).
+  // Returns the tag committed, "" when no save was under way.
+  std::string wait_checkpoint();
+  bool checkpoint_in_flight() const;
+  // Loads <dir>/<tag> ("latest": the tag <dir>/latest names), saved by any
+  // world size and stage, with or without offload: each rank reads the
+  // parts of the saved partitions that make up its own. Returns the client
+  // state. The files are read and checked (sizes, checksums, the model's
+  // parameter names and shapes) before anything changes: on an error the
+  // engine is as it was.
+  nlohmann::json load_checkpoint(const std::string& dir, const std::string& tag = "latest");
+  struct CheckpointTiming {
+    std::string tag;
+    double stall_s = 0.0;   // how long save_checkpoint blocked the caller
+    double write_s = 0.0;   // this rank's file: write and fsync
+    double commit_s = 0.0;  // the commit (waits for the slowest rank's file)
+    std::uint64_t bytes = 0;  // this rank's file
+    bool async = false;
+  };
+  // The last save committed (or, while one is under way, its stall so far).
+  const CheckpointTiming& last_checkpoint() const { return last_checkpoint_; }
+
   // The full fp32 master weights, one tensor per trainable parameter in the
   // module's order (all ranks must call it: it all-gathers the partitions).
   std::vector<at::Tensor> gather_master_params();
@@ -160,6 +198,11 @@ class Engine {
   float lr_ = 0.0f;
   comm::CommStats last_step_comm_;
   std::uint64_t last_step_offload_bytes_ = 0;
+  CheckpointTiming last_checkpoint_;
+  // The collective end of a save: every rank's file record to rank 0, which
+  // writes the manifest and renames. block=false: only once every rank has
+  // written its file (one small all-reduce to find out).
+  void finish_checkpoint(bool block);
   // Last, so destroyed first: its buffers unregister from a ledger that is
   // still alive (also when the constructor throws).
   struct Impl;

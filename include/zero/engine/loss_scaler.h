@@ -38,6 +38,16 @@ class LossScaler {
   std::int64_t skipped_steps() const { return skipped_; }
   int hysteresis_left() const { return hysteresis_left_; }
 
+  // Everything that changes, for checkpoints: restore(state()) continues
+  // exactly where the scaler was.
+  struct State {
+    float scale = 1.0f;
+    int hysteresis_left = 0;
+    std::int64_t iter = 0, last_overflow_iter = -1, skipped = 0;
+  };
+  State state() const { return {scale_, hysteresis_left_, iter_, last_overflow_iter_, skipped_}; }
+  void restore(const State& s);
+
  private:
   LossScalerOptions opts_;
   float scale_;

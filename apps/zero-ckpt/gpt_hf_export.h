@@ -1,0 +1,18 @@
+// A zero::models::Gpt checkpoint as a Hugging Face GPT-2 model folder:
+// config.json and model.safetensors under GPT2LMHeadModel's names
+// (transformers' Conv1D weights are the transposes of our Linear weights;
+// the LM head is tied to wte, as in GPT-2).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+
+#include "zero/ckpt/consolidate.h"
+
+namespace zero::tools {
+
+// n_head: 0 takes it from the checkpoint's client state (zero-train saves
+// the GPT's dimensions there). Returns the number of tensors written.
+std::size_t export_gpt_to_hf(const ckpt::OpenCheckpoint& c, const std::filesystem::path& out_dir, std::int64_t n_head);
+
+}  // namespace zero::tools

@@ -1,0 +1,115 @@
+// zero-ckpt: inspect, verify and convert zerocpp checkpoints, offline, in
+// memory bounded by the largest parameter (no LibTorch needed).
+//
+//   zero-ckpt inspect DIR [--tag T] [--verify]
+//   zero-ckpt consolidate DIR [--tag T] --out model.safetensors
+//   zero-ckpt export-hf DIR [--tag T] --out HF_DIR [--n-head N]
+//
+// DIR is the folder given to --save-dir (or Engine::save_checkpoint); the
+// tag defaults to the one DIR/latest names.
+#include <chrono>
+#include <cstdio>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "gpt_hf_export.h"
+#include "zero/ckpt/consolidate.h"
+#include "zero/core/error.h"
+
+using namespace zero;
+
+namespace {
+
+double mib(std::uint64_t b) { return static_cast<double>(b) / (1 << 20); }
+
+int inspect(const ckpt::OpenCheckpoint& c, bool verify) {
+  const ckpt::Manifest& m = c.manifest;
+  std::uint64_t total = 0;
+  for (const auto& f : m.files) total += f.bytes;
+  std::printf("checkpoint %s (format %d)\n", c.folder.c_str(), m.format_version);
+  std::printf("  saved by %d rank(s), stage %d, %s, optimizer %s%s%s\n", m.world_size, m.stage, m.dtype.c_str(),
+              m.optimizer.c_str(), m.offload ? ", offload cpu" : "", m.delayed_update ? ", delayed update" : "");
+  std::printf("  %zu trainable parameters tensors, %llu elements; %zu module tensors (frozen, buffers)\n",
+              m.params.size(), static_cast<unsigned long long>(m.numel()), m.module_tensors.size());
+  std::printf("  layout: %zu bucket(s), %llu padded elements, partition %llu per rank\n", m.buckets.size(),
+              static_cast<unsigned long long>(m.padded_numel), static_cast<unsigned long long>(m.partition_numel));
+  std::printf("  step %lld (optimizer step %lld), %lld skipped, lr %g, loss scale %g%s\n",
+              static_cast<long long>(m.engine.steps), static_cast<long long>(m.engine.optimizer_step),
+              static_cast<long long>(m.engine.skipped), m.engine.lr, m.engine.scaler.scale,
+              m.engine.update_pending ? ", a delayed update pending" : "");
+  if (!m.client_state.empty()) std::printf("  client state: %s\n", m.client_state.dump().c_str());
+  std::printf("  files: %.1f MiB in all\n", mib(total));
+  for (const auto& f : m.files) {
+    std::printf("    %-28s %10.2f MiB  crc32c %08x ", f.name.c_str(), mib(f.bytes), f.crc32c);
+    for (const auto& s : f.sections) {
+      if (s.name.rfind("module.", 0) == 0) continue;
+      std::printf(" %s", s.name.c_str());
+    }
+    std::printf("\n");
+  }
+  if (verify) {
+    const auto t0 = std::chrono::steady_clock::now();
+    ckpt::verify_files(c, [&](std::size_t i) { std::printf("  verified %s\n", m.files[i].name.c_str()); });
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("  all %zu files verified: sizes and CRC-32C match (%.1f MiB/s)\n", m.files.size(), mib(total) / s);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"zero-ckpt: inspect, verify and convert zerocpp checkpoints (docs/checkpoints.md)"};
+  app.require_subcommand(1);
+  std::string dir, tag = "latest", out;
+  bool verify = false, no_verify = false;
+  std::int64_t n_head = 0;
+  auto* ins = app.add_subcommand("inspect", "print the manifest: layout, step, files, sizes, checksums");
+  ins->add_option("dir", dir, "the checkpoint folder (--save-dir)")->required();
+  ins->add_option("--tag", tag, "the checkpoint's tag")->capture_default_str();
+  ins->add_flag("--verify", verify, "read every file and check its size and CRC-32C");
+  auto* con = app.add_subcommand("consolidate",
+                                 "one fp32 state dict under the module's names, as safetensors (streamed: memory "
+                                 "bounded by the largest parameter)");
+  con->add_option("dir", dir, "the checkpoint folder (--save-dir)")->required();
+  con->add_option("--tag", tag, "the checkpoint's tag")->capture_default_str();
+  con->add_option("--out", out, "the .safetensors file to write")->required();
+  con->add_flag("--no-verify", no_verify, "skip the checksum pass over the files");
+  auto* hf = app.add_subcommand("export-hf",
+                                "a zero::models::Gpt checkpoint as a Hugging Face GPT-2 folder (config.json, "
+                                "model.safetensors) that GPT2LMHeadModel.from_pretrained loads");
+  hf->add_option("dir", dir, "the checkpoint folder (--save-dir)")->required();
+  hf->add_option("--tag", tag, "the checkpoint's tag")->capture_default_str();
+  hf->add_option("--out", out, "the folder to write")->required();
+  hf->add_option("--n-head", n_head, "attention heads (default: from the checkpoint, as zero-train saves it)");
+  hf->add_flag("--no-verify", no_verify, "skip the checksum pass over the files");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    const ckpt::OpenCheckpoint c = ckpt::open_checkpoint(dir, tag);
+    if (*ins) return inspect(c, verify);
+    const auto t0 = std::chrono::steady_clock::now();
+    if (!no_verify) ckpt::verify_files(c);
+    std::size_t n = 0;
+    if (*con) {
+      n = ckpt::consolidate(c, out);
+    } else {
+      n = tools::export_gpt_to_hf(c, out, n_head);
+    }
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::fprintf(stderr, "%s: %zu tensors, %llu parameters from %s in %.2f s%s\n", out.c_str(), n,
+                 static_cast<unsigned long long>(c.manifest.numel()), c.folder.c_str(), s,
+                 no_verify ? " (checksums not verified)" : ", checksums verified");
+    return 0;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "zero-ckpt: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "zero-ckpt: unexpected error: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,52 @@
+// The folder of checkpoints and how one becomes visible atomically:
+//
+//   <dir>/<tag>.partial/   files go here first (every rank writes its own)
+//   <dir>/<tag>/           renamed from .partial once every file and the
+//                          manifest are fsync'd
+//   <dir>/latest           the newest tag, replaced (write, fsync, rename)
+//                          after the rename
+//
+// A crash at any moment leaves every committed tag and `latest` loadable: a
+// half-written save is only ever a .partial folder, removed by the next save
+// of that tag.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <system_error>
+
+namespace zero::ckpt {
+
+inline constexpr const char* kManifestName = "manifest.json";
+inline constexpr const char* kLatestName = "latest";
+
+// A tag is a plain name (manifest.h's is_plain_file_name), not "latest", not
+// ending in ".partial": a clear error otherwise.
+void check_tag(const std::string& tag);
+std::filesystem::path partial_path(const std::filesystem::path& dir, const std::string& tag);
+// The name of rank r's file.
+std::string shard_file_name(int rank, int world);
+
+// Rank 0, before the ranks write: creates dir and an empty <tag>.partial
+// (removing a stale one). Errors name the folder and the fix.
+void prepare_partial(const std::filesystem::path& dir, const std::string& tag);
+// Rank 0, after every rank's file is fsync'd: the manifest into the partial
+// folder (fsync'd), the rename to <tag> (a tag saved before is replaced),
+// then `latest`.
+void commit(const std::filesystem::path& dir, const std::string& tag, const std::string& manifest_json);
+
+// "latest" -> the tag the pointer names; another tag as it is. Checks that
+// the tag's manifest exists; errors say what is there instead.
+std::string resolve_tag(const std::filesystem::path& dir, const std::string& tag);
+// The whole text of a (small) file; errors name it.
+std::string read_text(const std::filesystem::path& path, std::size_t max_bytes = std::size_t{64} << 20);
+// Writes `text` to path atomically (tmp, fsync, rename, fsync the folder).
+void write_text_atomic(const std::filesystem::path& path, const std::string& text);
+void fsync_dir(const std::filesystem::path& dir);
+// Removes `path` and everything below it (no error when it does not exist).
+// Not std::filesystem::remove_all: LibTorch's libtorch.so exports its own
+// copy of that symbol, which the dynamic linker may bind instead, and which
+// crashed (a call through a null pointer) in a test on torch 2.11.
+void remove_tree(const std::filesystem::path& path, std::error_code& ec);
+
+}  // namespace zero::ckpt

@@ -1,0 +1,81 @@
+#include "zero/ckpt/safetensors.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <nlohmann/json.hpp>
+
+#include "zero/core/error.h"
+
+namespace zero::ckpt {
+
+SafetensorsWriter::SafetensorsWriter(const std::filesystem::path& path, const std::vector<SafetensorsEntry>& entries,
+                                     const std::map<std::string, std::string>& metadata)
+    : path_(path), tmp_(path.string() + ".tmp") {
+  nlohmann::ordered_json h = nlohmann::ordered_json::object();
+  if (!metadata.empty()) h["__metadata__"] = metadata;
+  std::uint64_t at = 0;
+  for (const SafetensorsEntry& e : entries) {
+    h[e.name] = {{"dtype", e.dtype}, {"shape", e.shape}, {"data_offsets", {at, at + e.bytes}}};
+    begin_.push_back(at);
+    bytes_.push_back(e.bytes);
+    at += e.bytes;
+  }
+  std::string header = h.dump();
+  header.append((8 - header.size() % 8) % 8, ' ');  // data 8-byte aligned, as the reference writer does
+  data_start_ = 8 + header.size();
+  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int e = errno;
+  ZERO_CHECK(fd_ >= 0, "cannot create ", tmp_.string(), ": ", std::strerror(e), "; choose another --out");
+  unsigned char len[8];
+  const std::uint64_t n = header.size();
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
+  std::string front(reinterpret_cast<const char*>(len), 8);
+  front += header;
+  std::size_t done = 0;
+  while (done < front.size()) {
+    const ssize_t w = ::pwrite(fd_, front.data() + done, front.size() - done, static_cast<off_t>(done));
+    ZERO_CHECK(w > 0, "writing ", tmp_.string(), " failed: ", std::strerror(errno));
+    done += static_cast<std::size_t>(w);
+  }
+  // The full size now, so that a full disk shows at once.
+  const int rc = ::posix_fallocate(fd_, 0, static_cast<off_t>(data_start_ + at));
+  ZERO_CHECK(rc == 0 || rc == EOPNOTSUPP || rc == EINVAL, "cannot reserve ", data_start_ + at, " bytes for ",
+             tmp_.string(), ": ", std::strerror(rc), "; free space or choose another --out");
+}
+
+SafetensorsWriter::~SafetensorsWriter() {
+  if (fd_ >= 0) {
+    ::close(fd_);
+    ::unlink(tmp_.c_str());
+  }
+}
+
+void SafetensorsWriter::write(std::size_t entry, std::uint64_t offset, const void* data, std::size_t n) {
+  ZERO_INTERNAL_ASSERT(entry < begin_.size() && offset + n <= bytes_[entry], "safetensors write out of bounds");
+  const auto* p = static_cast<const char*>(data);
+  std::uint64_t at = data_start_ + begin_[entry] + offset;
+  while (n > 0) {
+    const ssize_t w = ::pwrite(fd_, p, n, static_cast<off_t>(at));
+    if (w < 0 && errno == EINTR) continue;
+    ZERO_CHECK(w > 0, "writing ", tmp_.string(), " failed: ", std::strerror(errno),
+               "; free space or choose another --out");
+    p += w;
+    at += static_cast<std::uint64_t>(w);
+    n -= static_cast<std::size_t>(w);
+  }
+}
+
+void SafetensorsWriter::finish() {
+  ZERO_CHECK(::fsync(fd_) == 0, "fsync of ", tmp_.string(), " failed: ", std::strerror(errno));
+  ::close(fd_);
+  fd_ = -1;
+  std::error_code ec;
+  std::filesystem::rename(tmp_, path_, ec);
+  ZERO_CHECK(!ec, "cannot rename ", tmp_.string(), " to ", path_.string(), ": ", ec.message());
+}
+
+}  // namespace zero::ckpt

@@ -1,0 +1,160 @@
+#include "zero/ckpt/shard_io.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <numeric>
+
+#include "zero/ckpt/crc32c.h"
+#include "zero/core/error.h"
+
+namespace zero::ckpt {
+
+namespace {
+
+std::string errno_text(int e) { return std::strerror(e); }
+
+std::string write_fix(int e) {
+  if (e == ENOSPC || e == EDQUOT) return "free space on that disk or save somewhere else (--save-dir)";
+  if (e == EACCES || e == EPERM || e == EROFS) return "make the folder writable or save somewhere else (--save-dir)";
+  return "check the disk and the folder, or save somewhere else (--save-dir)";
+}
+
+}  // namespace
+
+ShardWriter::ShardWriter(std::filesystem::path path) : path_(std::move(path)) {
+  fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int e = errno;
+  ZERO_CHECK(fd_ >= 0, "cannot create checkpoint file ", path_.string(), ": ", errno_text(e), "; ", write_fix(e),
+             ". The previous checkpoint is untouched");
+}
+
+ShardWriter::~ShardWriter() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void ShardWriter::begin_section(const std::string& name, const std::string& dtype, std::vector<std::int64_t> shape) {
+  ZERO_INTERNAL_ASSERT(!in_section_, "section ", name, " begun inside another");
+  SectionRecord s;
+  s.name = name;
+  s.dtype = dtype;
+  s.shape = std::move(shape);
+  s.offset = bytes_;
+  sections_.push_back(std::move(s));
+  in_section_ = true;
+}
+
+void ShardWriter::write(const void* data, std::size_t n) {
+  ZERO_INTERNAL_ASSERT(in_section_, "write outside a section");
+  const auto* p = static_cast<const char*>(data);
+  std::size_t left = n;
+  while (left > 0) {
+    const std::size_t piece = std::min(left, kIoBlock);
+    const ssize_t w = ::write(fd_, p, piece);
+    if (w < 0 && errno == EINTR) continue;
+    const int e = errno;
+    ZERO_CHECK(w > 0, "writing checkpoint file ", path_.string(), " failed after ", bytes_, " bytes: ",
+               w == 0 ? std::string("nothing written") : errno_text(e), "; ", write_fix(e),
+               ". The save is abandoned and the previous checkpoint is untouched");
+    crc_ = crc32c(crc_, p, static_cast<std::size_t>(w));
+    p += w;
+    left -= static_cast<std::size_t>(w);
+    bytes_ += static_cast<std::uint64_t>(w);
+  }
+}
+
+void ShardWriter::end_section() {
+  ZERO_INTERNAL_ASSERT(in_section_, "end_section without a section");
+  sections_.back().bytes = bytes_ - sections_.back().offset;
+  in_section_ = false;
+}
+
+FileRecord ShardWriter::finish(int rank) {
+  ZERO_INTERNAL_ASSERT(!in_section_, "finish inside a section");
+  const int rc = ::fsync(fd_);
+  const int e = errno;
+  ZERO_CHECK(rc == 0, "fsync of checkpoint file ", path_.string(), " failed: ", errno_text(e), "; ", write_fix(e));
+  const int rc2 = ::close(fd_);
+  fd_ = -1;
+  ZERO_CHECK(rc2 == 0, "closing checkpoint file ", path_.string(), " failed: ", errno_text(errno));
+  FileRecord f;
+  f.name = path_.filename().string();
+  f.rank = rank;
+  f.bytes = bytes_;
+  f.crc32c = crc_;
+  f.sections = sections_;
+  return f;
+}
+
+void read_file(const std::filesystem::path& path, const FileRecord& rec, const std::vector<ReadRange>& ranges,
+               bool verify, const RangeSink& sink) {
+  for (const ReadRange& r : ranges) {
+    ZERO_CHECK(r.offset <= rec.bytes && r.bytes <= rec.bytes - r.offset, "checkpoint file ", path.string(),
+               ": a read of ", r.bytes, " bytes at ", r.offset, " lies past its ", rec.bytes, " bytes");
+  }
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const int e = errno;
+  ZERO_CHECK(fd >= 0, "cannot open checkpoint file ", path.string(), ": ", errno_text(e),
+             e == ENOENT ? "; the checkpoint is incomplete (a shard is missing): load another tag" : "");
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  ZERO_CHECK(::fstat(fd, &st) == 0, "cannot stat checkpoint file ", path.string(), ": ", errno_text(errno));
+  ZERO_CHECK(static_cast<std::uint64_t>(st.st_size) == rec.bytes, "checkpoint file ", path.string(), " has ",
+             static_cast<std::uint64_t>(st.st_size), " bytes but the manifest says ", rec.bytes, ": it is ",
+             static_cast<std::uint64_t>(st.st_size) < rec.bytes ? "truncated" : "longer than written",
+             "; load another tag");
+  (void)::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+  // Ranges by offset, so that one pass over the file serves them all.
+  std::vector<std::size_t> order(ranges.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return ranges[a].offset < ranges[b].offset; });
+  std::unique_ptr<char[]> buf(new char[kIoBlock]);
+  std::uint32_t crc = 0;
+  std::size_t first = 0;  // the first range (in order) not yet past
+  std::uint64_t pos = 0;
+  // Without checksum, only the blocks some range touches are needed.
+  const std::uint64_t end = verify ? rec.bytes : [&] {
+    std::uint64_t last = 0;
+    for (const ReadRange& r : ranges) last = std::max(last, r.offset + r.bytes);
+    return last;
+  }();
+  while (pos < end) {
+    const std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(kIoBlock, end - pos));
+    std::size_t got = 0;
+    while (got < want) {
+      const ssize_t r = ::pread(fd, buf.get() + got, want - got, static_cast<off_t>(pos + got));
+      if (r < 0 && errno == EINTR) continue;
+      ZERO_CHECK(r > 0, "reading checkpoint file ", path.string(), " at byte ", pos + got, " failed: ",
+                 r == 0 ? std::string("end of file (truncated while reading)") : errno_text(errno));
+      got += static_cast<std::size_t>(r);
+    }
+    if (verify) crc = crc32c(crc, buf.get(), got);
+    const std::uint64_t block_end = pos + got;
+    while (first < order.size() && ranges[order[first]].offset + ranges[order[first]].bytes <= pos) ++first;
+    for (std::size_t k = first; k < order.size() && ranges[order[k]].offset < block_end; ++k) {
+      const ReadRange& r = ranges[order[k]];
+      const std::uint64_t a = std::max(r.offset, pos), b = std::min(r.offset + r.bytes, block_end);
+      if (a >= b) continue;
+      if (sink) {
+        sink(order[k], a - r.offset, buf.get() + (a - pos), static_cast<std::size_t>(b - a));
+      } else {
+        std::memcpy(static_cast<char*>(r.dst) + (a - r.offset), buf.get() + (a - pos), static_cast<std::size_t>(b - a));
+      }
+    }
+    pos = block_end;
+  }
+  if (verify) {
+    ZERO_CHECK(crc == rec.crc32c, "checkpoint file ", path.string(), " is damaged: its CRC-32C is ", crc,
+               " but the manifest says ", rec.crc32c, "; load another tag");
+  }
+}
+
+}  // namespace zero::ckpt

@@ -1,0 +1,73 @@
+#include "checkpoint_save.h"
+
+#include <exception>
+
+#include "zero/ckpt/shard_io.h"
+
+namespace zero::detail {
+
+CheckpointSave::CheckpointSave(std::filesystem::path dir, std::string tag, std::filesystem::path file, int rank,
+                               std::vector<SaveSection> sections, ckpt::Manifest manifest, bool async,
+                               memory::MemoryLedger::Registration snapshot)
+    : dir_(std::move(dir)),
+      tag_(std::move(tag)),
+      file_(std::move(file)),
+      rank_(rank),
+      sections_(std::move(sections)),
+      manifest_(std::move(manifest)),
+      snapshot_(std::move(snapshot)) {
+  if (async) {
+    worker_ = std::make_unique<offload::BackgroundWorker>();
+    worker_->submit([this] { write(); });
+  } else {
+    write();
+  }
+}
+
+CheckpointSave::~CheckpointSave() {
+  if (worker_) {
+    try {
+      worker_->wait();
+    } catch (...) {  // write() keeps its own errors in record_
+    }
+  }
+}
+
+void CheckpointSave::write() {
+  const auto began = std::chrono::steady_clock::now();
+  try {
+    ckpt::ShardWriter w(file_);
+    for (const SaveSection& s : sections_) {
+      w.begin_section(s.name, s.dtype, s.shape);
+      for (const at::Tensor& t : s.pieces) w.write(t.data_ptr(), t.nbytes());
+      w.end_section();
+    }
+    const ckpt::FileRecord rec = w.finish(rank_);
+    bytes_ = rec.bytes;
+    nlohmann::json j = {{"name", rec.name}, {"rank", rec.rank}, {"bytes", rec.bytes}, {"crc32c", rec.crc32c}};
+    nlohmann::json secs = nlohmann::json::array();
+    for (const ckpt::SectionRecord& s : rec.sections) {
+      nlohmann::json e = {{"name", s.name}, {"dtype", s.dtype}, {"offset", s.offset}, {"bytes", s.bytes}};
+      if (!s.shape.empty()) e["shape"] = s.shape;
+      secs.push_back(e);
+    }
+    j["sections"] = secs;
+    record_ = j.dump();
+  } catch (const std::exception& e) {
+    record_ = std::string("error: ") + e.what();
+  }
+  write_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+}
+
+bool CheckpointSave::written() const { return !worker_ || !worker_->busy(); }
+
+std::string CheckpointSave::result() {
+  if (worker_) worker_->wait();
+  // The host copy is no longer needed (released here, on the thread that
+  // owns the ledger).
+  sections_.clear();
+  snapshot_.release();
+  return record_;
+}
+
+}  // namespace zero::detail

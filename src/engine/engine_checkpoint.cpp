@@ -1,0 +1,495 @@
+// Engine::save_checkpoint / wait_checkpoint / load_checkpoint: what the
+// engine's state is in the files (zero/ckpt/manifest.h says how they are
+// laid out), and the collectives that make a save atomic and a load agree.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <unordered_set>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Context.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/from_blob.h>
+#include <ATen/ops/full.h>
+#include <c10/core/GradMode.h>
+
+#include "engine_impl.h"
+#include "zero/ckpt/checkpoint_dir.h"
+#include "zero/ckpt/reshard.h"
+#include "zero/ckpt/shard_io.h"
+#include "zero/core/error.h"
+
+namespace zero {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+const char* dtype_name_of(c10::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return "fp32";
+    case at::kBFloat16: return "bf16";
+    case at::kHalf: return "fp16";
+    case at::kDouble: return "f64";
+    case at::kLong: return "i64";
+    case at::kInt: return "i32";
+    case at::kByte: return "u8";
+    case at::kBool: return "bool";
+    default: return nullptr;
+  }
+}
+
+// Every rank's string, on every rank (through the device the communicator
+// works on; the words are copied, never summed).
+std::vector<std::string> all_gather_text(comm::Communicator& comm, const c10::Device& device, const std::string& mine) {
+  const int world = comm.world_size();
+  if (world == 1) return {mine};
+  const auto gather_words = [&](const std::vector<std::int32_t>& words) {
+    const auto n = static_cast<std::int64_t>(words.size());
+    at::Tensor in = at::from_blob(const_cast<std::int32_t*>(words.data()), {n}, at::kInt).to(device, false, true);
+    at::Tensor out = at::empty({n * world}, at::TensorOptions().dtype(at::kInt).device(device));
+    comm.all_gather(in.data_ptr(), out.data_ptr(), static_cast<std::size_t>(n), DType::kFloat32)->wait();
+    out = out.to(at::kCPU);
+    return std::vector<std::int32_t>(out.data_ptr<std::int32_t>(), out.data_ptr<std::int32_t>() + n * world);
+  };
+  const std::vector<std::int32_t> lengths = gather_words({static_cast<std::int32_t>(mine.size())});
+  const std::size_t longest = static_cast<std::size_t>(*std::max_element(lengths.begin(), lengths.end()));
+  std::vector<std::int32_t> words((longest + 3) / 4 + 1, 0);
+  std::memcpy(words.data(), mine.data(), mine.size());
+  const std::vector<std::int32_t> all = gather_words(words);
+  std::vector<std::string> out;
+  for (int r = 0; r < world; ++r) {
+    const char* p = reinterpret_cast<const char*>(all.data() + static_cast<std::size_t>(r) * words.size());
+    out.emplace_back(p, static_cast<std::size_t>(lengths[static_cast<std::size_t>(r)]));
+  }
+  return out;
+}
+
+// Each rank's error ("" for none) to every rank; throws on every rank when
+// any failed: its own message where it failed, the first failing rank's
+// otherwise.
+void agree(comm::Communicator& comm, const c10::Device& device, const std::string& error, const std::string& what) {
+  const std::vector<std::string> errors = all_gather_text(comm, device, error);
+  if (!error.empty()) throw Error(error);
+  for (std::size_t r = 0; r < errors.size(); ++r) {
+    if (!errors[r].empty()) throw Error(detail::str_cat(what, " failed on rank ", r, ": ", errors[r]));
+  }
+}
+
+template <typename Fn>
+std::string error_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return {};
+}
+
+// The layout as the manifest records it.
+void record_layout(const FlatLayout& L, ckpt::Manifest& m) {
+  m.shard_world = L.shard_world();
+  m.padded_numel = L.padded_numel();
+  m.partition_numel = L.partition_numel();
+  for (const Bucket& b : L.buckets()) m.buckets.push_back({b.offset, b.numel, b.padded, b.chunk, b.partition_offset});
+}
+
+// The module's frozen parameters and buffers, by name, each once.
+std::vector<std::pair<std::string, at::Tensor>> module_tensors(torch::nn::Module& module) {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  std::unordered_set<const void*> seen;
+  for (const auto& item : module.named_parameters(/*recurse=*/true)) {
+    if (item.value().requires_grad() || !seen.insert(item.value().unsafeGetTensorImpl()).second) continue;
+    out.emplace_back(item.key(), item.value());
+  }
+  for (const auto& item : module.named_buffers(/*recurse=*/true)) {
+    if (!item.value().defined() || !seen.insert(item.value().unsafeGetTensorImpl()).second) continue;
+    out.emplace_back(item.key(), item.value());
+  }
+  return out;
+}
+
+}  // namespace
+
+bool Engine::checkpoint_in_flight() const { return impl_->saving != nullptr; }
+
+void Engine::save_checkpoint(const std::string& dir, const std::string& tag, const nlohmann::json& client_state,
+                             bool async) {
+  Impl& m = *impl_;
+  const Clock::time_point began = Clock::now();
+  ckpt::check_tag(tag);
+  ZERO_CHECK(m.micro_step % config_.gradient_accumulation_steps == 0, "save_checkpoint() in the middle of an "
+             "accumulation window (micro-batch ", m.micro_step % config_.gradient_accumulation_steps, " of ",
+             config_.gradient_accumulation_steps, "): call it after the step() that ends the window");
+  at::NoGradGuard no_grad;
+  finish_checkpoint(/*block=*/true);
+  // A running delayed update writes the master weights: wait for it (its
+  // update stays pending, and is saved as such).
+  m.delayed->wait();
+  detail::ParamStore& P = *m.params;
+  const FlatLayout& L = P.layout();
+  const fs::path root(dir);
+  std::string error;
+  if (m.rank == 0) error = error_of([&] { ckpt::prepare_partial(root, tag); });
+  agree(comm_, m.ctx.device, error, "preparing the checkpoint folder");
+
+  // Rank 0's manifest, all but the files (they come with the commit).
+  ckpt::Manifest man;
+  man.tag = tag;
+  man.world_size = m.world;
+  man.stage = m.stage;
+  man.dtype = dtype_name_of(m.precision.dtype());
+  man.optimizer = config_.optimizer.type;
+  man.moments = m.optimizer->moments();
+  man.offload = m.offload;
+  man.delayed_update = m.delayed->enabled();
+  record_layout(L, man);
+  for (std::size_t i = 0; i < P.params().size(); ++i) {
+    const ParamSlot& s = L.params()[i];
+    man.params.push_back({P.names()[i], P.params()[i].sizes().vec(), s.numel, s.offset});
+  }
+  man.engine.steps = stats_.step;
+  man.engine.optimizer_step = m.optimizer_step;
+  man.engine.skipped = stats_.skipped;
+  man.engine.lr = lr_;
+  man.engine.update_pending = m.delayed->pending();
+  const LossScaler::State ss = m.precision.scaler().state();
+  man.engine.scaler = {ss.scale, ss.hysteresis_left, ss.iter, ss.last_overflow_iter, ss.skipped};
+  man.client_state = client_state.is_null() ? nlohmann::json::object() : client_state;
+
+  // What this rank writes. Host tensors: the engine's own where they are on
+  // the host and the save is synchronous, copies otherwise.
+  std::vector<detail::SaveSection> sections;
+  std::int64_t copied = 0;
+  auto host = [&](const at::Tensor& t) {
+    at::Tensor c = t.contiguous();
+    if (!async && c.device().is_cpu()) return c;
+    copied += static_cast<std::int64_t>(c.nbytes());
+    return c.device().is_cpu() ? c.clone() : c.to(at::kCPU);
+  };
+  const char* tdtype = dtype_name_of(m.precision.dtype());
+  if (m.rank < L.shard_world()) {
+    man.partition_sections = {"master", "exp_avg"};
+    sections.push_back({"master", "fp32", {}, {host(m.optimizer->master())}});
+    sections.push_back({"exp_avg", "fp32", {}, {host(m.optimizer->exp_avg())}});
+    if (man.moments == 2) {
+      man.partition_sections.push_back("exp_avg_sq");
+      sections.push_back({"exp_avg_sq", "fp32", {}, {host(m.optimizer->exp_avg_sq())}});
+    }
+    detail::SaveSection params{"params", tdtype, {}, {}};
+    for (const Bucket& b : L.buckets()) params.pieces.push_back(host(P.rank_chunk(b)));
+    sections.push_back(std::move(params));
+    man.partition_sections.push_back("params");
+    if (man.engine.update_pending) {
+      const at::Tensor src = m.update_source(m.update_index);
+      if (src.defined() && !src.is_same(m.optimizer->master())) {
+        ZERO_INTERNAL_ASSERT(static_cast<std::size_t>(src.numel()) >= L.partition_numel(), "update source too small");
+        sections.push_back({"update", tdtype, {}, {host(src.narrow(0, 0, static_cast<std::int64_t>(L.partition_numel())))}});
+        man.partition_sections.push_back("update");
+      }
+    }
+  } else {
+    // Ranks past the shard world (stage 0) write their RNG state only; the
+    // manifest's list is the same on every rank.
+    man.partition_sections = {"master", "exp_avg"};
+    if (man.moments == 2) man.partition_sections.push_back("exp_avg_sq");
+    man.partition_sections.push_back("params");
+    if (man.engine.update_pending && m.precision.dtype() != at::kFloat) man.partition_sections.push_back("update");
+  }
+  sections.push_back({"rng.cpu", "u8", {}, {at::detail::getDefaultCPUGenerator().get_state()}});
+  if (m.ctx.on_accelerator()) {
+    sections.push_back({"rng.device", "u8", {}, {at::globalContext().defaultGenerator(m.ctx.device).get_state()}});
+  }
+  if (m.rank == 0) {
+    for (const auto& [name, t] : module_tensors(*P.module())) {
+      const char* d = dtype_name_of(t.scalar_type());
+      if (!d) {
+        std::fprintf(stderr, "zerocpp: checkpoint: module tensor %s (%s) not saved: its dtype has no checkpoint "
+                     "encoding\n", name.c_str(), c10::toString(t.scalar_type()));
+        continue;
+      }
+      const std::string section = "module." + name;
+      sections.push_back({section, d, t.sizes().vec(), {host(t.detach())}});
+      man.module_tensors.push_back(section);
+    }
+  }
+  memory::MemoryLedger::Registration snapshot;
+  if (copied > 0) snapshot = ledger_.add(memory::Tier::kHost, memory::Kind::kStaging, copied, "checkpoint snapshot", false);
+  const fs::path file = ckpt::partial_path(root, tag) / ckpt::shard_file_name(m.rank, m.world);
+  m.saving = std::make_unique<detail::CheckpointSave>(root, tag, file, m.rank, std::move(sections), std::move(man),
+                                                      async, std::move(snapshot));
+  last_checkpoint_ = {};
+  last_checkpoint_.tag = tag;
+  last_checkpoint_.async = async;
+  last_checkpoint_.stall_s = seconds_since(began);
+  if (!async) {
+    finish_checkpoint(/*block=*/true);
+    last_checkpoint_.stall_s = seconds_since(began);
+  }
+}
+
+std::string Engine::wait_checkpoint() {
+  const std::string tag = impl_->saving ? impl_->saving->tag() : std::string();
+  finish_checkpoint(/*block=*/true);
+  return tag;
+}
+
+void Engine::finish_checkpoint(bool block) {
+  Impl& m = *impl_;
+  if (!m.saving) return;
+  const Clock::time_point began = Clock::now();
+  if (!block && m.world > 1) {
+    // Commit only when every rank's file is written.
+    const float unwritten = m.saving->written() ? 0.0f : 1.0f;
+    at::Tensor flag = at::full({1}, unwritten, at::TensorOptions().dtype(at::kFloat).device(m.ctx.device));
+    comm_.all_reduce(flag.data_ptr(), 1, DType::kFloat32, {comm::ReduceOp::kMax})->wait();
+    if (flag.item<float>() != 0.0f) return;
+  } else if (!block && !m.saving->written()) {
+    return;
+  }
+  std::unique_ptr<detail::CheckpointSave> save = std::move(m.saving);
+  const std::string record = save->result();
+  const bool failed = record.rfind("error: ", 0) == 0;
+  last_checkpoint_.write_s = save->write_seconds();
+  last_checkpoint_.bytes = save->bytes();
+  const std::vector<std::string> records = all_gather_text(comm_, m.ctx.device, record);
+  for (std::size_t r = 0; r < records.size(); ++r) {
+    if (records[r].rfind("error: ", 0) != 0) continue;
+    ZERO_CHECK(!failed, "checkpoint '", save->tag(), "' was not saved: ", record.substr(7));
+    ZERO_CHECK(false, "checkpoint '", save->tag(), "' was not saved: rank ", r, " could not write its file: ",
+               records[r].substr(7));
+  }
+  std::string error;
+  if (m.rank == 0) {
+    error = error_of([&] {
+      ckpt::Manifest& man = save->manifest();
+      for (const std::string& r : records) {
+        const nlohmann::json j = nlohmann::json::parse(r);
+        ckpt::FileRecord f;
+        f.name = j.at("name").get<std::string>();
+        f.rank = j.at("rank").get<int>();
+        f.bytes = j.at("bytes").get<std::uint64_t>();
+        f.crc32c = j.at("crc32c").get<std::uint32_t>();
+        for (const auto& s : j.at("sections")) {
+          ckpt::SectionRecord sr;
+          sr.name = s.at("name").get<std::string>();
+          sr.dtype = s.at("dtype").get<std::string>();
+          if (s.contains("shape")) sr.shape = s.at("shape").get<std::vector<std::int64_t>>();
+          sr.offset = s.at("offset").get<std::uint64_t>();
+          sr.bytes = s.at("bytes").get<std::uint64_t>();
+          f.sections.push_back(std::move(sr));
+        }
+        man.files.push_back(std::move(f));
+      }
+      const std::string text = ckpt::manifest_to_json(man);
+      // What is written must read back: the manifest's own checks.
+      (void)ckpt::parse_manifest(text, (save->dir() / save->tag() / ckpt::kManifestName).string());
+      ckpt::commit(save->dir(), save->tag(), text);
+    });
+  }
+  agree(comm_, m.ctx.device, error, "committing the checkpoint");
+  last_checkpoint_.commit_s = seconds_since(began);
+}
+
+nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string& tag) {
+  Impl& m = *impl_;
+  at::NoGradGuard no_grad;
+  finish_checkpoint(/*block=*/true);
+  m.delayed->wait();
+  detail::ParamStore& P = *m.params;
+  const FlatLayout& L = P.layout();
+  const fs::path root(dir);
+  const c10::ScalarType dtype = m.precision.dtype();
+  const char* tdtype = dtype_name_of(dtype);
+
+  // Everything is read into host tensors first and checked on every rank;
+  // only then does the engine change.
+  ckpt::Manifest man;
+  std::string where;
+  at::Tensor master, exp_avg, exp_avg_sq, params, update, rng, rng_device;
+  std::vector<std::pair<at::Tensor, at::Tensor>> module_updates;  // (module tensor, loaded value)
+  bool same_dtype = false;
+  auto to_host = [](const at::Tensor& t) { return t.device().is_cpu() ? t.clone() : t.to(at::kCPU); };
+  std::string error = error_of([&] {
+    const std::string t = ckpt::resolve_tag(root, tag);
+    const fs::path folder = root / t;
+    where = folder.string();
+    const fs::path manifest_path = folder / ckpt::kManifestName;
+    man = ckpt::parse_manifest(ckpt::read_text(manifest_path), manifest_path.string());
+    // The same model: every trainable parameter by name and shape.
+    std::map<std::string, std::size_t> saved_index;
+    for (std::size_t i = 0; i < man.params.size(); ++i) saved_index[man.params[i].name] = i;
+    std::vector<ckpt::TargetParam> targets;
+    for (std::size_t i = 0; i < P.params().size(); ++i) {
+      const std::string& name = P.names()[i];
+      auto it = saved_index.find(name);
+      ZERO_CHECK(it != saved_index.end(), "checkpoint ", where, " is of another model: it has no parameter '", name,
+                 "' (it has ", man.params.size(), " trainable parameters, this module ", P.params().size(),
+                 "). Load it into the model it was saved from");
+      const ckpt::ParamRecord& s = man.params[it->second];
+      ZERO_CHECK(s.shape == P.params()[i].sizes().vec(), "checkpoint ", where, " is of another model: parameter '",
+                 name, "' has shape ", P.params()[i].sizes(), " here but ", c10::IntArrayRef(s.shape),
+                 " in the checkpoint");
+      const ParamSlot& slot = L.params()[i];
+      targets.push_back({it->second, slot.offset, slot.numel, slot.bucket});
+      saved_index.erase(it);
+    }
+    ZERO_CHECK(saved_index.empty(), "checkpoint ", where, " is of another model: it has ", saved_index.size(),
+               " trainable parameter(s) this module has not, such as '", saved_index.begin()->first,
+               "' (frozen here?). Load it into the model it was saved from");
+    ZERO_CHECK(man.moments == m.optimizer->moments(), "checkpoint ", where, " holds the state of optimizer ",
+               man.optimizer, " (", man.moments, " moment(s)), this engine's is ", config_.optimizer.type,
+               ": use the optimizer it was saved with");
+    same_dtype = man.dtype == tdtype;
+
+    // This rank's partition, from the saved ones; padding keeps this
+    // engine's values (zeros, Adagrad's initial sum).
+    master = to_host(m.optimizer->master());
+    exp_avg = to_host(m.optimizer->exp_avg());
+    if (man.moments == 2) exp_avg_sq = to_host(m.optimizer->exp_avg_sq());
+    if (same_dtype) {
+      std::vector<at::Tensor> chunks;
+      for (const Bucket& b : L.buckets()) chunks.push_back(P.rank_chunk(b));
+      params = at::cat(chunks).to(at::kCPU);
+    }
+    const bool has_update = std::find(man.partition_sections.begin(), man.partition_sections.end(), "update") !=
+                            man.partition_sections.end();
+    if (same_dtype && has_update) update = at::empty_like(params);
+    const std::vector<ckpt::ElementRun> runs =
+        ckpt::plan_partition(man, [&] {
+          std::vector<ckpt::BucketRecord> b;
+          for (const Bucket& x : L.buckets()) b.push_back({x.offset, x.numel, x.padded, x.chunk, x.partition_offset});
+          return b;
+        }(), targets, P.shard_rank());
+    std::map<int, std::vector<ckpt::ReadRange>> reads;  // by saved rank
+    struct Target {
+      const char* section;
+      at::Tensor* dst;
+    };
+    std::vector<Target> wanted = {{"master", &master}, {"exp_avg", &exp_avg}};
+    if (man.moments == 2) wanted.push_back({"exp_avg_sq", &exp_avg_sq});
+    if (same_dtype) wanted.push_back({"params", &params});
+    if (update.defined()) wanted.push_back({"update", &update});
+    for (const ckpt::ElementRun& r : runs) {
+      const ckpt::FileRecord& f = man.files[static_cast<std::size_t>(r.shard)];
+      for (const Target& w : wanted) {
+        const ckpt::SectionRecord* s = f.find(w.section);
+        const std::uint64_t es = ckpt::Manifest::dtype_size(s->dtype);
+        reads[r.shard].push_back({s->offset + r.src * es, r.n * es, static_cast<char*>(w.dst->data_ptr()) + r.dst * es});
+      }
+    }
+    // This rank's RNG state, when the saved run had this rank.
+    if (m.rank < man.world_size) {
+      const ckpt::SectionRecord* s = man.files[static_cast<std::size_t>(m.rank)].find("rng.cpu");
+      if (s) {
+        rng = at::empty({static_cast<std::int64_t>(s->bytes)}, at::kByte);
+        reads[m.rank].push_back({s->offset, s->bytes, rng.data_ptr()});
+      }
+      const ckpt::SectionRecord* d = man.files[static_cast<std::size_t>(m.rank)].find("rng.device");
+      if (d && m.ctx.on_accelerator()) {
+        rng_device = at::empty({static_cast<std::int64_t>(d->bytes)}, at::kByte);
+        reads[m.rank].push_back({d->offset, d->bytes, rng_device.data_ptr()});
+      }
+    }
+    // The module's frozen parameters and buffers, from rank 0's file.
+    std::map<std::string, at::Tensor> mine;
+    for (const auto& [name, t] : module_tensors(*P.module())) mine["module." + name] = t;
+    for (const std::string& name : man.module_tensors) {
+      const ckpt::SectionRecord* s = man.files[0].find(name);
+      auto it = mine.find(name);
+      ZERO_CHECK(it != mine.end(), "checkpoint ", where, " holds ", name.substr(7),
+                 " (a frozen parameter or buffer) that this module does not have: load it into the model it was "
+                 "saved from");
+      ZERO_CHECK(it->second.sizes().vec() == s->shape, "checkpoint ", where, ": ", name.substr(7), " has shape ",
+                 c10::IntArrayRef(s->shape), " but ", it->second.sizes(), " in this module");
+      const char* d = s->dtype.c_str();
+      c10::ScalarType st = at::kFloat;
+      for (c10::ScalarType c : {at::kFloat, at::kBFloat16, at::kHalf, at::kDouble, at::kLong, at::kInt, at::kByte,
+                                at::kBool}) {
+        if (std::strcmp(dtype_name_of(c), d) == 0) st = c;
+      }
+      at::Tensor v = at::empty(s->shape, at::TensorOptions().dtype(st));
+      reads[0].push_back({s->offset, s->bytes, v.data_ptr()});
+      module_updates.emplace_back(it->second, v);
+    }
+    for (auto& [shard, ranges] : reads) {
+      const ckpt::FileRecord& f = man.files[static_cast<std::size_t>(shard)];
+      ckpt::read_file(folder / f.name, f, ranges);
+    }
+  });
+  agree(comm_, m.ctx.device, error, "loading checkpoint " + (where.empty() ? root.string() : where));
+
+  // Into the engine.
+  auto into = [](const at::Tensor& dst, const at::Tensor& src) { dst.copy_(src); };
+  into(m.optimizer->master(), master);
+  into(m.optimizer->exp_avg(), exp_avg);
+  if (exp_avg_sq.defined()) into(m.optimizer->exp_avg_sq(), exp_avg_sq);
+  // The training-precision parameters: the saved ones (bitwise), or from
+  // the master weights in this engine's precision.
+  auto set_params = [&](const at::Tensor& values) {
+    for (const Bucket& b : L.buckets()) {
+      P.rank_chunk(b).copy_(values.narrow(0, static_cast<std::int64_t>(b.partition_offset), static_cast<std::int64_t>(b.chunk)));
+    }
+  };
+  const bool keep_pending = man.engine.update_pending && m.delayed->enabled() && same_dtype;
+  if (keep_pending) {
+    // The model computes with step t-1's parameters, the update of step t
+    // waits in the update buffer, as when the run was saved.
+    set_params(params);
+    m.update_index = m.grads->current() ^ 1;
+    const at::Tensor src = m.update_source(m.update_index);
+    if (src.defined() && !src.is_same(m.optimizer->master())) {
+      ZERO_CHECK(update.defined(), "checkpoint ", where, " has a pending delayed update but not its values");
+      src.narrow(0, 0, update.numel()).copy_(update);
+    }
+    m.delayed->restore_pending(man.engine.steps);
+  } else if (man.engine.update_pending) {
+    // This engine has no delayed update (or another precision): the
+    // pending update is applied now.
+    set_params(update.defined() ? update : master.to(dtype));
+    if (m.rank == 0) {
+      std::fprintf(stderr, "zerocpp: checkpoint %s had a delayed update pending; applied at load, as this engine "
+                   "%s\n", where.c_str(), m.delayed->enabled() ? "trains in another precision" : "has no delayed update");
+    }
+  } else {
+    set_params(same_dtype ? params : master.to(dtype));
+  }
+  m.params->publish(at::Tensor(), /*offloaded=*/false, comm_, m.ctx);  // the all-gather
+  for (auto& [t, v] : module_updates) t.detach().copy_(v);
+  if (rng.defined()) {
+    at::Generator g = at::detail::getDefaultCPUGenerator();
+    const std::lock_guard<std::mutex> lock(g.mutex());
+    g.set_state(rng);
+  }
+  if (rng_device.defined()) {
+    at::Generator g = at::globalContext().defaultGenerator(m.ctx.device);
+    const std::lock_guard<std::mutex> lock(g.mutex());
+    g.set_state(rng_device);
+  }
+
+  stats_.step = man.engine.steps;
+  stats_.skipped = man.engine.skipped;
+  stats_.last_step_skipped = false;
+  m.optimizer_step = man.engine.optimizer_step;
+  m.micro_step = 0;
+  lr_ = static_cast<float>(man.engine.lr);
+  stats_.lr = lr_;
+  const ckpt::LossScalerRecord& s = man.engine.scaler;
+  m.precision.scaler().restore({static_cast<float>(s.scale), s.hysteresis_left, s.iter, s.last_overflow_iter,
+                                s.skipped});
+  stats_.loss_scale = m.precision.loss_scale();
+  if (m.rank == 0) {
+    std::fprintf(stderr, "zerocpp: loaded checkpoint %s (step %lld; saved by %d rank(s) at stage %d%s)\n",
+                 where.c_str(), static_cast<long long>(man.engine.steps), man.world_size, man.stage,
+                 keep_pending ? ", its delayed update pending" : "");
+  }
+  return man.client_state;
+}
+
+}  // namespace zero

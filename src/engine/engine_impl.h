@@ -1,0 +1,90 @@
+// Engine::Impl: the engine's parts (src/engine/engine.cpp lists them) and
+// the state that ties them together, shared by engine.cpp (construction,
+// backward, step) and engine_checkpoint.cpp (save and load).
+#pragma once
+
+#include <functional>
+#include <memory>
+
+#include <torch/csrc/autograd/function_hook.h>
+
+#include "checkpoint_save.h"
+#include "delayed_update.h"
+#include "device_context.h"
+#include "grad_path.h"
+#include "module_guard.h"
+#include "optimizer_partition.h"
+#include "param_store.h"
+#include "precision.h"
+#include "step_timeline.h"
+#include "unit_schedule.h"
+#include "zero/engine/engine.h"
+#include "zero/zero/memory_plan.h"
+
+namespace zero {
+
+struct Engine::Impl {
+  int world = 1, rank = 0, stage = 0;
+  bool offload = false;
+  detail::DeviceContext ctx;
+  detail::Precision precision;
+  detail::StepTimeline timeline{ctx};
+  detail::StepTimeline::Mark last_mark;  // where the compute stream was when the engine last returned
+  // Declared in dependency order: each part may refer to those above it,
+  // and is destroyed before them.
+  MemoryPlan plan;
+  std::unique_ptr<detail::ParamStore> params;
+  std::unique_ptr<detail::OptimizerPartition> optimizer;
+  std::unique_ptr<detail::GradPath> grads;
+  std::unique_ptr<detail::DelayedUpdate> delayed;
+  std::unique_ptr<detail::UnitSchedule> units;  // stage 3
+  std::unique_ptr<detail::CheckpointSave> saving;  // a save whose commit is still to come
+  int update_index = 0;  // the gradient buffer whose step the pending update is
+  std::int64_t micro_step = 0;
+  std::int64_t optimizer_step = 0;  // the optimizer's own step count (bias correction)
+  comm::CommStats comm_at_step_start;
+  // Declared last, so destroyed first: the hooks go before what they call,
+  // and the module gets its own tensors back while the flat buffer is alive.
+  detail::ModuleGuard guard;
+
+  explicit Impl(const config::Config& config) : precision(config) {}
+  using Clock = detail::StepTimeline::Clock;
+
+  // Fires once per backward for each parameter, after autograd has
+  // accumulated its gradient (also for a parameter used twice).
+  struct GradHook : torch::autograd::PostAccumulateGradHook {
+    GradHook(Impl* impl, int index) : impl_(impl), index_(index) {}
+    void operator()(const at::Tensor& p) override {
+      impl_->grads->on_grad(index_, p.grad());
+      // The gradient now lives in its bucket; release the tensor at once.
+      p.mutable_grad().reset();
+    }
+    Impl* impl_;
+    int index_;
+  };
+
+  // The optimizer step on gradient buffer `buf` (main thread or DPU worker;
+  // no collectives). after_piece (optional): each piece of the partition as
+  // it is done (the DPU worker reports it; without DPU it goes up at once).
+  using Piece = detail::OptimizerPartition::Piece;
+  void run_optimizer(int buf, float grad_scale, float lr, std::int64_t step,
+                     const std::function<void(const Piece&)>& after_piece = {});
+  // Where the updated training-precision partition of buffer `buf` is read
+  // from for the model (undefined: the optimizer wrote the flat buffer).
+  at::Tensor update_source(int buf) const;
+  // The update of gradient buffer `buf` into the model: copies and all-gather.
+  void apply_update(int buf, comm::Communicator& comm);
+  // Waits for the delayed update, if any, and applies it to the model: on a
+  // GPU each chunk goes up as soon as the worker has stepped it, so the
+  // copies overlap the rest of the CPU step.
+  void finish_delayed(comm::Communicator& comm);
+  // A compute interval from the last mark to now (tracing only).
+  void trace_compute(const char* what) {
+    if (!timeline.on()) return;
+    detail::StepTimeline::Mark now = timeline.mark_current();
+    timeline.device_interval("compute", what, last_mark, now);
+    last_mark = std::move(now);
+  }
+};
+
+}  // namespace zero

@@ -1,0 +1,455 @@
+// Checkpoints of the engine (docs/checkpoints.md):
+//  - Resume: train k steps, save, destroy the engine; a new engine on a fresh
+//    module loads and trains on: its losses and final weights equal, bit for
+//    bit, those of a run that never stopped (stages 0-3, offload, the delayed
+//    update with its update pending at the save, bf16, Adagrad, async save).
+//  - Reshard (two jobs, see CMakeLists.txt): a job on A ranks saves, a job on
+//    B ranks (and another stage) loads: the master weights equal the saved
+//    ones bitwise, and training on matches the saving job's own continuation.
+//  - Bad input: a damaged, truncated or missing shard, another model's
+//    checkpoint, a newer format, an unwritable folder, a full disk: a clear
+//    error, the engine unchanged, the earlier checkpoint still loadable.
+#include <sys/resource.h>
+
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <ATen/ops/equal.h>
+#include <gtest/gtest.h>
+
+#include "train_loop.h"
+#include "zero/ckpt/checkpoint_dir.h"
+#include "zero/core/error.h"
+
+namespace zero::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+void rm_tree(const fs::path& p) {
+  std::error_code ec;
+  ckpt::remove_tree(p, ec);
+}
+
+// A folder every rank sees: rank 0's name, broadcast.
+fs::path shared_temp_dir(comm::Communicator& comm, const std::string& what) {
+  float id = 0.0f;
+  if (comm.rank() == 0) id = static_cast<float>(::getpid() % 1000000);
+  comm.broadcast(&id, 1, DType::kFloat32)->wait();
+  const fs::path d = fs::temp_directory_path() /
+                     ("zero_ckpt_" + what + "_" + std::to_string(static_cast<long>(id)) + "_np" +
+                      std::to_string(comm.world_size()));
+  comm.barrier()->wait();
+  if (comm.rank() == 0) {
+    rm_tree(d);
+    fs::create_directories(d);
+  }
+  comm.barrier()->wait();
+  return d;
+}
+
+struct Trainer {
+  ModelKind kind;
+  config::Config cfg;
+  std::shared_ptr<torch::nn::Module> model = make_model(kind);
+  std::unique_ptr<Engine> engine = std::make_unique<Engine>(model, cfg, world_comm());
+
+  // Steps [from, to) of the fixed-batch loop (train_loop.h), each step's
+  // global mean loss appended to `losses`.
+  void steps(int from, int to, std::vector<float>& losses) {
+    comm::Communicator& comm = world_comm();
+    const int accum = static_cast<int>(cfg.gradient_accumulation_steps);
+    const int micro = static_cast<int>(cfg.train_micro_batch_size_per_gpu);
+    for (int step = from; step < to; ++step) {
+      engine->set_lr(cfg.optimizer.lr * (1.0f + 0.1f * static_cast<float>(step)));  // a schedule
+      GlobalBatch gb = global_batch(kind, step);
+      float sum = 0.0f;
+      for (int j = 0; j < accum; ++j) {
+        const int begin = j * (kGlobalBatch / accum) + comm.rank() * micro;
+        at::Tensor loss = micro_loss(kind, *model, gb.x.narrow(0, begin, micro), gb.y.narrow(0, begin, micro),
+                                     engine->dtype());
+        engine->backward(loss);
+        engine->step();
+        sum += loss.item<float>();
+      }
+      comm.all_reduce(&sum, 1, DType::kFloat32)->wait();
+      losses.push_back(sum / static_cast<float>(comm.world_size() * accum));
+    }
+  }
+  std::vector<at::Tensor> final_params() {
+    engine->flush();
+    return engine->gather_master_params();
+  }
+};
+
+struct ResumeCase {
+  const char* name;
+  int stage;
+  bool offload = false, dpu = false, bf16 = false, param_offload = false, adagrad = false, async = false;
+  int accumulation = 1;
+};
+
+config::Config case_config(const ResumeCase& c, int world) {
+  const int micro = kGlobalBatch / (world * c.accumulation);
+  config::Config cfg = make_config(c.stage, c.offload, c.bf16, world, micro, c.accumulation);
+  if (c.dpu) {
+    cfg.zero_optimization.offload_optimizer.delayed_param_update = true;
+    cfg.zero_optimization.offload_optimizer.delayed_param_update_warmup_steps = 1;
+  }
+  if (c.param_offload) cfg.zero_optimization.offload_param.device = "cpu";
+  if (c.adagrad) {
+    cfg.optimizer.type = "Adagrad";
+    cfg.optimizer.weight_decay = 0.0f;
+  }
+  return cfg;
+}
+
+class Resume : public ::testing::TestWithParam<ResumeCase> {};
+
+TEST_P(Resume, ContinuesBitwiseLikeAnUnbrokenRun) {
+  const ResumeCase& c = GetParam();
+  comm::Communicator& comm = world_comm();
+  const config::Config cfg = case_config(c, comm.world_size());
+  const ModelKind kind = ModelKind::kUnitMlp;
+  constexpr int kSave = 3, kSteps = 6;
+
+  std::vector<float> unbroken;
+  std::vector<at::Tensor> unbroken_params;
+  {
+    Trainer t{kind, cfg};
+    t.steps(0, kSteps, unbroken);
+    unbroken_params = t.final_params();
+  }
+  const fs::path dir = shared_temp_dir(comm, c.name);
+  std::vector<float> resumed;
+  {
+    Trainer t{kind, cfg};
+    t.steps(0, kSave, resumed);
+    t.engine->save_checkpoint(dir.string(), "step-3", {{"step", kSave}}, c.async);
+    if (c.async) {
+      // Training goes on while the files are written; the commit comes at a
+      // later step or here.
+      t.engine->wait_checkpoint();
+    }
+  }  // the engine and its module are gone, the DPU update pending at the save dropped
+  Trainer t{kind, cfg};
+  const nlohmann::json client = t.engine->load_checkpoint(dir.string(), "latest");
+  EXPECT_EQ(client.at("step").get<int>(), kSave);
+  EXPECT_EQ(t.engine->stats().step, kSave);
+  t.steps(kSave, kSteps, resumed);
+  const std::vector<at::Tensor> params = t.final_params();
+  ASSERT_EQ(resumed.size(), unbroken.size());
+  for (int s = kSave; s < kSteps; ++s) EXPECT_EQ(resumed[s], unbroken[s]) << "step " << s + 1;
+  ASSERT_EQ(params.size(), unbroken_params.size());
+  for (std::size_t i = 0; i < params.size(); ++i) EXPECT_TRUE(at::equal(params[i], unbroken_params[i])) << "param " << i;
+  comm.barrier()->wait();
+  if (comm.rank() == 0) rm_tree(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, Resume,
+    ::testing::Values(ResumeCase{"stage0", 0}, ResumeCase{"stage1", 1}, ResumeCase{"stage2_accum", 2, false, false, false, false, false, false, 2},
+                      ResumeCase{"stage2_offload", 2, true}, ResumeCase{"stage2_offload_dpu", 2, true, true},
+                      ResumeCase{"stage2_offload_dpu_bf16_async", 2, true, true, true, false, false, true},
+                      ResumeCase{"stage1_bf16", 1, false, false, true}, ResumeCase{"stage3", 3},
+                      ResumeCase{"stage3_offload_dpu_async", 3, true, true, false, true, false, true},
+                      ResumeCase{"stage2_adagrad_offload", 2, true, false, false, false, true}),
+    [](const ::testing::TestParamInfo<ResumeCase>& i) { return std::string(i.param.name); });
+
+// ---- Bad input --------------------------------------------------------------
+
+struct Saved {
+  fs::path dir;
+  std::vector<at::Tensor> master;  // at the save
+};
+
+Saved save_one(const config::Config& cfg, const std::string& what) {
+  comm::Communicator& comm = world_comm();
+  Saved s;
+  s.dir = shared_temp_dir(comm, what);
+  Trainer t{ModelKind::kUnitMlp, cfg};
+  std::vector<float> losses;
+  t.steps(0, 2, losses);
+  t.engine->save_checkpoint(s.dir.string(), "good");
+  s.master = t.engine->gather_master_params();
+  return s;
+}
+
+// Expects load_checkpoint to fail with a message containing `needle`, and
+// the engine to be unchanged.
+void expect_load_fails(const fs::path& dir, const std::string& tag, const std::string& needle) {
+  comm::Communicator& comm = world_comm();
+  Trainer t{ModelKind::kUnitMlp, make_config(2, false, false, comm.world_size(), kGlobalBatch / comm.world_size(), 1)};
+  const std::vector<at::Tensor> before = t.engine->gather_master_params();
+  try {
+    t.engine->load_checkpoint(dir.string(), tag);
+    ADD_FAILURE() << "load of " << tag << " did not fail (expected: " << needle << ")";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+  const std::vector<at::Tensor> after = t.engine->gather_master_params();
+  for (std::size_t i = 0; i < before.size(); ++i) EXPECT_TRUE(at::equal(before[i], after[i]));
+  EXPECT_EQ(t.engine->stats().step, 0);
+}
+
+void on_rank0(const std::function<void()>& fn) {
+  comm::Communicator& comm = world_comm();
+  comm.barrier()->wait();
+  if (comm.rank() == 0) fn();
+  comm.barrier()->wait();
+}
+
+void copy_tag(const fs::path& dir, const std::string& from, const std::string& to) {
+  rm_tree(dir / to);
+  fs::copy(dir / from, dir / to, fs::copy_options::recursive);
+}
+
+std::string shard0(const fs::path& dir, const std::string& tag) {
+  return (dir / tag / ckpt::shard_file_name(0, world_comm().world_size())).string();
+}
+
+TEST(BadInput, DamagedTruncatedMissingShardsAreNamed) {
+  comm::Communicator& comm = world_comm();
+  const config::Config cfg = make_config(2, false, false, comm.world_size(), kGlobalBatch / comm.world_size(), 1);
+  const Saved s = save_one(cfg, "bad_shard");
+  on_rank0([&] {
+    copy_tag(s.dir, "good", "flipped");
+    {
+      std::fstream f(shard0(s.dir, "flipped"), std::ios::in | std::ios::out | std::ios::binary);
+      f.seekp(100);
+      char b = 0;
+      f.read(&b, 1);
+      f.seekp(100);
+      b = static_cast<char>(b ^ 0x10);
+      f.write(&b, 1);
+    }
+    copy_tag(s.dir, "good", "short");
+    fs::resize_file(shard0(s.dir, "short"), fs::file_size(shard0(s.dir, "short")) - 7);
+    copy_tag(s.dir, "good", "missing");
+    fs::remove(shard0(s.dir, "missing"));
+  });
+  expect_load_fails(s.dir, "flipped", "is damaged: its CRC-32C");
+  expect_load_fails(s.dir, "short", "truncated");
+  expect_load_fails(s.dir, "missing", "a shard is missing");
+  expect_load_fails(s.dir, "nosuchtag", "no checkpoint 'nosuchtag'");
+  expect_load_fails(s.dir, "../good", "not a plain name");
+  // The good one still loads.
+  Trainer t{ModelKind::kUnitMlp, cfg};
+  t.engine->load_checkpoint(s.dir.string(), "good");
+  const std::vector<at::Tensor> loaded = t.engine->gather_master_params();
+  for (std::size_t i = 0; i < loaded.size(); ++i) EXPECT_TRUE(at::equal(loaded[i], s.master[i]));
+  on_rank0([&] { rm_tree(s.dir); });
+}
+
+TEST(BadInput, ManifestOfAnotherModelOrNewerFormatIsRefused) {
+  comm::Communicator& comm = world_comm();
+  const int world = comm.world_size();
+  const fs::path dir = shared_temp_dir(comm, "other_model");
+  {
+    // A checkpoint of another model: the plain MLP.
+    auto model = make_model(ModelKind::kMlp);
+    Engine e(model, make_config(2, false, false, world, kGlobalBatch / world, 1), comm);
+    e.save_checkpoint(dir.string(), "mlp");
+  }
+  expect_load_fails(dir, "mlp", "is of another model");
+  const config::Config cfg = make_config(2, false, false, world, kGlobalBatch / world, 1);
+  {
+    Trainer t{ModelKind::kUnitMlp, cfg};
+    t.engine->save_checkpoint(dir.string(), "good");
+  }
+  auto edit_manifest = [&](const std::string& tag, const std::function<void(nlohmann::json&)>& edit) {
+    on_rank0([&] {
+      copy_tag(dir, "good", tag);
+      const fs::path p = dir / tag / ckpt::kManifestName;
+      nlohmann::json j = nlohmann::json::parse(ckpt::read_text(p));
+      edit(j);
+      std::ofstream(p) << j.dump();
+    });
+  };
+  edit_manifest("newer", [](nlohmann::json& j) { j["format_version"] = 99; });
+  expect_load_fails(dir, "newer", "newer than this zerocpp reads");
+  edit_manifest("escape", [](nlohmann::json& j) { j["files"][0]["name"] = "../good/manifest.json"; });
+  expect_load_fails(dir, "escape", "is not a plain file name");
+  edit_manifest("huge", [](nlohmann::json& j) { j["files"][0]["sections"][0]["bytes"] = 1ull << 62; });
+  expect_load_fails(dir, "huge", "more than the limit");
+  edit_manifest("negative", [](nlohmann::json& j) { j["params"][0]["offset"] = -4; });
+  expect_load_fails(dir, "negative", "is negative");
+  edit_manifest("overlap", [](nlohmann::json& j) { j["params"][1]["offset"] = j["params"][0]["offset"]; });
+  expect_load_fails(dir, "overlap", "overlap");
+  edit_manifest("notjson", [](nlohmann::json& j) { j = "x"; });
+  expect_load_fails(dir, "notjson", "not a zerocpp checkpoint manifest");
+  on_rank0([&] { rm_tree(dir); });
+}
+
+TEST(BadInput, UnwritableFolderAndFullDiskLeaveTheEarlierCheckpoint) {
+  comm::Communicator& comm = world_comm();
+  const int world = comm.world_size();
+  const config::Config cfg = make_config(2, false, false, world, kGlobalBatch / world, 1);
+  const Saved s = save_one(cfg, "full_disk");
+  Trainer t{ModelKind::kUnitMlp, cfg};
+  std::vector<float> losses;
+  t.steps(0, 3, losses);
+  // A folder below a file: cannot be created, whoever runs the test (root too).
+  const fs::path blocked = s.dir / "a_file" / "ckpt";
+  on_rank0([&] { std::ofstream(s.dir / "a_file") << "x"; });
+  try {
+    t.engine->save_checkpoint(blocked.string(), "x");
+    ADD_FAILURE() << "save into " << blocked << " did not fail";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot create the checkpoint folder"), std::string::npos) << e.what();
+  }
+  // A full disk mid-file: the file size limit stands in for it (write()
+  // fails with EFBIG, as it fails with ENOSPC on a full disk).
+  for (bool async : {false, true}) {
+    struct rlimit old {};
+    getrlimit(RLIMIT_FSIZE, &old);
+    std::signal(SIGXFSZ, SIG_IGN);
+    struct rlimit lim = old;
+    lim.rlim_cur = 4096;
+    if (comm.rank() == world - 1) setrlimit(RLIMIT_FSIZE, &lim);
+    try {
+      t.engine->save_checkpoint(s.dir.string(), "good", {}, async);
+      t.engine->wait_checkpoint();
+      ADD_FAILURE() << "save past the file size limit did not fail";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("after"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("was not saved"), std::string::npos) << e.what();
+    }
+    setrlimit(RLIMIT_FSIZE, &old);
+    EXPECT_FALSE(t.engine->checkpoint_in_flight());
+  }
+  // latest still names "good", whose files are those of the first save.
+  Trainer u{ModelKind::kUnitMlp, cfg};
+  u.engine->load_checkpoint(s.dir.string(), "latest");
+  EXPECT_EQ(u.engine->stats().step, 2);
+  const std::vector<at::Tensor> loaded = u.engine->gather_master_params();
+  for (std::size_t i = 0; i < loaded.size(); ++i) EXPECT_TRUE(at::equal(loaded[i], s.master[i]));
+  // The engine that failed to save trains on, and saves once there is room.
+  t.steps(3, 4, losses);
+  t.engine->save_checkpoint(s.dir.string(), "after");
+  on_rank0([&] { EXPECT_EQ(ckpt::resolve_tag(s.dir, "latest"), "after"); rm_tree(s.dir); });
+}
+
+TEST(Save, MidWindowIsRefusedAndTheAsyncCommitComesAtAStep) {
+  comm::Communicator& comm = world_comm();
+  const int world = comm.world_size();
+  const config::Config cfg = make_config(2, true, false, world, kGlobalBatch / (2 * world), 2);
+  const fs::path dir = shared_temp_dir(comm, "async");
+  Trainer t{ModelKind::kUnitMlp, cfg};
+  std::vector<float> losses;
+  t.steps(0, 1, losses);
+  // Half a window.
+  GlobalBatch gb = global_batch(ModelKind::kUnitMlp, 1);
+  const int micro = static_cast<int>(cfg.train_micro_batch_size_per_gpu);
+  t.engine->backward(micro_loss(ModelKind::kUnitMlp, *t.model, gb.x.narrow(0, comm.rank() * micro, micro),
+                                gb.y.narrow(0, comm.rank() * micro, micro), t.engine->dtype()));
+  t.engine->step();
+  EXPECT_THROW(t.engine->save_checkpoint(dir.string(), "mid"), Error);
+  t.engine->backward(micro_loss(ModelKind::kUnitMlp, *t.model, gb.x.narrow(0, 8 + comm.rank() * micro, micro),
+                                gb.y.narrow(0, 8 + comm.rank() * micro, micro), t.engine->dtype()));
+  t.engine->step();
+  t.engine->save_checkpoint(dir.string(), "async", {}, /*async=*/true);
+  EXPECT_TRUE(t.engine->checkpoint_in_flight());
+  EXPECT_FALSE(fs::exists(dir / "async" / ckpt::kManifestName));
+  for (int i = 0; i < 50 && t.engine->checkpoint_in_flight(); ++i) t.steps(2 + i, 3 + i, losses);
+  EXPECT_FALSE(t.engine->checkpoint_in_flight());
+  comm.barrier()->wait();
+  EXPECT_TRUE(fs::exists(dir / "async" / ckpt::kManifestName));
+  EXPECT_GT(t.engine->last_checkpoint().bytes, 0u);
+  on_rank0([&] { rm_tree(dir); });
+}
+
+// ---- Reshard: one job saves, another (other ranks, other stage) loads --------
+
+// ZERO_CKPT_RESHARD=save:<stage>[+offload][+dpu]:<dir> or load:<stage>[...]:<dir>
+struct ReshardRole {
+  bool save = false, active = false;
+  ResumeCase c{"reshard", 0};
+  fs::path dir;
+};
+
+ReshardRole reshard_role() {
+  ReshardRole r;
+  const char* env = std::getenv("ZERO_CKPT_RESHARD");
+  if (!env) return r;
+  const std::string s = env;
+  const auto a = s.find(':'), b = s.find(':', a + 1);
+  r.active = true;
+  r.save = s.substr(0, a) == "save";
+  const std::string layout = s.substr(a + 1, b - a - 1);
+  r.c.stage = layout[0] - '0';
+  r.c.offload = layout.find("+offload") != std::string::npos;
+  r.c.dpu = layout.find("+dpu") != std::string::npos;
+  r.c.param_offload = layout.find("+param") != std::string::npos;
+  r.dir = s.substr(b + 1);
+  return r;
+}
+
+constexpr int kReshardSave = 3, kReshardSteps = 6;
+
+void write_floats(const fs::path& p, const std::vector<float>& v) {
+  std::ofstream(p, std::ios::binary).write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size() * 4));
+}
+std::vector<float> read_floats(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::vector<float> v(fs::file_size(p) / 4);
+  in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(v.size() * 4));
+  return v;
+}
+std::vector<float> flatten(const std::vector<at::Tensor>& ts) {
+  std::vector<float> v;
+  for (const at::Tensor& t : ts) {
+    const at::Tensor c = t.contiguous();
+    v.insert(v.end(), c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
+  }
+  return v;
+}
+
+TEST(Reshard, SaveOnOneLayoutLoadOnAnother) {
+  const ReshardRole role = reshard_role();
+  if (!role.active) GTEST_SKIP() << "run by the ckpt_reshard tests (ZERO_CKPT_RESHARD)";
+  comm::Communicator& comm = world_comm();
+  const config::Config cfg = case_config(role.c, comm.world_size());
+  Trainer t{ModelKind::kUnitMlp, cfg};
+  if (role.save) {
+    std::vector<float> losses;
+    t.steps(0, kReshardSave, losses);
+    t.engine->save_checkpoint(role.dir.string(), "step-3");
+    const std::vector<float> at_save = flatten(t.engine->gather_master_params());
+    losses.clear();
+    t.steps(kReshardSave, kReshardSteps, losses);
+    const std::vector<float> final_params = flatten(t.final_params());
+    if (comm.rank() == 0) {
+      write_floats(role.dir / "master_at_save.bin", at_save);
+      write_floats(role.dir / "losses_after.bin", losses);
+      write_floats(role.dir / "final.bin", final_params);
+    }
+    return;
+  }
+  t.engine->load_checkpoint(role.dir.string());
+  // Data movement only: bitwise.
+  const std::vector<float> loaded = flatten(t.engine->gather_master_params());
+  const std::vector<float> saved = read_floats(role.dir / "master_at_save.bin");
+  ASSERT_EQ(loaded.size(), saved.size());
+  std::size_t differ = 0;
+  for (std::size_t i = 0; i < loaded.size(); ++i) differ += loaded[i] != saved[i];
+  EXPECT_EQ(differ, 0u) << "master weights after the load differ from the saved ones";
+  // Training on: as the saving job went on, within the parity tolerance
+  // (another world size sums the gradients in another order).
+  std::vector<float> losses;
+  t.steps(kReshardSave, kReshardSteps, losses);
+  const std::vector<float> ref_losses = read_floats(role.dir / "losses_after.bin");
+  ASSERT_EQ(losses.size(), ref_losses.size());
+  for (std::size_t i = 0; i < losses.size(); ++i) EXPECT_NEAR(losses[i], ref_losses[i], 1e-5f * (1 + std::abs(ref_losses[i])));
+  const std::vector<float> fin = flatten(t.final_params()), ref = read_floats(role.dir / "final.bin");
+  ASSERT_EQ(fin.size(), ref.size());
+  for (std::size_t i = 0; i < fin.size(); ++i) ASSERT_NEAR(fin[i], ref[i], 1e-5 + 1e-5 * std::abs(ref[i])) << "element " << i;
+}
+
+}  // namespace
+}  // namespace zero::test
