@@ -9,6 +9,9 @@
 #include <cstring>
 #include <memory>
 #include <numeric>
+#include <optional>
+#include <csignal>
+#include <cstdlib>
 
 #include "zero/ckpt/crc32c.h"
 #include "zero/core/error.h"
@@ -18,6 +21,34 @@ namespace zero::ckpt {
 namespace {
 
 std::string errno_text(int e) { return std::strerror(e); }
+
+// Fault injection for the crash tests (tests/train/ckpt_crash_test.sh):
+// ZERO_CKPT_TEST_KILL="<n>:<name part>:<bytes>|end" kills this process with
+// SIGKILL during the n-th file it writes (counting from 1) whose name
+// contains <name part>, once <bytes> bytes are written, or after the file is
+// complete and fsync'd ("end": between the files and the commit).
+struct KillSpec {
+  int nth = 0;
+  std::string part;
+  std::uint64_t bytes = 0;
+  bool at_end = false;
+};
+std::optional<KillSpec> kill_spec(const std::string& file) {
+  static int files_seen = 0;
+  const char* env = std::getenv("ZERO_CKPT_TEST_KILL");
+  if (!env) return std::nullopt;
+  const std::string s = env;
+  const auto a = s.find(':'), b = s.find(':', a + 1);
+  if (a == std::string::npos || b == std::string::npos) return std::nullopt;
+  KillSpec k;
+  k.nth = std::atoi(s.substr(0, a).c_str());
+  k.part = s.substr(a + 1, b - a - 1);
+  if (file.find(k.part) == std::string::npos) return std::nullopt;
+  if (++files_seen != k.nth) return std::nullopt;
+  k.at_end = s.substr(b + 1) == "end";
+  if (!k.at_end) k.bytes = std::strtoull(s.substr(b + 1).c_str(), nullptr, 10);
+  return k;
+}
 
 std::string write_fix(int e) {
   if (e == ENOSPC || e == EDQUOT) return "free space on that disk or save somewhere else (--save-dir)";
@@ -30,6 +61,10 @@ std::string write_fix(int e) {
 ShardWriter::ShardWriter(std::filesystem::path path) : path_(std::move(path)) {
   fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   const int e = errno;
+  if (const auto k = kill_spec(path_.filename().string())) {
+    kill_after_ = k->at_end ? ~std::uint64_t{0} - 1 : k->bytes;
+    kill_at_end_ = k->at_end;
+  }
   ZERO_CHECK(fd_ >= 0, "cannot create checkpoint file ", path_.string(), ": ", errno_text(e), "; ", write_fix(e),
              ". The previous checkpoint is untouched");
 }
@@ -65,6 +100,10 @@ void ShardWriter::write(const void* data, std::size_t n) {
     p += w;
     left -= static_cast<std::size_t>(w);
     bytes_ += static_cast<std::uint64_t>(w);
+    if (bytes_ >= kill_after_ && !kill_at_end_) {
+      ::fsync(fd_);
+      std::raise(SIGKILL);
+    }
   }
 }
 
@@ -79,6 +118,7 @@ FileRecord ShardWriter::finish(int rank) {
   const int rc = ::fsync(fd_);
   const int e = errno;
   ZERO_CHECK(rc == 0, "fsync of checkpoint file ", path_.string(), " failed: ", errno_text(e), "; ", write_fix(e));
+  if (kill_at_end_) std::raise(SIGKILL);
   const int rc2 = ::close(fd_);
   fd_ = -1;
   ZERO_CHECK(rc2 == 0, "closing checkpoint file ", path_.string(), " failed: ", errno_text(errno));

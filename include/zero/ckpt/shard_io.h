@@ -36,6 +36,9 @@ class ShardWriter {
   std::uint32_t crc_ = 0;
   std::vector<SectionRecord> sections_;
   bool in_section_ = false;
+  // Fault injection (shard_io.cpp, ZERO_CKPT_TEST_KILL).
+  std::uint64_t kill_after_ = ~std::uint64_t{0};
+  bool kill_at_end_ = false;
 };
 
 // A range of a file to copy out: `bytes` bytes at `offset`, to `dst`.
