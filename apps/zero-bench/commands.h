@@ -19,4 +19,8 @@ void add_step_command(CLI::App& app);
 // against a bf16 matmul peak measured in the same run (fit_plain_bench.cpp).
 void add_fit_plain_command(CLI::App& app);
 
+// `zero-bench ckpt`: checkpoint save/load throughput against the disk's
+// sequential speed in the same run, and the async-save stall (ckpt_bench.cpp).
+void add_ckpt_command(CLI::App& app);
+
 }  // namespace zero::bench

@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   zero::bench::add_adam_command(app);
   zero::bench::add_step_command(app);
   zero::bench::add_fit_plain_command(app);
+  zero::bench::add_ckpt_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -140,7 +140,8 @@ void check_layout(const Reader& r, const Manifest& m) {
     if (b.offset != flat) r.fail(f + ".offset", "does not follow the bucket before it");
     if (b.partition_offset != part) r.fail(f + ".partition_offset", "does not follow the bucket before it");
     if (b.numel > b.padded) r.fail(f + ".numel", "is larger than its padded size");
-    if (b.chunk * static_cast<std::uint64_t>(m.shard_world) != b.padded) {
+    if (b.padded % static_cast<std::uint64_t>(m.shard_world) != 0 ||
+        b.padded / static_cast<std::uint64_t>(m.shard_world) != b.chunk) {
       r.fail(f + ".chunk", "times shard_world is not its padded size");
     }
     flat += b.padded;
@@ -181,9 +182,16 @@ Manifest parse_manifest(std::string_view text, const std::string& where) {
   }
   const Reader r{where};
   Manifest m;
-  ZERO_CHECK(j.is_object() && j.value("format", std::string()) == kFormatName, "checkpoint manifest ", where,
+  // Not j.value("format", ...): it throws json::type_error when "format" is not a string.
+  const auto format = j.is_object() ? j.find("format") : j.end();
+  ZERO_CHECK(format != j.end() && format->is_string() && format->get_ref<const std::string&>() == kFormatName,
+             "checkpoint manifest ", where,
              " is not a zerocpp checkpoint manifest (no \"format\": \"", kFormatName, "\")");
-  m.format_version = static_cast<int>(r.integer(j, "format_version", "manifest"));
+  const std::int64_t version = r.integer(j, "format_version", "manifest");
+  ZERO_CHECK(version <= kFormatVersion, "checkpoint manifest ", where, " has format version ", version,
+             ", newer than this zerocpp reads (", kFormatVersion,
+             "): load it with the zerocpp that wrote it, or a newer one");
+  m.format_version = static_cast<int>(std::max<std::int64_t>(version, 0));
   ZERO_CHECK(m.format_version <= kFormatVersion, "checkpoint manifest ", where, " has format version ",
              m.format_version, ", newer than this zerocpp reads (", kFormatVersion,
              "): load it with the zerocpp that wrote it, or a newer one");

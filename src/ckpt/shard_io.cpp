@@ -100,6 +100,12 @@ void ShardWriter::write(const void* data, std::size_t n) {
     p += w;
     left -= static_cast<std::size_t>(w);
     bytes_ += static_cast<std::uint64_t>(w);
+    // Write-behind: start the disk on what is written every 64 MiB, so that
+    // the final fsync finds little left and dirty pages do not pile up.
+    if (bytes_ - flushed_ >= (std::uint64_t{64} << 20)) {
+      ::sync_file_range(fd_, static_cast<off_t>(flushed_), static_cast<off_t>(bytes_ - flushed_), SYNC_FILE_RANGE_WRITE);
+      flushed_ = bytes_;
+    }
     if (bytes_ >= kill_after_ && !kill_at_end_) {
       ::fsync(fd_);
       std::raise(SIGKILL);

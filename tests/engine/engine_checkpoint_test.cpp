@@ -92,6 +92,7 @@ struct ResumeCase {
   int stage;
   bool offload = false, dpu = false, bf16 = false, param_offload = false, adagrad = false, async = false;
   int accumulation = 1;
+  bool fp16 = false;  // dynamic loss scaling, its window short enough to move during the run
 };
 
 config::Config case_config(const ResumeCase& c, int world) {
@@ -102,6 +103,11 @@ config::Config case_config(const ResumeCase& c, int world) {
     cfg.zero_optimization.offload_optimizer.delayed_param_update_warmup_steps = 1;
   }
   if (c.param_offload) cfg.zero_optimization.offload_param.device = "cpu";
+  if (c.fp16) {
+    cfg.fp16.enabled = true;
+    cfg.fp16.initial_scale_power = 8;
+    cfg.fp16.loss_scale_window = 2;
+  }
   if (c.adagrad) {
     cfg.optimizer.type = "Adagrad";
     cfg.optimizer.weight_decay = 0.0f;
@@ -120,9 +126,12 @@ TEST_P(Resume, ContinuesBitwiseLikeAnUnbrokenRun) {
 
   std::vector<float> unbroken;
   std::vector<at::Tensor> unbroken_params;
+  float unbroken_scale_at_save = 0.0f;
   {
     Trainer t{kind, cfg};
-    t.steps(0, kSteps, unbroken);
+    t.steps(0, kSave, unbroken);
+    unbroken_scale_at_save = t.engine->stats().loss_scale;
+    t.steps(kSave, kSteps, unbroken);
     unbroken_params = t.final_params();
   }
   const fs::path dir = shared_temp_dir(comm, c.name);
@@ -141,6 +150,7 @@ TEST_P(Resume, ContinuesBitwiseLikeAnUnbrokenRun) {
   const nlohmann::json client = t.engine->load_checkpoint(dir.string(), "latest");
   EXPECT_EQ(client.at("step").get<int>(), kSave);
   EXPECT_EQ(t.engine->stats().step, kSave);
+  EXPECT_EQ(t.engine->stats().loss_scale, unbroken_scale_at_save);
   t.steps(kSave, kSteps, resumed);
   const std::vector<at::Tensor> params = t.final_params();
   ASSERT_EQ(resumed.size(), unbroken.size());
@@ -158,7 +168,8 @@ INSTANTIATE_TEST_SUITE_P(
                       ResumeCase{"stage2_offload_dpu_bf16_async", 2, true, true, true, false, false, true},
                       ResumeCase{"stage1_bf16", 1, false, false, true}, ResumeCase{"stage3", 3},
                       ResumeCase{"stage3_offload_dpu_async", 3, true, true, false, true, false, true},
-                      ResumeCase{"stage2_adagrad_offload", 2, true, false, false, false, true}),
+                      ResumeCase{"stage2_adagrad_offload", 2, true, false, false, false, true},
+                      ResumeCase{"stage2_fp16_offload", 2, true, false, false, false, false, false, 1, true}),
     [](const ::testing::TestParamInfo<ResumeCase>& i) { return std::string(i.param.name); });
 
 // ---- Bad input --------------------------------------------------------------
@@ -283,6 +294,13 @@ TEST(BadInput, ManifestOfAnotherModelOrNewerFormatIsRefused) {
   expect_load_fails(dir, "overlap", "overlap");
   edit_manifest("notjson", [](nlohmann::json& j) { j = "x"; });
   expect_load_fails(dir, "notjson", "not a zerocpp checkpoint manifest");
+  // Found by checkpoint_reader_fuzzer: a "format" that is not a string threw
+  // nlohmann's type_error past the loader.
+  edit_manifest("notstring", [](nlohmann::json& j) { j["format"] = 1; });
+  expect_load_fails(dir, "notstring", "not a zerocpp checkpoint manifest");
+  // A version that wraps round in 32 bits to 1.
+  edit_manifest("wraps", [](nlohmann::json& j) { j["format_version"] = 4294967297ull; });
+  expect_load_fails(dir, "wraps", "newer than this zerocpp reads");
   on_rank0([&] { rm_tree(dir); });
 }
 

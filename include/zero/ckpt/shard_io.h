@@ -32,7 +32,7 @@ class ShardWriter {
  private:
   std::filesystem::path path_;
   int fd_ = -1;
-  std::uint64_t bytes_ = 0;
+  std::uint64_t bytes_ = 0, flushed_ = 0;
   std::uint32_t crc_ = 0;
   std::vector<SectionRecord> sections_;
   bool in_section_ = false;

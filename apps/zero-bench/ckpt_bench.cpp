@@ -1,0 +1,202 @@
+// zero-bench ckpt: checkpoint save and load throughput of the engine against
+// the same disk's sequential write and read speed measured in the same run
+// (every rank writing, then reading, a file as large as its checkpoint file
+// at once, fsync'd, page cache dropped for the file before each read), and
+// the stall of an asynchronous save (the host copy) against a synchronous
+// one. Run it under mpirun for several ranks.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/ops/randint.h>
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+#include <torch/utils.h>
+
+#include "commands.h"
+#include "zero/ckpt/checkpoint_dir.h"
+#include "zero/comm/communicator.h"
+#include "zero/core/error.h"
+#include "zero/engine/engine.h"
+#include "zero/models/gpt.h"
+
+namespace zero::bench {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+struct CkptOptions {
+  std::int64_t layers = 8, embd = 1024, heads = 8;
+  int stage = 2, rounds = 3;
+  bool offload = true, json = false;
+  std::string dir = "/tmp/zero_bench_ckpt";
+};
+
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// The page cache's copy of every file below `dir` dropped (clean pages:
+// fsync'd), so that the next read comes from the disk.
+void drop_cache(const fs::path& dir) {
+  std::error_code ec;
+  for (const auto& e : fs::recursive_directory_iterator(dir, ec)) {
+    if (!e.is_regular_file()) continue;
+    const int fd = ::open(e.path().c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    ::fdatasync(fd);
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
+  }
+}
+
+// Sequential write (fsync'd) and cold read of `bytes` on this rank, in the
+// checkpoint's block size; every rank at once.
+std::pair<double, double> disk_speed(const fs::path& file, std::uint64_t bytes, comm::Communicator& comm) {
+  std::vector<char> block(std::size_t{8} << 20, 'z');
+  comm.barrier()->wait();
+  const auto t0 = Clock::now();
+  const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  ZERO_CHECK(fd >= 0, "cannot create ", file.string());
+  for (std::uint64_t done = 0; done < bytes;) {
+    const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(block.size(), bytes - done));
+    ZERO_CHECK(::write(fd, block.data(), n) == static_cast<ssize_t>(n), "write to ", file.string(), " failed");
+    done += n;
+  }
+  ::fsync(fd);
+  ::close(fd);
+  comm.barrier()->wait();
+  const double write_s = since(t0);
+  drop_cache(file.parent_path());
+  comm.barrier()->wait();
+  const auto t1 = Clock::now();
+  const int rfd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  while (::read(rfd, block.data(), block.size()) > 0) {
+  }
+  ::close(rfd);
+  comm.barrier()->wait();
+  const double read_s = since(t1);
+  fs::remove(file);
+  return {write_s, read_s};
+}
+
+void run_ckpt(const CkptOptions& o) {
+  auto comm = comm::make_communicator();
+  const int world = comm->world_size();
+  const bool root = comm->rank() == 0;
+  models::GptConfig g = models::gpt_preset("gpt2-tiny");
+  g.n_layer = o.layers;
+  g.n_embd = o.embd;
+  g.n_head = o.heads;
+  g.block_size = 64;
+  torch::manual_seed(1);
+  auto model = std::make_shared<models::Gpt>(g);
+  config::Config cfg;
+  cfg.train_micro_batch_size_per_gpu = 1;
+  cfg.gradient_accumulation_steps = 1;
+  cfg.train_batch_size = world;
+  cfg.world_size = world;
+  cfg.optimizer.type = "AdamW";
+  cfg.zero_optimization.stage = o.stage;
+  cfg.zero_optimization.offload_optimizer.device = o.offload ? "cpu" : "none";
+  Engine engine(model, cfg, *comm);
+  const at::Tensor batch = at::randint(g.vocab_size, {1, 65});
+  engine.backward(model->loss(batch.narrow(1, 0, 64), batch.narrow(1, 1, 64)));
+  engine.step();
+  const fs::path dir = fs::path(o.dir) / ("np" + std::to_string(world));
+  std::error_code ec;
+  if (root) {
+    ckpt::remove_tree(dir, ec);
+    fs::create_directories(dir);
+  }
+  comm->barrier()->wait();
+
+  // Rounds of: the disk alone, a synchronous save (the caller waits for
+  // every file and the commit), an asynchronous one (the caller waits for
+  // the host copy only; then for the commit), a cold load. Medians: a
+  // virtual disk's speed varies from one write to the next.
+  std::vector<double> sync_t, async_t, stall_t, load_t, disk_wt, disk_rt;
+  std::uint64_t bytes = 0;
+  double total = 0.0;
+  for (int round = 0; round < o.rounds; ++round) {
+    comm->barrier()->wait();
+    auto t = Clock::now();
+    engine.save_checkpoint(dir.string(), "sync");
+    comm->barrier()->wait();
+    sync_t.push_back(since(t));
+    bytes = engine.last_checkpoint().bytes;
+    float total_f = static_cast<float>(bytes);
+    comm->all_reduce(&total_f, 1, DType::kFloat32)->wait();
+    total = total_f;
+    const auto [dw, dr] = disk_speed(dir / ("disk_rank" + std::to_string(comm->rank())), bytes, *comm);
+    disk_wt.push_back(dw);
+    disk_rt.push_back(dr);
+    comm->barrier()->wait();
+    t = Clock::now();
+    engine.save_checkpoint(dir.string(), "async", {}, /*async=*/true);
+    stall_t.push_back(since(t));
+    engine.wait_checkpoint();
+    comm->barrier()->wait();
+    async_t.push_back(since(t));
+    if (root) drop_cache(dir);
+    comm->barrier()->wait();
+    t = Clock::now();
+    engine.load_checkpoint(dir.string(), "sync");
+    comm->barrier()->wait();
+    load_t.push_back(since(t));
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  const double sync_s = median(sync_t), async_s = median(async_t), stall_s = median(stall_t), load_s = median(load_t);
+  const double disk_w = median(disk_wt), disk_r = median(disk_rt);
+  if (root) ckpt::remove_tree(dir, ec);
+  if (!root) return;
+  const double mb = 1e6;
+  std::printf("zero-bench ckpt: GPT %lld x %lld (%.1fM parameters), stage %d%s, %d rank(s), %.1f MB per rank, "
+              "%.1f MB in all, folder %s, median of %d rounds\n",
+              (long long)o.layers, (long long)o.embd, engine.num_parameters() / 1e6, o.stage,
+              o.offload ? " + offload" : "", world, bytes / mb, total / mb, o.dir.c_str(), o.rounds);
+  std::printf("  %-34s %9s %10s %9s\n", "", "seconds", "MB/s", "of disk");
+  std::printf("  %-34s %9.3f %10.1f %9s\n", "disk: sequential write + fsync", disk_w, total / disk_w / mb, "");
+  std::printf("  %-34s %9.3f %10.1f %9s\n", "disk: sequential read (cold)", disk_r, total / disk_r / mb, "");
+  std::printf("  %-34s %9.3f %10.1f %8.0f%%\n", "save (synchronous)", sync_s, total / sync_s / mb, 100 * disk_w / sync_s);
+  std::printf("  %-34s %9.3f %10.1f %8.0f%%\n", "save (asynchronous, to commit)", async_s, total / async_s / mb,
+              100 * disk_w / async_s);
+  std::printf("  %-34s %9.3f %10s %9s\n", "  of which training stalled", stall_s, "", "");
+  std::printf("  %-34s %9.3f %10.1f %8.0f%%\n", "load (cold)", load_s, total / load_s / mb, 100 * disk_r / load_s);
+  std::printf("  async stall = %.1f%% of the synchronous save\n", 100 * stall_s / sync_s);
+  if (o.json) {
+    nlohmann::json j = {{"params", engine.num_parameters()}, {"world", world}, {"bytes_per_rank", bytes},
+                        {"bytes_total", total}, {"disk_write_s", disk_w}, {"disk_read_s", disk_r},
+                        {"save_sync_s", sync_s}, {"save_async_s", async_s}, {"async_stall_s", stall_s},
+                        {"load_s", load_s}};
+    std::printf("%s\n", j.dump().c_str());
+  }
+}
+
+}  // namespace
+
+void add_ckpt_command(CLI::App& app) {
+  auto o = std::make_shared<CkptOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "ckpt", "checkpoint save/load throughput against the disk's sequential speed, and the async-save stall");
+  cmd->add_option("--layers", o->layers, "GPT layers")->capture_default_str();
+  cmd->add_option("--embd", o->embd, "GPT width")->capture_default_str();
+  cmd->add_option("--heads", o->heads, "attention heads")->capture_default_str();
+  cmd->add_option("--stage", o->stage, "ZeRO stage")->capture_default_str();
+  cmd->add_flag("!--no-offload", o->offload, "optimizer state on the device instead of offloaded");
+  cmd->add_option("--rounds", o->rounds, "rounds (medians are reported)")->capture_default_str();
+  cmd->add_option("--dir", o->dir, "folder to save to (the disk measured)")->capture_default_str();
+  cmd->add_flag("--json", o->json, "print one JSON object as the last line");
+  cmd->callback([o] { run_ckpt(*o); });
+}
+
+}  // namespace zero::bench
