@@ -127,12 +127,14 @@ TEST_P(Resume, ContinuesBitwiseLikeAnUnbrokenRun) {
   std::vector<float> unbroken;
   std::vector<at::Tensor> unbroken_params;
   float unbroken_scale_at_save = 0.0f;
+  StepStats unbroken_final;
   {
     Trainer t{kind, cfg};
     t.steps(0, kSave, unbroken);
     unbroken_scale_at_save = t.engine->stats().loss_scale;
     t.steps(kSave, kSteps, unbroken);
     unbroken_params = t.final_params();
+    unbroken_final = t.engine->stats();
   }
   const fs::path dir = shared_temp_dir(comm, c.name);
   std::vector<float> resumed;
@@ -153,6 +155,11 @@ TEST_P(Resume, ContinuesBitwiseLikeAnUnbrokenRun) {
   EXPECT_EQ(t.engine->stats().loss_scale, unbroken_scale_at_save);
   t.steps(kSave, kSteps, resumed);
   const std::vector<at::Tensor> params = t.final_params();
+  // The step counters and the loss scaler went on as in the unbroken run
+  // (with power-of-two scales the losses cannot tell a wrong scale).
+  EXPECT_EQ(t.engine->stats().step, unbroken_final.step);
+  EXPECT_EQ(t.engine->stats().skipped, unbroken_final.skipped);
+  EXPECT_EQ(t.engine->stats().loss_scale, unbroken_final.loss_scale);
   ASSERT_EQ(resumed.size(), unbroken.size());
   for (int s = kSave; s < kSteps; ++s) EXPECT_EQ(resumed[s], unbroken[s]) << "step " << s + 1;
   ASSERT_EQ(params.size(), unbroken_params.size());
