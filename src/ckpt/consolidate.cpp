@@ -1,10 +1,5 @@
 #include "zero/ckpt/consolidate.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstring>
 
 #include "zero/ckpt/checkpoint_dir.h"
@@ -34,35 +29,6 @@ void verify_files(const OpenCheckpoint& c, const std::function<void(std::size_t)
   }
 }
 
-namespace {
-
-// Bytes [offset, offset + n) of file f, which must have the manifest's size.
-void read_at(const OpenCheckpoint& c, const FileRecord& f, std::uint64_t offset, std::uint64_t n, void* dst) {
-  const fs::path path = c.folder / f.name;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  const int e = errno;
-  ZERO_CHECK(fd >= 0, "cannot open checkpoint file ", path.string(), ": ", std::strerror(e));
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
-  struct stat st {};
-  ZERO_CHECK(::fstat(fd, &st) == 0 && static_cast<std::uint64_t>(st.st_size) == f.bytes, "checkpoint file ",
-             path.string(), " has ", static_cast<std::uint64_t>(st.st_size), " bytes but the manifest says ", f.bytes,
-             ": it is truncated or damaged");
-  ZERO_CHECK(offset <= f.bytes && n <= f.bytes - offset, "read past the end of ", path.string());
-  auto* p = static_cast<char*>(dst);
-  while (n > 0) {
-    const ssize_t r = ::pread(fd, p, n, static_cast<off_t>(offset));
-    if (r < 0 && errno == EINTR) continue;
-    ZERO_CHECK(r > 0, "reading ", path.string(), " failed: ", r == 0 ? "end of file" : std::strerror(errno));
-    p += r;
-    offset += static_cast<std::uint64_t>(r);
-    n -= static_cast<std::uint64_t>(r);
-  }
-}
-
-}  // namespace
 
 std::vector<float> read_param(const OpenCheckpoint& c, std::size_t i) {
   const Manifest& m = c.manifest;
@@ -73,7 +39,7 @@ std::vector<float> read_param(const OpenCheckpoint& c, std::size_t i) {
     const FileRecord& f = m.files[static_cast<std::size_t>(r.shard)];
     const SectionRecord* s = f.find("master");
     ZERO_CHECK(s != nullptr, "checkpoint file ", f.name, " has no master section");
-    read_at(c, f, s->offset + r.src * 4, r.n * 4, out.data() + r.dst);
+    read_range(c.folder / f.name, f, s->offset + r.src * 4, r.n * 4, out.data() + r.dst);
   }
   return out;
 }
@@ -83,7 +49,7 @@ std::vector<unsigned char> read_module_tensor(const OpenCheckpoint& c, const std
   const SectionRecord* s = f.find(section);
   ZERO_CHECK(s != nullptr, "checkpoint has no module tensor ", section);
   std::vector<unsigned char> raw(s->bytes);
-  read_at(c, f, s->offset, s->bytes, raw.data());
+  read_range(c.folder / f.name, f, s->offset, s->bytes, raw.data());
   *dtype = s->dtype;
   if (s->dtype != "bf16" && s->dtype != "fp16") return raw;
   const std::size_t n = raw.size() / 2;

@@ -132,6 +132,26 @@ void check_sections(const Reader& r, const FileRecord& f, const std::string& fie
   }
 }
 
+FileRecord read_file_record(const Reader& r, const json& j, const std::string& f) {
+  FileRecord fr;
+  fr.name = r.string(j, "name", f);
+  if (!is_plain_file_name(fr.name)) r.fail(f + ".name", "'" + fr.name + "' is not a plain file name");
+  fr.rank = static_cast<int>(r.count(j, "rank", f, 1u << 20));
+  fr.bytes = r.count(j, "bytes", f);
+  fr.crc32c = static_cast<std::uint32_t>(r.count(j, "crc32c", f, 0xFFFFFFFFu));
+  for (const json& s : r.array(j, "sections", f)) {
+    SectionRecord sr;
+    sr.name = r.string(s, "name", f + ".sections[]");
+    sr.dtype = r.string(s, "dtype", f + ".sections[" + sr.name + "]");
+    if (s.contains("shape")) sr.shape = r.shape(s, f + ".sections[" + sr.name + "]", nullptr);
+    sr.offset = r.count(s, "offset", f + ".sections[" + sr.name + "]");
+    sr.bytes = r.count(s, "bytes", f + ".sections[" + sr.name + "]");
+    fr.sections.push_back(std::move(sr));
+  }
+  check_sections(r, fr, f);
+  return fr;
+}
+
 void check_layout(const Reader& r, const Manifest& m) {
   std::uint64_t flat = 0, part = 0;
   for (std::size_t i = 0; i < m.buckets.size(); ++i) {
@@ -171,6 +191,22 @@ void check_layout(const Reader& r, const Manifest& m) {
 }
 
 }  // namespace
+
+FileRecord parse_file_record(const nlohmann::json& j, const std::string& where) {
+  return read_file_record(Reader{where}, j, "file");
+}
+
+nlohmann::json file_record_to_json(const FileRecord& f) {
+  json sections = json::array();
+  for (const SectionRecord& s : f.sections) {
+    // A module tensor's shape (possibly [], a scalar) is always written; an
+    // absent shape reads back as [] too.
+    json e = {{"name", s.name}, {"dtype", s.dtype}, {"offset", s.offset}, {"bytes", s.bytes}};
+    if (!s.shape.empty() || s.name.rfind("module.", 0) == 0) e["shape"] = s.shape;
+    sections.push_back(e);
+  }
+  return {{"name", f.name}, {"rank", f.rank}, {"bytes", f.bytes}, {"crc32c", f.crc32c}, {"sections", sections}};
+}
 
 Manifest parse_manifest(std::string_view text, const std::string& where) {
   json j;
@@ -269,24 +305,9 @@ Manifest parse_manifest(std::string_view text, const std::string& where) {
   std::set<std::string> file_names;
   for (std::size_t i = 0; i < F.size(); ++i) {
     const std::string f = "files[" + std::to_string(i) + "]";
-    FileRecord fr;
-    fr.name = r.string(F[i], "name", f);
-    if (!is_plain_file_name(fr.name)) r.fail(f + ".name", "'" + fr.name + "' is not a plain file name");
+    FileRecord fr = read_file_record(r, F[i], f);
     if (!file_names.insert(fr.name).second) r.fail(f + ".name", "appears twice");
-    fr.rank = static_cast<int>(r.count(F[i], "rank", f, 1u << 20));
     if (fr.rank != static_cast<int>(i)) r.fail(f + ".rank", "is not " + std::to_string(i));
-    fr.bytes = r.count(F[i], "bytes", f);
-    fr.crc32c = static_cast<std::uint32_t>(r.count(F[i], "crc32c", f, 0xFFFFFFFFu));
-    for (const json& s : r.array(F[i], "sections", f)) {
-      SectionRecord sr;
-      sr.name = r.string(s, "name", f + ".sections[]");
-      sr.dtype = r.string(s, "dtype", f + ".sections[" + sr.name + "]");
-      if (s.contains("shape")) sr.shape = r.shape(s, f + ".sections[" + sr.name + "]", nullptr);
-      sr.offset = r.count(s, "offset", f + ".sections[" + sr.name + "]");
-      sr.bytes = r.count(s, "bytes", f + ".sections[" + sr.name + "]");
-      fr.sections.push_back(std::move(sr));
-    }
-    check_sections(r, fr, f);
     if (fr.rank < m.shard_world) {
       for (const std::string& name : m.partition_sections) {
         const SectionRecord* s = fr.find(name);
@@ -344,19 +365,7 @@ std::string manifest_to_json(const Manifest& m) {
                  {"loss_scaler", {{"scale", s.scale}, {"hysteresis_left", s.hysteresis_left}, {"iter", s.iter},
                                   {"last_overflow_iter", s.last_overflow_iter}, {"skipped", s.skipped}}}};
   json files = json::array();
-  for (const FileRecord& f : m.files) {
-    json sections = json::array();
-    for (const SectionRecord& sr : f.sections) {
-      json e = {{"name", sr.name}, {"dtype", sr.dtype}, {"offset", sr.offset}, {"bytes", sr.bytes}};
-      if (!sr.shape.empty() || std::find(m.module_tensors.begin(), m.module_tensors.end(), sr.name) !=
-                                   m.module_tensors.end()) {
-        e["shape"] = sr.shape;
-      }
-      sections.push_back(e);
-    }
-    files.push_back({{"name", f.name}, {"rank", f.rank}, {"bytes", f.bytes}, {"crc32c", f.crc32c},
-                     {"sections", sections}});
-  }
+  for (const FileRecord& f : m.files) files.push_back(file_record_to_json(f));
   j["files"] = files;
   j["module_tensors"] = m.module_tensors;
   j["client_state"] = m.client_state;

@@ -137,26 +137,62 @@ FileRecord ShardWriter::finish(int rank) {
   return f;
 }
 
+namespace {
+
+// A checkpoint file opened for reading, its size checked against the
+// manifest's; closed when it goes.
+struct ShardFd {
+  int fd = -1;
+  ShardFd(const std::filesystem::path& path, const FileRecord& rec) {
+    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    const int e = errno;
+    ZERO_CHECK(fd >= 0, "cannot open checkpoint file ", path.string(), ": ", errno_text(e),
+               e == ENOENT ? "; the checkpoint is incomplete (a shard is missing): load another tag" : "");
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) {
+      const int se = errno;
+      ::close(fd);
+      ZERO_CHECK(false, "cannot stat checkpoint file ", path.string(), ": ", errno_text(se));
+    }
+    const auto size = static_cast<std::uint64_t>(st.st_size);
+    if (size != rec.bytes) {
+      ::close(fd);
+      ZERO_CHECK(false, "checkpoint file ", path.string(), " has ", size, " bytes but the manifest says ", rec.bytes,
+                 ": it is ", size < rec.bytes ? "truncated" : "longer than written", "; load another tag");
+    }
+  }
+  ~ShardFd() { ::close(fd); }
+  ShardFd(const ShardFd&) = delete;
+  ShardFd& operator=(const ShardFd&) = delete;
+};
+
+}  // namespace
+
+void read_range(const std::filesystem::path& path, const FileRecord& rec, std::uint64_t offset, std::uint64_t n,
+                void* dst) {
+  ZERO_CHECK(offset <= rec.bytes && n <= rec.bytes - offset, "checkpoint file ", path.string(), ": a read of ", n,
+             " bytes at ", offset, " lies past its ", rec.bytes, " bytes");
+  const ShardFd shard(path, rec);
+  auto* p = static_cast<char*>(dst);
+  while (n > 0) {
+    const ssize_t r = ::pread(shard.fd, p, n, static_cast<off_t>(offset));
+    if (r < 0 && errno == EINTR) continue;
+    ZERO_CHECK(r > 0, "reading checkpoint file ", path.string(), " at byte ", offset, " failed: ",
+               r == 0 ? std::string("end of file (truncated while reading)") : errno_text(errno));
+    p += r;
+    offset += static_cast<std::uint64_t>(r);
+    n -= static_cast<std::uint64_t>(r);
+  }
+}
+
 void read_file(const std::filesystem::path& path, const FileRecord& rec, const std::vector<ReadRange>& ranges,
                bool verify, const RangeSink& sink) {
   for (const ReadRange& r : ranges) {
     ZERO_CHECK(r.offset <= rec.bytes && r.bytes <= rec.bytes - r.offset, "checkpoint file ", path.string(),
                ": a read of ", r.bytes, " bytes at ", r.offset, " lies past its ", rec.bytes, " bytes");
   }
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  const int e = errno;
-  ZERO_CHECK(fd >= 0, "cannot open checkpoint file ", path.string(), ": ", errno_text(e),
-             e == ENOENT ? "; the checkpoint is incomplete (a shard is missing): load another tag" : "");
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
-  struct stat st {};
-  ZERO_CHECK(::fstat(fd, &st) == 0, "cannot stat checkpoint file ", path.string(), ": ", errno_text(errno));
-  ZERO_CHECK(static_cast<std::uint64_t>(st.st_size) == rec.bytes, "checkpoint file ", path.string(), " has ",
-             static_cast<std::uint64_t>(st.st_size), " bytes but the manifest says ", rec.bytes, ": it is ",
-             static_cast<std::uint64_t>(st.st_size) < rec.bytes ? "truncated" : "longer than written",
-             "; load another tag");
+  const ShardFd shard(path, rec);
+  const int fd = shard.fd;
   (void)::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
   // Ranges by offset, so that one pass over the file serves them all.
   std::vector<std::size_t> order(ranges.size());

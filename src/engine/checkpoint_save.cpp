@@ -44,15 +44,7 @@ void CheckpointSave::write() {
     }
     const ckpt::FileRecord rec = w.finish(rank_);
     bytes_ = rec.bytes;
-    nlohmann::json j = {{"name", rec.name}, {"rank", rec.rank}, {"bytes", rec.bytes}, {"crc32c", rec.crc32c}};
-    nlohmann::json secs = nlohmann::json::array();
-    for (const ckpt::SectionRecord& s : rec.sections) {
-      nlohmann::json e = {{"name", s.name}, {"dtype", s.dtype}, {"offset", s.offset}, {"bytes", s.bytes}};
-      if (!s.shape.empty()) e["shape"] = s.shape;
-      secs.push_back(e);
-    }
-    j["sections"] = secs;
-    record_ = j.dump();
+    record_ = ckpt::file_record_to_json(rec).dump();
   } catch (const std::exception& e) {
     record_ = std::string("error: ") + e.what();
   }

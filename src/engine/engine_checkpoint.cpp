@@ -45,6 +45,15 @@ const char* dtype_name_of(c10::ScalarType t) {
   }
 }
 
+// dtype_name_of's inverse, for the names parse_manifest accepts.
+c10::ScalarType scalar_type_of(const std::string& name) {
+  for (c10::ScalarType t : {at::kFloat, at::kBFloat16, at::kHalf, at::kDouble, at::kLong, at::kInt, at::kByte, at::kBool}) {
+    if (name == dtype_name_of(t)) return t;
+  }
+  ZERO_INTERNAL_ASSERT(false, "no scalar type for checkpoint dtype ", name);
+  return at::kFloat;
+}
+
 // Every rank's string, on every rank (through the device the communicator
 // works on; the words are copied, never summed).
 std::vector<std::string> all_gather_text(comm::Communicator& comm, const c10::Device& device, const std::string& mine) {
@@ -92,12 +101,18 @@ std::string error_of(Fn&& fn) {
   return {};
 }
 
+std::vector<ckpt::BucketRecord> bucket_records(const FlatLayout& L) {
+  std::vector<ckpt::BucketRecord> out;
+  for (const Bucket& b : L.buckets()) out.push_back({b.offset, b.numel, b.padded, b.chunk, b.partition_offset});
+  return out;
+}
+
 // The layout as the manifest records it.
 void record_layout(const FlatLayout& L, ckpt::Manifest& m) {
   m.shard_world = L.shard_world();
   m.padded_numel = L.padded_numel();
   m.partition_numel = L.partition_numel();
-  for (const Bucket& b : L.buckets()) m.buckets.push_back({b.offset, b.numel, b.padded, b.chunk, b.partition_offset});
+  m.buckets = bucket_records(L);
 }
 
 // The module's frozen parameters and buffers, by name, each once.
@@ -194,14 +209,9 @@ void Engine::save_checkpoint(const std::string& dir, const std::string& tag, con
         man.partition_sections.push_back("update");
       }
     }
-  } else {
-    // Ranks past the shard world (stage 0) write their RNG state only; the
-    // manifest's list is the same on every rank.
-    man.partition_sections = {"master", "exp_avg"};
-    if (man.moments == 2) man.partition_sections.push_back("exp_avg_sq");
-    man.partition_sections.push_back("params");
-    if (man.engine.update_pending && m.precision.dtype() != at::kFloat) man.partition_sections.push_back("update");
   }
+  // Ranks past the shard world (stage 0) write their RNG state only. (Only
+  // rank 0's manifest is committed, and rank 0 always holds a partition.)
   sections.push_back({"rng.cpu", "u8", {}, {at::detail::getDefaultCPUGenerator().get_state()}});
   if (m.ctx.on_accelerator()) {
     sections.push_back({"rng.device", "u8", {}, {at::globalContext().defaultGenerator(m.ctx.device).get_state()}});
@@ -269,23 +279,9 @@ void Engine::finish_checkpoint(bool block) {
   if (m.rank == 0) {
     error = error_of([&] {
       ckpt::Manifest& man = save->manifest();
-      for (const std::string& r : records) {
-        const nlohmann::json j = nlohmann::json::parse(r);
-        ckpt::FileRecord f;
-        f.name = j.at("name").get<std::string>();
-        f.rank = j.at("rank").get<int>();
-        f.bytes = j.at("bytes").get<std::uint64_t>();
-        f.crc32c = j.at("crc32c").get<std::uint32_t>();
-        for (const auto& s : j.at("sections")) {
-          ckpt::SectionRecord sr;
-          sr.name = s.at("name").get<std::string>();
-          sr.dtype = s.at("dtype").get<std::string>();
-          if (s.contains("shape")) sr.shape = s.at("shape").get<std::vector<std::int64_t>>();
-          sr.offset = s.at("offset").get<std::uint64_t>();
-          sr.bytes = s.at("bytes").get<std::uint64_t>();
-          f.sections.push_back(std::move(sr));
-        }
-        man.files.push_back(std::move(f));
+      for (std::size_t r = 0; r < records.size(); ++r) {
+        man.files.push_back(ckpt::parse_file_record(nlohmann::json::parse(records[r]),
+                                                    "the file record of rank " + std::to_string(r)));
       }
       const std::string text = ckpt::manifest_to_json(man);
       // What is written must read back: the manifest's own checks.
@@ -361,12 +357,7 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
     const bool has_update = std::find(man.partition_sections.begin(), man.partition_sections.end(), "update") !=
                             man.partition_sections.end();
     if (same_dtype && has_update) update = at::empty_like(params);
-    const std::vector<ckpt::ElementRun> runs =
-        ckpt::plan_partition(man, [&] {
-          std::vector<ckpt::BucketRecord> b;
-          for (const Bucket& x : L.buckets()) b.push_back({x.offset, x.numel, x.padded, x.chunk, x.partition_offset});
-          return b;
-        }(), targets, P.shard_rank());
+    const std::vector<ckpt::ElementRun> runs = ckpt::plan_partition(man, bucket_records(L), targets, P.shard_rank());
     std::map<int, std::vector<ckpt::ReadRange>> reads;  // by saved rank
     struct Target {
       const char* section;
@@ -408,13 +399,7 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
                  "saved from");
       ZERO_CHECK(it->second.sizes().vec() == s->shape, "checkpoint ", where, ": ", name.substr(7), " has shape ",
                  c10::IntArrayRef(s->shape), " but ", it->second.sizes(), " in this module");
-      const char* d = s->dtype.c_str();
-      c10::ScalarType st = at::kFloat;
-      for (c10::ScalarType c : {at::kFloat, at::kBFloat16, at::kHalf, at::kDouble, at::kLong, at::kInt, at::kByte,
-                                at::kBool}) {
-        if (std::strcmp(dtype_name_of(c), d) == 0) st = c;
-      }
-      at::Tensor v = at::empty(s->shape, at::TensorOptions().dtype(st));
+      at::Tensor v = at::empty(s->shape, at::TensorOptions().dtype(scalar_type_of(s->dtype)));
       reads[0].push_back({s->offset, s->bytes, v.data_ptr()});
       module_updates.emplace_back(it->second, v);
     }

@@ -107,6 +107,11 @@ struct Manifest {
 // errors. Throws zero::Error naming the field and the problem.
 Manifest parse_manifest(std::string_view text, const std::string& where);
 std::string manifest_to_json(const Manifest& m);
+// One file's record as the manifest lists it, and back (checked as in
+// parse_manifest: a plain name, sizes within bounds, sections inside the
+// file and not overlapping). The ranks send theirs to rank 0 this way.
+nlohmann::json file_record_to_json(const FileRecord& f);
+FileRecord parse_file_record(const nlohmann::json& j, const std::string& where);
 
 // Whether `name` may be a file of a checkpoint: letters, digits, '.', '_',
 // '-', not starting with '.', at most 128 characters.

@@ -57,6 +57,12 @@ using RangeSink = std::function<void(std::size_t, std::uint64_t, const void*, st
 void read_file(const std::filesystem::path& path, const FileRecord& rec, const std::vector<ReadRange>& ranges,
                bool verify = true, const RangeSink& sink = {});
 
+// Bytes [offset, offset + n) of `path` to dst, without the checksum (the
+// file's size is checked): random access for the offline tools, which
+// verify the checksums in a pass of their own.
+void read_range(const std::filesystem::path& path, const FileRecord& rec, std::uint64_t offset, std::uint64_t n,
+                void* dst);
+
 // Bytes per read and write call.
 inline constexpr std::size_t kIoBlock = std::size_t{8} << 20;
 
