@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "zero/comm/detail/collective_args.h"
+#include "mpi_health_channel.h"
 #include "mpi_reduce_ops.h"
 #include "mpi_runtime.h"
 #include "mpi_work.h"
@@ -68,6 +69,9 @@ class MpiCommunicator final : public Communicator {
         MPI_Comm_split_type(resources_->comm, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
     MPI_CHECK(MPI_Comm_rank(node, &local_rank_));
     MPI_CHECK(MPI_Comm_free(&node));
+    if (options_.health_channel && world_size_ > 1) {
+      set_health_channel(detail::make_mpi_health_channel(resources_->comm, mutable_flight_recorder()));
+    }
   }
 
   int rank() const override { return rank_; }
@@ -75,7 +79,7 @@ class MpiCommunicator final : public Communicator {
   int local_rank() const override { return local_rank_; }
   std::string backend_name() const override { return "mpi"; }
 
-  WorkPtr all_reduce(void* data, std::size_t count, DType dtype,
+  WorkPtr do_all_reduce(void* data, std::size_t count, DType dtype,
                      const AllReduceOptions& options) override {
     detail::check_buffer(data, count, "all_reduce", "data");
     std::vector<MPI_Request> requests;
@@ -106,7 +110,7 @@ class MpiCommunicator final : public Communicator {
                   std::move(scratch));
   }
 
-  WorkPtr reduce_scatter(const void* input, void* output, std::size_t count_per_rank, DType dtype,
+  WorkPtr do_reduce_scatter(const void* input, void* output, std::size_t count_per_rank, DType dtype,
                          const ReduceScatterOptions& options) override {
     const char* name = "reduce_scatter";
     detail::check_buffer(input, count_per_rank, name, "input");
@@ -139,7 +143,7 @@ class MpiCommunicator final : public Communicator {
                   std::move(on_complete));
   }
 
-  WorkPtr all_gather(const void* input, void* output, std::size_t count_per_rank,
+  WorkPtr do_all_gather(const void* input, void* output, std::size_t count_per_rank,
                      DType dtype) override {
     const char* name = "all_gather";
     detail::check_buffer(input, count_per_rank, name, "input");
@@ -160,7 +164,7 @@ class MpiCommunicator final : public Communicator {
     return issued(CollectiveKind::kAllGather, count_per_rank, dtype, std::move(requests));
   }
 
-  WorkPtr broadcast(void* data, std::size_t count, DType dtype,
+  WorkPtr do_broadcast(void* data, std::size_t count, DType dtype,
                     const BroadcastOptions& options) override {
     detail::check_buffer(data, count, "broadcast", "data");
     ZERO_CHECK(options.root >= 0 && options.root < world_size_, "broadcast: root ", options.root,
@@ -174,7 +178,7 @@ class MpiCommunicator final : public Communicator {
     return issued(CollectiveKind::kBroadcast, count, dtype, std::move(requests));
   }
 
-  WorkPtr barrier() override {
+  WorkPtr do_barrier() override {
     std::vector<MPI_Request> requests(1, MPI_REQUEST_NULL);
     MPI_CHECK(MPI_Ibarrier(resources_->comm, &requests.back()));
     return issued(CollectiveKind::kBarrier, 0, DType::kFloat32, std::move(requests));
@@ -203,22 +207,16 @@ class MpiCommunicator final : public Communicator {
     return static_cast<int>(count_per_rank);
   }
 
-  // Counts the op (identically on every rank: count is the same everywhere)
-  // and wraps its requests in a Work.
+  // Wraps the op's requests in a Work (the base class counts and records it).
   WorkPtr issued(CollectiveKind kind, std::size_t count, DType dtype,
                  std::vector<MPI_Request> requests, std::function<void()> on_complete = {},
                  std::shared_ptr<const void> scratch = {}) {
-    count_op(kind, count, dtype);
     if (requests.empty() && !on_complete) return make_completed_work();
     std::vector<std::shared_ptr<const void>> keepalive{resources_};
     if (scratch) keepalive.push_back(std::move(scratch));
     return std::make_shared<MpiWork>(MpiOpInfo{kind, count, dtype, rank_, world_size_},
                                      std::move(requests), std::move(keepalive),
                                      std::move(on_complete));
-  }
-
-  void count_op(CollectiveKind kind, std::size_t n, DType dtype) {
-    count(kind, ring_bytes_sent(kind, n, element_size(dtype), world_size_));
   }
 
   MpiCommunicatorOptions options_;

@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <mutex>
+#include <vector>
 
 #include "zero/comm/mpi_check.h"
 #include "zero/core/error.h"
@@ -26,13 +27,51 @@ const char* thread_level_name(int level) {
   }
 }
 
+struct Stopper {
+  int id;
+  void (*stop)(void*);
+  void* arg;
+};
+std::mutex& stoppers_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::vector<Stopper>& stoppers() {
+  static auto* s = new std::vector<Stopper>();  // leaked: used at exit
+  return *s;
+}
+
 void finalize_mpi_at_exit() {
+  std::vector<Stopper> stop;
+  {
+    std::lock_guard<std::mutex> lock(stoppers_mutex());
+    stop.swap(stoppers());
+  }
+  for (const Stopper& s : stop) s.stop(s.arg);
   // Communicators still alive at exit are fine: their destructors skip
   // MPI_Comm_free once MPI is finalised.
   if (!mpi_finalized()) MPI_Finalize();
 }
 
 }  // namespace
+
+int add_finalize_stopper(void (*stop)(void*), void* arg) {
+  static int next = 0;
+  std::lock_guard<std::mutex> lock(stoppers_mutex());
+  stoppers().push_back({++next, stop, arg});
+  return next;
+}
+
+void remove_finalize_stopper(int id) {
+  std::lock_guard<std::mutex> lock(stoppers_mutex());
+  auto& s = stoppers();
+  for (auto it = s.begin(); it != s.end(); ++it) {
+    if (it->id == id) {
+      s.erase(it);
+      return;
+    }
+  }
+}
 
 bool mpi_finalized() {
   int finalized = 0;

@@ -13,4 +13,11 @@ void ensure_mpi_initialized();
 // True once MPI_Finalize has run: MPI objects must not be freed then.
 bool mpi_finalized();
 
+// Threads that call MPI (the health channel's watchdog) must stop before
+// MPI_Finalize. A registered stopper is called (once) by the MPI_Finalize
+// this library registers at exit, before it finalises; remove it when the
+// thread has stopped by itself. Thread-safe.
+int add_finalize_stopper(void (*stop)(void*), void* arg);
+void remove_finalize_stopper(int id);
+
 }  // namespace zero::comm::detail

@@ -111,7 +111,7 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
   void* comm_stream() const override { return resources_->stream; }
   int device() const override { return resources_->device; }
 
-  WorkPtr all_reduce(void* data, std::size_t count, DType dtype,
+  WorkPtr do_all_reduce(void* data, std::size_t count, DType dtype,
                      const comm::AllReduceOptions& options) override {
     comm::detail::check_buffer(data, count, "all_reduce", "data");
     return enqueue(CollectiveKind::kAllReduce, count, dtype, [&](cudaStream_t s) {
@@ -120,7 +120,7 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
     });
   }
 
-  WorkPtr reduce_scatter(const void* input, void* output, std::size_t count_per_rank, DType dtype,
+  WorkPtr do_reduce_scatter(const void* input, void* output, std::size_t count_per_rank, DType dtype,
                          const comm::ReduceScatterOptions& options) override {
     const char* name = "reduce_scatter";
     comm::detail::check_buffer(input, count_per_rank, name, "input");
@@ -134,7 +134,7 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
     });
   }
 
-  WorkPtr all_gather(const void* input, void* output, std::size_t count_per_rank,
+  WorkPtr do_all_gather(const void* input, void* output, std::size_t count_per_rank,
                      DType dtype) override {
     const char* name = "all_gather";
     comm::detail::check_buffer(input, count_per_rank, name, "input");
@@ -146,7 +146,7 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
     });
   }
 
-  WorkPtr broadcast(void* data, std::size_t count, DType dtype,
+  WorkPtr do_broadcast(void* data, std::size_t count, DType dtype,
                     const comm::BroadcastOptions& options) override {
     comm::detail::check_buffer(data, count, "broadcast", "data");
     ZERO_CHECK(options.root >= 0 && options.root < world_size_, "broadcast: root ", options.root,
@@ -156,7 +156,7 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
     });
   }
 
-  WorkPtr barrier() override {
+  WorkPtr do_barrier() override {
     // One int all-reduced on the communication stream: done when every rank
     // got there (and, as for every op, after this rank's compute stream).
     return enqueue(CollectiveKind::kBarrier, 1, DType::kFloat32, [&](cudaStream_t s) {
@@ -166,15 +166,11 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
   }
 
  private:
-  // Counts the op and, unless it moves nothing, orders it after the compute
+  // Unless it moves nothing, orders the op after the compute
   // stream, launches it on the communication stream and returns its Work.
   template <typename Launch>
   WorkPtr enqueue(CollectiveKind kind, std::size_t n, DType dtype, Launch launch) {
-    const std::uint64_t bytes = comm::ring_bytes_sent(kind, n, element_size(dtype), world_size_);
-    if (n == 0) {
-      count(kind, bytes);
-      return comm::make_completed_work();
-    }
+    if (n == 0) return comm::make_completed_work();
     DeviceGuard guard(resources_->device);
     EventOwner done;
     CUDA_CHECK(cudaEventCreateWithFlags(&done.event, cudaEventDisableTiming));
@@ -185,7 +181,6 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
     CUDA_CHECK(cudaStreamWaitEvent(resources_->stream, resources_->ready, 0));
     NCCL_CHECK(launch(resources_->stream));
     CUDA_CHECK(cudaEventRecord(done.event, resources_->stream));
-    count(kind, bytes);
     const std::size_t reported = kind == CollectiveKind::kBarrier ? 0 : n;
     return std::make_shared<detail::NcclWork>(
         detail::NcclOpInfo{kind, reported, dtype, rank_, world_size_}, done.release(), resources_);
@@ -206,7 +201,8 @@ std::unique_ptr<NcclCommunicator> make_nccl_communicator(comm::Communicator& boo
 }
 
 void wait_on_stream(comm::Work& work, void* stream) {
-  if (auto* nccl = dynamic_cast<detail::NcclWork*>(&work)) {
+  comm::Work* inner = work.wrapped() != nullptr ? work.wrapped() : &work;
+  if (auto* nccl = dynamic_cast<detail::NcclWork*>(inner)) {
     nccl->wait_on_stream(static_cast<cudaStream_t>(stream));
     return;
   }

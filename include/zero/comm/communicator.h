@@ -33,8 +33,11 @@
 //  - Errors are zero::Error: bad arguments throw from the call; a failure of
 //    the transport is stored in the Work and thrown by wait().
 //  - Byte counters: see comm_stats.h.
+//  - Timeouts, the flight recorder and the sequence check: see "Failures"
+//    below and docs/reliability.md.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -43,11 +46,17 @@
 #include <string_view>
 
 #include "zero/comm/comm_stats.h"
+#include "zero/comm/flight_recorder.h"
+#include "zero/comm/health_channel.h"
 #include "zero/comm/reduce_op.h"
 #include "zero/comm/work.h"
 #include "zero/core/dtype.h"
 
 namespace zero::comm {
+
+namespace detail {
+class CommMonitor;
+}
 
 struct AllReduceOptions {
   ReduceOp op = ReduceOp::kSum;
@@ -63,27 +72,29 @@ struct BroadcastOptions {
 
 class Communicator {
  public:
-  Communicator() = default;
+  Communicator();
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
-  virtual ~Communicator() = default;
+  virtual ~Communicator();
 
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
   // Rank among the processes of this node: from MPI's shared-memory split
   // (MPI backend); 0 for the single-process backend.
   virtual int local_rank() const = 0;
-  virtual std::string backend_name() const = 0;  // "mpi", "single"
+  virtual std::string backend_name() const = 0;  // "mpi", "single", "nccl"
 
-  virtual WorkPtr all_reduce(void* data, std::size_t count, DType dtype,
-                             const AllReduceOptions& options = {}) = 0;
-  virtual WorkPtr reduce_scatter(const void* input, void* output, std::size_t count_per_rank,
-                                 DType dtype, const ReduceScatterOptions& options = {}) = 0;
-  virtual WorkPtr all_gather(const void* input, void* output, std::size_t count_per_rank,
-                             DType dtype) = 0;
-  virtual WorkPtr broadcast(void* data, std::size_t count, DType dtype,
-                            const BroadcastOptions& options = {}) = 0;
-  virtual WorkPtr barrier() = 0;
+  // The collectives. Each checks that the communicator is usable (see
+  // "Failures" below), records the op in the flight recorder, counts its
+  // bytes, and returns the backend's Work wrapped so that its completion is
+  // recorded too.
+  WorkPtr all_reduce(void* data, std::size_t count, DType dtype,
+                     const AllReduceOptions& options = {});
+  WorkPtr reduce_scatter(const void* input, void* output, std::size_t count_per_rank, DType dtype,
+                         const ReduceScatterOptions& options = {});
+  WorkPtr all_gather(const void* input, void* output, std::size_t count_per_rank, DType dtype);
+  WorkPtr broadcast(void* data, std::size_t count, DType dtype, const BroadcastOptions& options = {});
+  WorkPtr barrier();
 
   // The counters since construction or the last reset_stats(). stats() hands
   // out the live struct: read it while no op is being issued. stats_snapshot()
@@ -92,14 +103,62 @@ class Communicator {
   CommStats stats_snapshot() const;
   void reset_stats();
 
+  // Failures (docs/reliability.md). No wait() without a timeout waits longer
+  // than timeout() (default 600 s; the engine sets it from comm_timeout): the
+  // op then fails with CollectiveTimeout (comm_errors.h), which names the op,
+  // its sequence number and bytes, and the ranks that have not joined it
+  // (asked through the health channel, where the backend has one), and this
+  // rank's flight recorder is written to flight_recorder_path(). A wait also
+  // ends, with RemoteFailure, as soon as another rank announces that it
+  // fails (fail_job.h). After either, every new op throws.
+  void set_timeout(std::chrono::milliseconds timeout);
+  std::chrono::milliseconds timeout() const;
+  // The last `entries` ops are kept; their file goes to `dir` ("" = the
+  // default: $ZERO_FLIGHT_RECORDER_DIR, else
+  // $TMPDIR/zerocpp-flight-recorder-<job id>).
+  void set_flight_recorder(std::size_t entries, const std::string& dir);
+  const FlightRecorder& flight_recorder() const;
+  std::string flight_recorder_path() const;
+  // Writes this rank's flight recorder now; returns the path (or why not).
+  std::string dump_flight_recorder(const std::string& reason);
+
+  // Collective, over the health channel (not the data path): the ranks
+  // compare the number and running hash of the ops each has issued. A
+  // difference throws SequenceMismatch on every rank, naming the first op
+  // where they differ and what each rank issued there. Nothing to do for
+  // one rank or a backend without a health channel.
+  void check_sequence();
+
+  // The side channel to the other ranks, or nullptr (single-process backend).
+  HealthChannel* health_channel() const;
+
  protected:
-  // Adds one call of `kind` that sends `bytes`. Thread-safe. Backends call it
-  // once per issued op with ring_bytes_sent(...) (or 0).
-  void count(CollectiveKind kind, std::uint64_t bytes);
+  // What each backend implements: the op itself, its arguments checked,
+  // returning the backend's Work (make_completed_work() when nothing moves).
+  virtual WorkPtr do_all_reduce(void* data, std::size_t count, DType dtype,
+                                const AllReduceOptions& options) = 0;
+  virtual WorkPtr do_reduce_scatter(const void* input, void* output, std::size_t count_per_rank,
+                                    DType dtype, const ReduceScatterOptions& options) = 0;
+  virtual WorkPtr do_all_gather(const void* input, void* output, std::size_t count_per_rank,
+                                DType dtype) = 0;
+  virtual WorkPtr do_broadcast(void* data, std::size_t count, DType dtype,
+                               const BroadcastOptions& options) = 0;
+  virtual WorkPtr do_barrier() = 0;
+
+  // A backend with a way to reach the other ranks apart from its data path
+  // installs it here, in its constructor.
+  void set_health_channel(std::shared_ptr<HealthChannel> channel);
+  // The flight recorder a backend's health channel answers from (it lives
+  // as long as the channel installed above).
+  FlightRecorder& mutable_flight_recorder();
 
  private:
+  template <typename Issue>
+  WorkPtr tracked(const OpSignature& sig, Issue issue);
+
   mutable std::mutex stats_mutex_;
   CommStats stats_;
+  std::shared_ptr<detail::CommMonitor> monitor_;
 };
 
 // The factory functions below are in zero_comm_mpi (they need MPI); the

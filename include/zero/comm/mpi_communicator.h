@@ -25,6 +25,11 @@ struct MpiCommunicatorOptions {
   // per rank instead of up to log2(N) times all of it). Larger ops stay in
   // place rather than double their memory; 0 turns staging off.
   std::size_t all_reduce_staging_max_bytes = std::size_t{64} << 20;
+
+  // A health channel (health_channel.h; with more than one rank): timeouts
+  // name the ranks that did not join, check_sequence() works, failures are
+  // announced. Costs a watchdog thread that wakes every 10 ms.
+  bool health_channel = true;
 };
 
 std::unique_ptr<Communicator> make_mpi_communicator(const MpiCommunicatorOptions& options);

@@ -25,6 +25,11 @@ class Work {
   // throws). False while another thread is inside wait() of this Work
   // (that thread will see the completion).
   virtual bool is_completed() = 0;
+
+  // The backend's Work inside a wrapper (every Communicator op returns its
+  // backend's Work wrapped, see communicator.h), or nullptr for a backend's
+  // own Work. For backend-specific calls such as cuda::wait_on_stream.
+  virtual Work* wrapped() { return nullptr; }
 };
 
 using WorkPtr = std::shared_ptr<Work>;

@@ -1,0 +1,52 @@
+// The errors of a failing job, as the communicator raises them. Each carries
+// a key: ranks that raise errors with the same key are reporting the same
+// failure, and fail_job (fail_job.h) prints it once.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "zero/core/error.h"
+
+namespace zero::comm {
+
+class CommError : public Error {
+ public:
+  CommError(const std::string& message, std::string key) : Error(message), key_(std::move(key)) {}
+  const std::string& key() const { return key_; }
+
+ private:
+  std::string key_;
+};
+
+// A collective did not complete within comm_timeout. key: "timeout #<seq>".
+class CollectiveTimeout : public CommError {
+ public:
+  CollectiveTimeout(const std::string& message, std::uint64_t seq)
+      : CommError(message, "timeout #" + std::to_string(seq)), seq_(seq) {}
+  std::uint64_t seq() const { return seq_; }
+
+ private:
+  std::uint64_t seq_;
+};
+
+// The ranks issued different collectives. The message is the same on every
+// rank (it is computed from the same exchanged records); it is the key.
+class SequenceMismatch : public CommError {
+ public:
+  explicit SequenceMismatch(const std::string& message) : CommError(message, message) {}
+};
+
+// Another rank announced that it failed; this rank stops because of it. Its
+// message repeats the other rank's; fail_job does not print it again.
+class RemoteFailure : public CommError {
+ public:
+  RemoteFailure(const std::string& message, int origin_rank)
+      : CommError(message, "remote"), origin_rank_(origin_rank) {}
+  int origin_rank() const { return origin_rank_; }
+
+ private:
+  int origin_rank_;
+};
+
+}  // namespace zero::comm

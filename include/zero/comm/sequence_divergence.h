@@ -1,0 +1,25 @@
+// Where the collective sequences of several ranks part: the sequence check's
+// diagnosis. Pure functions of the ranks' flight records, so that they are
+// tested without a job.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "zero/comm/flight_recorder.h"
+
+namespace zero::comm {
+
+// per_rank[r] is rank r's record. Returns "" when every rank issued the same
+// ops (same count and hash). Otherwise a sentence naming the first op where
+// the ranks differ and what each group of ranks issued there, e.g.
+//   "the ranks' collective sequences diverge at op #57: ranks 0, 1, 3 issued
+//    all_reduce sum fp32 x 4; rank 2 issued all_reduce max fp32 x 4"
+// or, if the difference is older than every rank still records, a sentence
+// that says so.
+std::string find_divergence(const std::vector<FlightRecord>& per_rank);
+
+// "rank 3", "ranks 0, 1, 3", "ranks 0-5, 7".
+std::string format_ranks(const std::vector<int>& ranks);
+
+}  // namespace zero::comm

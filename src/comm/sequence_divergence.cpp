@@ -1,0 +1,100 @@
+#include "zero/comm/sequence_divergence.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <sstream>
+
+namespace zero::comm {
+namespace {
+
+// The record of op `seq` in `rec`, or nullptr if it is not kept.
+const OpRecord* find(const FlightRecord& rec, std::uint64_t seq) {
+  if (rec.records.empty() || seq < rec.records.front().seq || seq >= rec.issued) return nullptr;
+  const OpRecord& r = rec.records[seq - rec.records.front().seq];
+  return r.seq == seq ? &r : nullptr;
+}
+
+std::uint64_t first_kept(const FlightRecord& rec) {
+  return rec.records.empty() ? rec.issued : rec.records.front().seq;
+}
+
+}  // namespace
+
+std::string format_ranks(const std::vector<int>& ranks) {
+  std::vector<int> r = ranks;
+  std::sort(r.begin(), r.end());
+  std::ostringstream os;
+  os << (r.size() == 1 ? "rank " : "ranks ");
+  for (std::size_t i = 0; i < r.size();) {
+    std::size_t j = i;
+    while (j + 1 < r.size() && r[j + 1] == r[j] + 1) ++j;
+    if (i > 0) os << ", ";
+    if (j >= i + 2) {
+      os << r[i] << "-" << r[j];
+    } else {
+      os << r[i];
+      if (j == i + 1) os << ", " << r[j];
+    }
+    i = j + 1;
+  }
+  return os.str();
+}
+
+std::string find_divergence(const std::vector<FlightRecord>& per_rank) {
+  if (per_rank.size() < 2) return {};
+  const bool same = std::all_of(per_rank.begin(), per_rank.end(), [&](const FlightRecord& r) {
+    return r.issued == per_rank[0].issued && r.hash == per_rank[0].hash;
+  });
+  if (same) return {};
+
+  std::uint64_t start = 0, end = 0;
+  for (const FlightRecord& r : per_rank) {
+    start = std::max(start, first_kept(r));
+    end = std::max(end, r.issued);
+  }
+  for (std::uint64_t seq = start; seq < end; ++seq) {
+    // Groups of ranks by what they issued as op `seq`; a rank that has not
+    // issued it is its own kind of group.
+    struct Group {
+      const OpRecord* op;
+      std::vector<int> ranks;
+    };
+    std::vector<Group> groups;
+    for (std::size_t q = 0; q < per_rank.size(); ++q) {
+      const OpRecord* op = find(per_rank[q], seq);
+      auto g = std::find_if(groups.begin(), groups.end(), [&](const Group& x) {
+        return (x.op == nullptr) == (op == nullptr) && (op == nullptr || x.op->sig == op->sig);
+      });
+      if (g == groups.end()) {
+        groups.push_back({op, {static_cast<int>(q)}});
+      } else {
+        g->ranks.push_back(static_cast<int>(q));
+      }
+    }
+    if (groups.size() == 1) continue;
+    std::sort(groups.begin(), groups.end(),
+              [](const Group& a, const Group& b) { return a.ranks.front() < b.ranks.front(); });
+    std::ostringstream os;
+    os << "the ranks' collective sequences diverge at op #" << seq << ":";
+    for (std::size_t i = 0; i < groups.size(); ++i) {
+      os << (i == 0 ? " " : "; ") << format_ranks(groups[i].ranks);
+      if (groups[i].op != nullptr) {
+        os << " issued " << describe(groups[i].op->sig);
+      } else {
+        os << (groups[i].ranks.size() == 1 ? " has" : " have") << " not issued it";
+        // Say how far each of these ranks got.
+        if (groups[i].ranks.size() == 1) {
+          os << " (" << per_rank[groups[i].ranks[0]].issued << " ops issued)";
+        }
+      }
+    }
+    return os.str();
+  }
+  std::ostringstream os;
+  os << "the ranks' collective sequences differ (op counts or hashes), but not in the ops every "
+        "rank still records (from op #"
+     << start << "): they diverged earlier; raise flight_recorder.entries to see where";
+  return os.str();
+}
+
+}  // namespace zero::comm
