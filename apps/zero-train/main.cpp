@@ -29,6 +29,7 @@
 #include "train_precision.h"
 #include "train_report.h"
 #include "zero/comm/communicator.h"
+#include "zero/comm/fail_job.h"
 #include "zero/config/config.h"
 #include "zero/core/cpu_bf16.h"
 #include "zero/core/error.h"
@@ -132,9 +133,10 @@ void write_plot(const fs::path& dir) {
   }
 }
 
-int run(const Options& cli) {
+int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
   Options o = cli;
-  auto comm = comm::make_communicator();
+  comm_out = comm::make_communicator();
+  comm::Communicator* comm = comm_out.get();
   const bool root = comm->rank() == 0;
   config::Config cfg = o.config_path.empty() ? config::parse_config(kDefaultConfig, comm->world_size(), "<default config>")
                                              : config::load_config(o.config_path, comm->world_size());
@@ -170,6 +172,11 @@ int run(const Options& cli) {
   if (o.seq_len == 0) o.seq_len = gc.block_size;
   ZERO_CHECK(o.seq_len <= gc.block_size, "--seq-len ", o.seq_len, " is longer than the model's block_size ",
              gc.block_size, ": use --seq-len <= ", gc.block_size, " or --block-size ", o.seq_len);
+  // Timeouts and the flight recorder for zero-train's own collectives too;
+  // the flight-recorder files go beside the metrics unless the config says.
+  if (cfg.flight_recorder.dir.empty()) cfg.flight_recorder.dir = (fs::absolute(o.out_dir) / "flight-recorder").string();
+  comm->set_timeout(std::chrono::milliseconds(static_cast<std::int64_t>(cfg.comm_timeout * 1000.0)));
+  comm->set_flight_recorder(static_cast<std::size_t>(cfg.flight_recorder.entries), cfg.flight_recorder.dir);
   std::vector<fs::path> paths(o.corpus.begin(), o.corpus.end());
   if (paths.empty()) paths = data::default_corpus_files();
   const data::Corpus corpus = data::load_corpus(paths);
@@ -311,11 +318,8 @@ int run(const Options& cli) {
     total_seconds += seconds;
     if (saving && !engine.checkpoint_in_flight()) report_saved();
     const double loss = loss_sum / static_cast<double>(accum * comm->world_size());
-    // The mean over every rank: all ranks see the same value and stop together.
-    ZERO_CHECK(std::isfinite(loss), "step ", step + 1, ": the training loss is ", loss,
-               ": the model diverged or the data holds what it cannot fit. Lower the learning rate "
-               "(optimizer.params.lr, or the scheduler's warmup_max_lr), keep gradient_clipping on, and "
-               "with fp16 prefer bf16 (wider range); nothing after step ", step, " was trained");
+    // A non-finite loss gives non-finite gradients: the engine skipped the
+    // step, said so, and stops the run if the config's nonfinite policy says so.
     losses.push_back(loss);
     last_comm = engine.last_step_comm();
     train::add_comm(run_comm, last_comm);
@@ -342,6 +346,7 @@ int run(const Options& cli) {
       progress.update(p);
       nlohmann::json m = {{"step", p.step}, {"loss", loss}, {"lr", p.lr}, {"tokens_per_s", p.tokens_per_s},
                           {"tflops", p.tflops}, {"loss_scale", p.loss_scale}, {"skipped", p.skipped},
+                          {"step_skipped", engine.stats().last_step_skipped},
                           {"grad_norm", engine.stats().grad_norm}, {"device_bytes", p.device_bytes},
                           {"host_bytes", p.host_bytes}, {"comm_bytes", train::comm_bytes_json(last_comm)}};
       if (val >= 0) m["val_loss"] = val;
@@ -477,13 +482,12 @@ int main(int argc, char** argv) {
   }
   o.warmup_given = warmup->count() > 0;
   o.min_lr_ratio_given = min_lr->count() > 0;
+  // Errors: once per job, marked with the rank that raised it; the job ends
+  // (comm/fail_job.h).
+  std::unique_ptr<comm::Communicator> comm;
   try {
-    return run(o);
-  } catch (const zero::Error& e) {
-    std::fprintf(stderr, "zero-train: error: %s\n", e.what());
-    return 1;
+    return run(o, comm);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "zero-train: unexpected error: %s\n", e.what());
-    return 1;
+    comm::fail_job(comm.get(), e, "zero-train");
   }
 }

@@ -150,8 +150,8 @@ std::string CommMonitor::describe_timeout(std::uint64_t seq) {
   const int me = rank(), n = world_size();
   const std::optional<OpRecord> mine = recorder_.find(seq);
   std::ostringstream os;
-  os << (mine ? collective_name(mine->sig.kind) : std::string_view("collective")) << " #" << seq;
-  if (mine) os << " (" << describe(mine->sig) << ", " << mine->bytes << " bytes sent per rank)";
+  os << "collective #" << seq;
+  if (mine) os << ", " << describe(mine->sig) << " (" << mine->bytes << " bytes sent per rank),";
   os << " did not complete within comm_timeout = " << seconds(timeout()) << " on rank " << me
      << " of " << n;
   if (channel_ == nullptr || n <= 1) {

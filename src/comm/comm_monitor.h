@@ -44,6 +44,7 @@ class CommMonitor {
   bool remote_failure_announced() const;
   [[noreturn]] void throw_remote_failure(const std::string& during);
   void mark_failed(const std::string& why);
+  bool failed() const { return failed_.load(); }
 
   // Op `seq` did not complete within the timeout: asks the other ranks what
   // they are doing, writes the flight recorder, and throws CollectiveTimeout.

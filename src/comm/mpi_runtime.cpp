@@ -41,13 +41,35 @@ std::vector<Stopper>& stoppers() {
   return *s;
 }
 
-void finalize_mpi_at_exit() {
+void run_stoppers() {
   std::vector<Stopper> stop;
   {
     std::lock_guard<std::mutex> lock(stoppers_mutex());
     stop.swap(stoppers());
   }
   for (const Stopper& s : stop) s.stop(s.arg);
+}
+
+// MPI_Finalize frees MPI_COMM_SELF first, and with it its attributes: their
+// delete callbacks are MPI's own hook for "finalize is starting", whoever
+// calls it (this library at exit, or a program that initialised MPI).
+int stop_at_finalize(MPI_Comm, int, void*, void*) {
+  run_stoppers();
+  return MPI_SUCCESS;
+}
+
+void hook_finalize() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    int keyval = MPI_KEYVAL_INVALID;
+    if (MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, stop_at_finalize, &keyval, nullptr) == MPI_SUCCESS) {
+      MPI_Comm_set_attr(MPI_COMM_SELF, keyval, nullptr);
+    }
+  });
+}
+
+void finalize_mpi_at_exit() {
+  run_stoppers();
   // Communicators still alive at exit are fine: their destructors skip
   // MPI_Comm_free once MPI is finalised.
   if (!mpi_finalized()) MPI_Finalize();
@@ -56,6 +78,7 @@ void finalize_mpi_at_exit() {
 }  // namespace
 
 int add_finalize_stopper(void (*stop)(void*), void* arg) {
+  hook_finalize();
   static int next = 0;
   std::lock_guard<std::mutex> lock(stoppers_mutex());
   stoppers().push_back({++next, stop, arg});

@@ -14,9 +14,10 @@ void ensure_mpi_initialized();
 bool mpi_finalized();
 
 // Threads that call MPI (the health channel's watchdog) must stop before
-// MPI_Finalize. A registered stopper is called (once) by the MPI_Finalize
-// this library registers at exit, before it finalises; remove it when the
-// thread has stopped by itself. Thread-safe.
+// MPI_Finalize. A registered stopper is called once, when MPI_Finalize
+// starts, whoever calls it (the delete callback of an MPI_COMM_SELF
+// attribute, MPI's hook for this); remove it when the thread has stopped by
+// itself. Thread-safe.
 int add_finalize_stopper(void (*stop)(void*), void* arg);
 void remove_finalize_stopper(int id);
 

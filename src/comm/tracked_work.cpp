@@ -36,7 +36,7 @@ TrackedWork::~TrackedWork() {
     finish(OpState::kCompleted);  // a failure stays unreported, as the backends' own Works do
     return;
   }
-  if (std::uncaught_exceptions() > 0 || monitor_->remote_failure_announced()) {
+  if (std::uncaught_exceptions() > 0 || monitor_->failed() || monitor_->remote_failure_announced()) {
     // The job is failing: the other ranks may never join.
     monitor_->recorder().finish(seq_, OpState::kAbandoned);
     monitor_->abandon(seq_, std::move(inner_));
@@ -87,6 +87,19 @@ void TrackedWork::wait(std::chrono::milliseconds timeout) {
     const Clock::time_point now = Clock::now();
     if (now >= next_check) {  // every 10 ms: did another rank fail?
       next_check = now + std::chrono::milliseconds(10);
+      if (monitor_->failed()) {
+        // An earlier op of this communicator timed out or failed: the ranks
+        // are out of step and this op cannot complete either.
+        monitor_->recorder().finish(seq_, OpState::kAbandoned);
+        done_.store(true, std::memory_order_release);
+        monitor_->abandon(seq_, std::move(inner_));
+        try {
+          monitor_->check_usable();
+        } catch (...) {
+          error_ = std::current_exception();
+          throw;
+        }
+      }
       if (monitor_->remote_failure_announced()) {
         monitor_->recorder().finish(seq_, OpState::kAbandoned);
         done_.store(true, std::memory_order_release);

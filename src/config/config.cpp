@@ -307,6 +307,25 @@ void check_combinations(const ParseContext& ctx, const Config& c) {
   }
 }
 
+void read_failure_handling(SectionReader& top, Config& c) {
+  // Up to a week: longer is a typo (milliseconds?), and it keeps the
+  // millisecond count far inside an int64.
+  if (auto v = top.read_float("comm_timeout", RealRange{0.0, true, 7 * 24 * 3600.0, false})) {
+    c.comm_timeout = *v;
+  }
+  if (auto v = top.read_bool("comm_sequence_check")) c.comm_sequence_check = *v;
+  if (const Json* section = top.read_object("nonfinite", "{\"policy\": \"stop\", \"stop_after\": 3}")) {
+    SectionReader r(top.context(), "nonfinite", section);
+    if (auto v = r.read_choice("policy", {"skip", "stop"})) c.nonfinite.policy = *v;
+    if (auto v = r.read_int("stop_after", kPositive)) c.nonfinite.stop_after = *v;
+  }
+  if (const Json* section = top.read_object("flight_recorder", "{\"entries\": 1024, \"dir\": \"/tmp/fr\"}")) {
+    SectionReader r(top.context(), "flight_recorder", section);
+    if (auto v = r.read_int("entries", {1, 1 << 20})) c.flight_recorder.entries = *v;
+    if (auto v = r.read_string("dir")) c.flight_recorder.dir = *v;
+  }
+}
+
 }  // namespace
 
 Config parse_config(std::string_view json_text, int world_size, std::string_view source) {
@@ -339,6 +358,7 @@ Config parse_config(std::string_view json_text, int world_size, std::string_view
   if (auto v = top.read_int("steps_per_print", kPositive)) c.steps_per_print = *v;
   if (auto v = top.read_int("seed", IntRange{})) c.seed = *v;
   if (auto v = top.read_bool("wall_clock_breakdown")) c.wall_clock_breakdown = *v;
+  read_failure_handling(top, c);
 
   check_combinations(ctx, c);
 

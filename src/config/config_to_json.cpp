@@ -94,6 +94,10 @@ json to_json(const Config& c) {
       {"steps_per_print", c.steps_per_print},
       {"seed", c.seed},
       {"wall_clock_breakdown", c.wall_clock_breakdown},
+      {"comm_timeout", c.comm_timeout},
+      {"comm_sequence_check", c.comm_sequence_check},
+      {"nonfinite", {{"policy", c.nonfinite.policy}, {"stop_after", c.nonfinite.stop_after}}},
+      {"flight_recorder", {{"entries", c.flight_recorder.entries}, {"dir", c.flight_recorder.dir}}},
   };
   if (!c.scheduler.type.empty()) out["scheduler"] = scheduler_json(c.scheduler);
   return out;

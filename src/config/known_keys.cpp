@@ -31,6 +31,10 @@ constexpr KnownKey kKeys[] = {
     {"", "steps_per_print", R},
     {"", "seed", R},
     {"", "wall_clock_breakdown", R},
+    {"", "comm_timeout", R},
+    {"", "comm_sequence_check", R},
+    {"", "nonfinite", R},
+    {"", "flight_recorder", R},
     {"", "zero_allow_untested_optimizer", I, "zerocpp only offers ZeRO-aware optimizers"},
     {"", "prescale_gradients", I, "gradient pre-scaling is not configurable in zerocpp"},
     {"", "gradient_predivide_factor", I, "gradient pre-division is not configurable in zerocpp"},
@@ -65,6 +69,11 @@ constexpr KnownKey kKeys[] = {
     {"", "eigenvalue", U, "eigenvalue computation", "{\"enabled\": false}"},
     {"", "quantize_training", U, "quantized training", "{\"enabled\": false}"},
     {"", "hybrid_engine", U, "the hybrid engine", "{\"enabled\": false}"},
+
+    {"nonfinite", "policy", R},
+    {"nonfinite", "stop_after", R},
+    {"flight_recorder", "entries", R},
+    {"flight_recorder", "dir", R},
 
     {"fp16", "enabled", R},
     {"fp16", "loss_scale", R},

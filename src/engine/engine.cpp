@@ -10,6 +10,7 @@
 //   module_guard    what the engine changed in the module, undone at the end
 #include "zero/engine/engine.h"
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <exception>
@@ -171,6 +172,10 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
              " rank(s) but the communicator has ", m.world,
              ": parse the config with the communicator's size, config::load_config(path, comm.world_size())");
   config_.world_size = m.world;
+  // Failure handling (docs/reliability.md) applies to every op from here on,
+  // the engine's own and the caller's on the same communicator.
+  comm_.set_timeout(std::chrono::milliseconds(static_cast<std::int64_t>(config_.comm_timeout * 1000.0)));
+  comm_.set_flight_recorder(static_cast<std::size_t>(config_.flight_recorder.entries), config_.flight_recorder.dir);
   const auto& z = config_.zero_optimization;
   m.stage = z.stage;
   ZERO_CHECK(m.stage >= 0 && m.stage <= 3, "zero_optimization.stage=", m.stage,
@@ -422,6 +427,9 @@ bool Engine::step() {
   // An asynchronous save is committed at the first step after every rank
   // has written its file.
   if (m.saving) finish_checkpoint(/*block=*/false);
+  // Before the step uses what this window's collectives produced: did every
+  // rank issue the same ones?
+  if (config_.comm_sequence_check) comm_.check_sequence();
   m.finish_delayed(comm_);
   const int buf = m.grads->current();
   m.grads->window_done(buf);
@@ -461,19 +469,15 @@ bool Engine::step() {
   stats_.grad_norm = static_cast<float>(d.norm);
   if (d.skip) {
     stats_.skipped = m.precision.skipped_steps();
+    ++stats_.consecutive_skipped;
     stats_.last_step_skipped = true;
     stats_.loss_scale = m.precision.loss_scale();
-    if (m.rank == 0) {
-      std::fprintf(stderr,
-                   "zerocpp: step %lld skipped: non-finite gradient (overflow); loss scale now %g, "
-                   "%lld step(s) skipped so far\n",
-                   static_cast<long long>(stats_.step + 1), m.precision.loss_scale(),
-                   static_cast<long long>(stats_.skipped));
-    }
     m.grads->zero(buf);
     finish_step_stats();
+    report_skipped_step();
     return false;
   }
+  stats_.consecutive_skipped = 0;
   stats_.clipped_grad_norm = static_cast<float>(d.clipped_norm);
   const float grad_scale = d.grad_scale;
   const std::int64_t opt_step = ++m.optimizer_step;
@@ -506,6 +510,30 @@ bool Engine::step() {
   stats_.lr = lr;
   finish_step_stats();
   return true;
+}
+
+void Engine::report_skipped_step() const {
+  const Impl& m = *impl_;
+  const auto& policy = config_.nonfinite;
+  const long long step = static_cast<long long>(stats_.step + 1);
+  const bool stop = policy.policy == "stop" && stats_.consecutive_skipped >= policy.stop_after;
+  if (m.rank == 0 && !stop) {
+    const bool fp16 = m.precision.dtype() == at::kHalf;
+    std::fprintf(stderr,
+                 "zerocpp: step %lld skipped: the gradient norm is not finite (%s); %lld step(s) skipped so "
+                 "far, %lld in a row%s\n",
+                 step, fp16 ? "fp16 overflow, or a NaN/inf loss" : "a NaN/inf loss or gradient",
+                 static_cast<long long>(stats_.skipped), static_cast<long long>(stats_.consecutive_skipped),
+                 fp16 ? (", loss scale now " + std::to_string(m.precision.loss_scale())).c_str() : "");
+  }
+  // Every rank decides alike (the norm is global), so every rank throws.
+  ZERO_CHECK(!stop, "step ", step, ": the gradient norm was not finite (NaN or inf) in ", stats_.consecutive_skipped,
+             " consecutive step(s), ", stats_.skipped,
+             " skipped in all, and the config's nonfinite policy is \"stop\" after ", policy.stop_after,
+             ". The model diverged or the data holds what it cannot fit: lower the learning rate, keep "
+             "gradient_clipping on, with fp16 prefer bf16 (wider range) or a lower initial_scale_power, and "
+             "resume from the last checkpoint; or set nonfinite.policy to \"skip\" (or raise stop_after) to "
+             "train on past such steps");
 }
 
 void Engine::flush() {

@@ -116,6 +116,24 @@ struct ActivationCheckpointingConfig {
   bool operator==(const ActivationCheckpointingConfig&) const = default;
 };
 
+// zerocpp extension "nonfinite": what a step with a non-finite gradient
+// norm (NaN or inf loss or gradients, fp16 overflow) does. Such a step is
+// always skipped (no update), counted and logged; with policy "stop",
+// stop_after consecutive skipped steps end training with an error.
+struct NonfiniteConfig {
+  std::string policy = "skip";  // "skip" | "stop"
+  std::int64_t stop_after = 1;  // consecutive skipped steps; used by "stop"
+  bool operator==(const NonfiniteConfig&) const = default;
+};
+
+// zerocpp extension "flight_recorder": the last `entries` collectives of each
+// rank, written to <dir>/flight-recorder-rank-RRRRR.txt when a job fails.
+struct FlightRecorderConfig {
+  std::int64_t entries = 1024;
+  std::string dir;  // "" = $ZERO_FLIGHT_RECORDER_DIR, else $TMPDIR/zerocpp-flight-recorder-<job>
+  bool operator==(const FlightRecorderConfig&) const = default;
+};
+
 struct Config {
   // Resolved after parse: all three > 0 and
   // train_batch_size == train_micro_batch_size_per_gpu * gradient_accumulation_steps * world_size.
@@ -135,6 +153,15 @@ struct Config {
   std::int64_t steps_per_print = 10;
   std::int64_t seed = 42;
   bool wall_clock_breakdown = false;
+  // zerocpp extensions for failures (docs/reliability.md). comm_timeout:
+  // seconds a collective may take before the job fails with an error that
+  // names the ranks that did not join. comm_sequence_check: the ranks compare
+  // their collective sequences at every optimizer step (one 16-byte exchange
+  // on a side channel).
+  double comm_timeout = 600.0;
+  bool comm_sequence_check = true;
+  NonfiniteConfig nonfinite;
+  FlightRecorderConfig flight_recorder;
   // Unknown keys, ignored DeepSpeed keys, "auto" values...: each a full
   // sentence starting with the source name. The caller prints them.
   std::vector<std::string> warnings;

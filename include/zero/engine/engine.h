@@ -91,6 +91,7 @@ namespace zero {
 struct StepStats {
   std::int64_t step = 0;          // optimizer steps taken (skipped ones excluded)
   std::int64_t skipped = 0;       // steps skipped for non-finite gradients
+  std::int64_t consecutive_skipped = 0;  // skipped steps since the last step taken
   float loss_scale = 1.0f;
   float grad_norm = 0.0f;         // global norm of the averaged gradient, before clipping
   float clipped_grad_norm = 0.0f; // after clipping
@@ -191,6 +192,8 @@ class Engine {
   std::vector<TimelineInterval> take_timeline();
 
  private:
+  // Logs a skipped step; throws when the nonfinite policy says stop.
+  void report_skipped_step() const;
   config::Config config_;
   comm::Communicator& comm_;
   memory::MemoryLedger ledger_;

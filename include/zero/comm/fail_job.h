@@ -1,0 +1,40 @@
+// fail_job: how a program on several ranks ends on an error, so that the
+// user sees it once, marked with the rank that raised it, and the job ends
+// instead of hanging.
+//
+//   int main() {
+//     std::unique_ptr<comm::Communicator> comm;
+//     try {
+//       comm = comm::make_communicator();
+//       ...
+//     } catch (const std::exception& e) {
+//       comm::fail_job(comm.get(), e, "my-trainer");
+//     }
+//   }
+//
+// What it does, on the rank that caught `error`:
+//  - An error caused by another rank's failure (RemoteFailure) is not printed
+//    again: that rank prints its own.
+//  - Otherwise the error is announced to every other rank through the health
+//    channel (their waits end at once with RemoteFailure), and the ranks that
+//    raised the same error (same CommError::key(), or the same message)
+//    leave it to the first of them (the lowest, if they fail together) to
+//    print: "<program>: error on rank R of
+//    N: <message>" and which other ranks raised it too.
+//  - The process then ends with exit code 1. With more than one rank it does
+//    not call MPI_Finalize (the others may never get there): the launcher
+//    sees a rank exit non-zero and ends the job.
+// Without a communicator (the error came before one existed) or on one rank
+// it prints and exits.
+#pragma once
+
+#include <exception>
+#include <string_view>
+
+#include "zero/comm/communicator.h"
+
+namespace zero::comm {
+
+[[noreturn]] void fail_job(Communicator* comm, const std::exception& error, std::string_view program);
+
+}  // namespace zero::comm

@@ -1,0 +1,116 @@
+// fault_driver: a small data-parallel training job that plants one fault on
+// one rank, for tests/faults/faults_test.sh. Every fault must end the job
+// the way docs/reliability.md says: one clear error, a non-zero exit, no hang.
+//
+//   fault_driver --inject KIND --rank R --step S [--steps N] [--timeout SEC]
+//                [--policy skip|stop] [--stop-after K] [--stage Z] [--tag NAME]
+//
+// KIND, done by rank R just before the backward of step S (1-based):
+//   none       trains N steps, prints "trained N steps, skipped K" on rank 0
+//   stop       raise(SIGSTOP): the rank stops answering
+//   kill       raise(SIGKILL)
+//   sleep      sleeps 4 x timeout, alive but not joining
+//   mismatch   issues all_reduce with max where the others issue sum (MPI
+//              completes it: only the sequence check notices)
+//   nan        makes its loss NaN (its gradients follow)
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <string>
+#include <thread>
+
+#include <ATen/ops/full.h>
+#include <ATen/ops/mse_loss.h>
+#include <ATen/ops/randn.h>
+#include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/linear.h>
+
+#include "zero/comm/communicator.h"
+#include "zero/comm/fail_job.h"
+#include "zero/config/config.h"
+#include "zero/core/error.h"
+#include "zero/engine/engine.h"
+
+namespace {
+
+struct Options {
+  std::string inject = "none";
+  int rank = -1;
+  long step = 3;
+  long steps = 6;
+  double timeout = 5;
+  std::string policy = "skip";
+  long stop_after = 1;
+  int stage = 2;
+};
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i], v = argv[i + 1];
+    if (k == "--inject") o.inject = v;
+    else if (k == "--rank") o.rank = std::stoi(v);
+    else if (k == "--step") o.step = std::stol(v);
+    else if (k == "--steps") o.steps = std::stol(v);
+    else if (k == "--timeout") o.timeout = std::stod(v);
+    else if (k == "--policy") o.policy = v;
+    else if (k == "--stop-after") o.stop_after = std::stol(v);
+    else if (k == "--stage") o.stage = std::stoi(v);
+    else if (k == "--tag") continue;  // names the job for the test script's pkill
+    else throw zero::Error("fault_driver: unknown option " + k);
+  }
+  return o;
+}
+
+int run(const Options& o, std::unique_ptr<zero::comm::Communicator>& comm_out) {
+  comm_out = zero::comm::make_communicator();
+  zero::comm::Communicator& comm = *comm_out;
+  const std::string json = "{\"train_micro_batch_size_per_gpu\": 4, \"comm_timeout\": " + std::to_string(o.timeout) +
+                           ", \"zero_optimization\": {\"stage\": " + std::to_string(o.stage) +
+                           ", \"reduce_bucket_size\": 200}, \"nonfinite\": {\"policy\": \"" + o.policy +
+                           "\", \"stop_after\": " + std::to_string(o.stop_after) + "}}";
+  const zero::config::Config cfg = zero::config::parse_config(json, comm.world_size(), "fault_driver");
+  torch::manual_seed(7);
+  auto model = std::make_shared<torch::nn::SequentialImpl>(torch::nn::Linear(16, 32), torch::nn::Tanh(),
+                                                           torch::nn::Linear(32, 4));
+  zero::Engine engine(model, cfg, comm);
+  torch::manual_seed(100 + comm.rank());
+  const bool me = comm.rank() == o.rank;
+  for (long step = 1; step <= o.steps; ++step) {
+    const at::Tensor x = at::randn({4, 16});
+    const at::Tensor y = at::randn({4, 4});
+    at::Tensor loss = at::mse_loss(model->forward(x), y);
+    if (me && step == o.step) {
+      if (o.inject == "stop") std::raise(SIGSTOP);
+      if (o.inject == "kill") std::raise(SIGKILL);
+      if (o.inject == "sleep") std::this_thread::sleep_for(std::chrono::duration<double>(4 * o.timeout));
+      if (o.inject == "nan") loss = loss * std::numeric_limits<float>::quiet_NaN();
+    }
+    if (o.inject == "mismatch" && step == o.step) {
+      float v[4] = {1, 2, 3, 4};
+      zero::comm::AllReduceOptions ar;
+      ar.op = me ? zero::comm::ReduceOp::kMax : zero::comm::ReduceOp::kSum;
+      comm.all_reduce(v, 4, zero::DType::kFloat32, ar)->wait();
+    }
+    engine.backward(loss);
+    engine.step();
+  }
+  if (comm.rank() == 0) {
+    std::printf("trained %ld steps, skipped %lld\n", o.steps, static_cast<long long>(engine.stats().skipped));
+  }
+  comm.barrier()->wait();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::unique_ptr<zero::comm::Communicator> comm;
+  try {
+    return run(parse(argc, argv), comm);
+  } catch (const std::exception& e) {
+    zero::comm::fail_job(comm.get(), e, "fault_driver");
+  }
+}

@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Faults on 4 ranks (docs/reliability.md): each case plants one fault with
+# fault_driver and checks that the job ends as it must — exit status, within
+# how long, the one error line and what it names, the flight-recorder files.
+#   faults_test.sh MPIEXEC FAULT_DRIVER [CASE...]
+set -u
+MPIEXEC=$1
+DRIVER=$2
+shift 2
+CASES=${*:-"none stop kill sleep mismatch nan_skip nan_stop"}
+TIMEOUT=5  # comm_timeout of the driver, seconds
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+failures=0
+work=$(mktemp -d)
+tag=faults-$$
+trap 'pkill -CONT -f "$DRIVER --tag $tag" 2>/dev/null; pkill -9 -f "$DRIVER --tag $tag" 2>/dev/null; rm -rf "$work"' EXIT
+
+fail() {
+  echo "FAIL [$case]: $*"
+  echo "---- output ----"
+  cat "$work/$case.log"
+  echo "----------------"
+  failures=$((failures + 1))
+}
+
+# run CASE EXPECT(ok|error|killed) MAX_SECONDS -- driver args...
+run() {
+  case=$1 expect=$2 max=$3
+  shift 4
+  export ZERO_FLIGHT_RECORDER_DIR="$work/$case.fr"
+  local start=$(date +%s)
+  timeout 150 "$MPIEXEC" -np 4 --bind-to none "$DRIVER" --tag $tag "$@" >"$work/$case.log" 2>&1
+  rc=$?
+  took=$(( $(date +%s) - start ))
+  # A stopped rank may outlive mpirun: end it before the next case.
+  pkill -CONT -f "$DRIVER --tag $tag" 2>/dev/null
+  pkill -9 -f "$DRIVER --tag $tag" 2>/dev/null
+  if [ "$expect" = ok ]; then
+    [ $rc -eq 0 ] || fail "exit status $rc, expected 0"
+  elif [ "$expect" = killed ]; then
+    # The launcher ends the job and names the rank; nobody is left to print.
+    [ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "exit status $rc (124: hung), expected a failure"
+  else
+    [ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "exit status $rc (124: hung), expected a failure"
+    local n
+    n=$(grep -c "error on rank" "$work/$case.log")
+    [ "$n" -eq 1 ] || fail "the error was printed $n times, expected once"
+  fi
+  [ $took -le "$max" ] || fail "took ${took}s, more than ${max}s"
+  echo "[$case] exit $rc after ${took}s"
+}
+
+expect_line() {  # expect_line REGEX WHAT
+  grep -qE "$1" "$work/$case.log" || fail "no line names $2 (regex: $1)"
+}
+
+expect_recorder() {  # expect_recorder RANK
+  local f="$work/$case.fr/flight-recorder-rank-$(printf %05d "$1").txt"
+  [ -s "$f" ] || { fail "no flight recorder $f"; return; }
+  grep -qE "^  #[0-9]+ " "$f" || fail "flight recorder $f lists no op"
+}
+
+for c in $CASES; do
+  case $c in
+    none)
+      run none ok 120 -- --inject none --steps 4 --timeout $TIMEOUT
+      expect_line "trained 4 steps, skipped 0" "the finished run" ;;
+    stop)
+      # A stopped rank answers nothing: the others time out and name it.
+      run stop error $((TIMEOUT + 30)) -- --inject stop --rank 3 --step 3 --timeout $TIMEOUT
+      expect_line "error on rank [0-2] of 4: collective #[0-9]+, [a-z_]+ .*did not complete within comm_timeout = 5 s" "the timed-out op and its number"
+      expect_line "bytes sent per rank" "the byte count"
+      expect_line "rank 3 has not joined it; rank 3 does not answer" "the stopped rank"
+      expect_line "Flight recorder: .*flight-recorder-rank-0000[0-2].txt" "the flight-recorder file"
+      expect_recorder 0 ;;
+    kill)
+      run kill killed 30 -- --inject kill --rank 2 --step 3 --timeout 60
+      expect_line "rank 2 .*exited on signal 9" "the killed rank" ;;
+    sleep)
+      # Alive but elsewhere: its watchdog answers, so the error says so.
+      run sleep error $((TIMEOUT + 30)) -- --inject sleep --rank 1 --step 2 --timeout $TIMEOUT
+      expect_line "rank 1 has not joined it; rank 1 has issued [0-9]+ ops, its last #[0-9]+ .*it is alive but has not reached this op" "the rank that is alive but busy"
+      expect_recorder 0 ;;
+    mismatch)
+      run mismatch error 60 -- --inject mismatch --rank 2 --step 3 --timeout $TIMEOUT
+      expect_line "collective-sequence check failed: the ranks' collective sequences diverge at op #[0-9]+: ranks 0, 1, 3 issued all_reduce sum fp32 x 4; rank 2 issued all_reduce max fp32 x 4" "the divergent op and each side"
+      expect_recorder 2 ;;
+    nan_skip)
+      run nan_skip ok 120 -- --inject nan --rank 2 --step 3 --steps 5 --timeout $TIMEOUT
+      expect_line "step 3 skipped: the gradient norm is not finite .*1 step\(s\) skipped so far, 1 in a row" "the skipped step"
+      expect_line "trained 5 steps, skipped 1" "the run that went on"
+      [ "$(grep -c 'step 3 skipped' "$work/$case.log")" -eq 1 ] || fail "the skip was reported more than once" ;;
+    nan_stop)
+      run nan_stop error 60 -- --inject nan --rank 2 --step 3 --steps 5 --timeout $TIMEOUT --policy stop --stop-after 1
+      expect_line "error on rank 0 of 4: step 3: the gradient norm was not finite \(NaN or inf\) in 1 consecutive step" "the step that stopped the run" ;;
+    *)
+      echo "unknown case $c"; exit 2 ;;
+  esac
+done
+[ $failures -eq 0 ] || { echo "$failures check(s) failed"; exit 1; }
+echo "all fault cases passed"
