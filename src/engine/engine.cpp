@@ -22,6 +22,7 @@
 #include <torch/csrc/autograd/function_hook.h>
 
 #include "engine_impl.h"
+#include "out_of_memory.h"
 #include "zero/comm/launcher_env.h"
 #include "zero/core/error.h"
 #include "zero/core/host_memory.h"
@@ -159,184 +160,189 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
                comm::Communicator& comm)
     : config_(std::move(config)), comm_(comm), impl_(std::make_unique<Impl>(config_)) {
   Impl& m = *impl_;
-  ZERO_CHECK(module != nullptr, "zero::Engine needs a module, got a null pointer");
-  m.world = comm_.world_size();
-  m.rank = comm_.rank();
-  // The batch sizes must hold for the ranks there are (a config resolved
-  // for another world size would report, and schedule on, a wrong global
-  // batch); the config's own world_size then follows the communicator.
-  ZERO_CHECK(config_.train_batch_size <= 0 ||
-                 config_.train_batch_size == config_.train_micro_batch_size_per_gpu *
-                                                 config_.gradient_accumulation_steps * m.world,
-             "the config's batch sizes (", config_.batch_summary(), ") were resolved for ", config_.world_size,
-             " rank(s) but the communicator has ", m.world,
-             ": parse the config with the communicator's size, config::load_config(path, comm.world_size())");
-  config_.world_size = m.world;
-  // Failure handling (docs/reliability.md) applies to every op from here on,
-  // the engine's own and the caller's on the same communicator.
-  comm_.set_timeout(std::chrono::milliseconds(static_cast<std::int64_t>(config_.comm_timeout * 1000.0)));
-  comm_.set_flight_recorder(static_cast<std::size_t>(config_.flight_recorder.entries), config_.flight_recorder.dir);
-  const auto& z = config_.zero_optimization;
-  m.stage = z.stage;
-  ZERO_CHECK(m.stage >= 0 && m.stage <= 3, "zero_optimization.stage=", m.stage,
-             " does not exist: ZeRO stages are 0, 1, 2 and 3");
-  m.offload = z.offload_optimizer.device == "cpu";
-  ZERO_CHECK(z.offload_param.device != "nvme",
-             "offload_param.device=\"nvme\" is not available yet: use \"cpu\" or \"none\"");
-  const bool offload_param = m.stage == 3 && z.offload_param.device == "cpu";
-  ZERO_CHECK(z.offload_optimizer.device != "nvme",
-             "offload_optimizer.device=\"nvme\" is not available yet: use \"cpu\" or \"none\"");
-  ZERO_CHECK(!m.offload || m.stage >= 1,
-             "offload_optimizer.device=\"cpu\" needs zero_optimization.stage 1, 2 or 3 (ZeRO-Offload "
-             "offloads the rank's optimizer partition)");
-  const bool dpu = m.offload && z.offload_optimizer.delayed_param_update;
-  const c10::ScalarType dtype = m.precision.dtype();
-  lr_ = config_.optimizer.lr;
-  ledger_.set_device_limit(config_.device_memory_limit);
+  try {
+    ZERO_CHECK(module != nullptr, "zero::Engine needs a module, got a null pointer");
+    m.world = comm_.world_size();
+    m.rank = comm_.rank();
+    // The batch sizes must hold for the ranks there are (a config resolved
+    // for another world size would report, and schedule on, a wrong global
+    // batch); the config's own world_size then follows the communicator.
+    ZERO_CHECK(config_.train_batch_size <= 0 ||
+                   config_.train_batch_size == config_.train_micro_batch_size_per_gpu *
+                                                   config_.gradient_accumulation_steps * m.world,
+               "the config's batch sizes (", config_.batch_summary(), ") were resolved for ", config_.world_size,
+               " rank(s) but the communicator has ", m.world,
+               ": parse the config with the communicator's size, config::load_config(path, comm.world_size())");
+    config_.world_size = m.world;
+    // Failure handling (docs/reliability.md) applies to every op from here on,
+    // the engine's own and the caller's on the same communicator.
+    comm_.set_timeout(std::chrono::milliseconds(static_cast<std::int64_t>(config_.comm_timeout * 1000.0)));
+    comm_.set_flight_recorder(static_cast<std::size_t>(config_.flight_recorder.entries), config_.flight_recorder.dir);
+    const auto& z = config_.zero_optimization;
+    m.stage = z.stage;
+    ZERO_CHECK(m.stage >= 0 && m.stage <= 3, "zero_optimization.stage=", m.stage,
+               " does not exist: ZeRO stages are 0, 1, 2 and 3");
+    m.offload = z.offload_optimizer.device == "cpu";
+    ZERO_CHECK(z.offload_param.device != "nvme",
+               "offload_param.device=\"nvme\" is not available yet: use \"cpu\" or \"none\"");
+    const bool offload_param = m.stage == 3 && z.offload_param.device == "cpu";
+    ZERO_CHECK(z.offload_optimizer.device != "nvme",
+               "offload_optimizer.device=\"nvme\" is not available yet: use \"cpu\" or \"none\"");
+    ZERO_CHECK(!m.offload || m.stage >= 1,
+               "offload_optimizer.device=\"cpu\" needs zero_optimization.stage 1, 2 or 3 (ZeRO-Offload "
+               "offloads the rank's optimizer partition)");
+    const bool dpu = m.offload && z.offload_optimizer.delayed_param_update;
+    const c10::ScalarType dtype = m.precision.dtype();
+    lr_ = config_.optimizer.lr;
+    ledger_.set_device_limit(config_.device_memory_limit);
 
-  m.params = std::make_unique<detail::ParamStore>(std::move(module), dtype, m.world, m.rank);
-  detail::ParamStore& P = *m.params;
-  const c10::Device device = P.device();
-  m.ctx.device = device;
-  const std::string backend = comm_.backend_name();
-  if (m.ctx.on_accelerator()) {
-    // Refuse before allocating anything. Every collective runs on the flat
-    // buffers, which live where the module is.
-    ZERO_CHECK(device.is_cuda(), "the module is on ", device.str(),
-               ": zero::Engine trains on the CPU or on a CUDA GPU. Move it to one of them.");
-    ZERO_CHECK(backend == "nccl" || (backend == "single" && m.world == 1), "the module is on ",
-               device.str(), " but the communicator is '", backend,
-               "', whose collectives work on host memory: give the engine an NCCL communicator "
-               "(zero::cuda::make_nccl_communicator(bootstrap, local_rank), as zero-train --device cuda "
-               "does), or for one process the single-process one.");
-    if (m.offload) m.ctx.copy_stream = m.ctx.side_stream();
-  } else {
-    ZERO_CHECK(backend != "nccl", "the communicator is NCCL but the module is on the CPU: move the "
-               "module to its GPU (module->to(torch::Device(torch::kCUDA, local_rank))), or use the "
-               "MPI or single-process communicator (zero::comm::make_communicator()).");
-  }
-  const int accumulation = config_.gradient_accumulation_steps;
-  // Every buffer's size, tier and lifetime: the memory plan, which
-  // zero-estimate sums too.
-  ZERO_CHECK(z.reduce_bucket_size > 0, "zero_optimization.reduce_bucket_size must be positive");
-  PlanInput pi;
-  pi.numels = P.numels();
-  pi.bucket_numel = static_cast<std::size_t>(z.reduce_bucket_size);
-  pi.world = m.world;
-  pi.rank = m.rank;
-  pi.stage = m.stage;
-  pi.offload = m.offload;
-  pi.dpu = dpu;
-  pi.on_gpu = m.ctx.on_accelerator();
-  pi.accumulation = accumulation;
-  pi.element_bytes = static_cast<int>(c10::elementSize(dtype));
-  pi.moments = config_.optimizer.is_adagrad() ? 1 : 2;
-  detail::UnitAssignment units;
-  if (m.stage == 3) {
-    units = detail::assign_units(*P.module(), P.params(), z.stage3_param_persistence_threshold);
-    pi.groups = units.groups;
-    pi.offload_param = offload_param;
-    pi.prefetch_elements = z.stage3_prefetch_bucket_size;
-    pi.max_live_elements = z.stage3_max_live_parameters;
-  }
-  m.plan = plan_memory(pi);
-  P.use_plan(m.plan);
-  check_host_memory(m.plan, m.ctx.on_accelerator(), comm_, m.ctx.device);
-  const FlatLayout& L = P.layout();
-  // bf16/fp16 offload on a GPU without accumulation: the CPU step writes the
-  // updated parameters over the gradients they came from, and that buffer
-  // goes up (one host buffer per step for both directions: 16 bytes per
-  // parameter with DPU; no wait for the last upload before the next CPU
-  // step, as the copy stream orders the upload before the next download).
-  // The plan then has no staging buffer.
-  const bool update_in_grads = m.offload && m.ctx.on_accelerator() && dtype != at::kFloat &&
-                               !m.plan[Buffer::kStaging].present;
-
-  detail::OptimizerPartition::Options oo;
-  oo.offload = m.offload;
-  oo.dtype = dtype;
-  m.optimizer = std::make_unique<detail::OptimizerPartition>(config_, m.plan, m.ctx, oo, ledger_);
-
-  at::NoGradGuard no_grad;
-  // The order of these allocations is the construction peak the ledger sees.
-  if (m.stage == 3) {
-    m.optimizer->allocate_master();
-    P.adopt_partitioned(comm_, ledger_, m.guard,
-                        [&](const Bucket& b, const at::Tensor& chunk32) { m.optimizer->seed_master_chunk(b, chunk32); },
-                        m.ctx);
-  } else {
-    at::Tensor flat32 = P.initial_fp32(comm_, ledger_);
-    m.optimizer->seed_master(flat32);
-    P.adopt(std::move(flat32), comm_, ledger_, m.guard);
-  }
-  for (std::size_t i = 0; i < P.params().size(); ++i) {
-    m.guard.install_hook(P.params()[i], std::make_unique<Impl::GradHook>(&m, static_cast<int>(i)));
-  }
-  m.optimizer->allocate_moments();  // after the temporary fp32 copy is gone
-
-  detail::GradPath::Options go;
-  go.stage = m.stage;
-  go.offload = m.offload;
-  go.dpu = dpu;
-  go.accumulation = accumulation;
-  go.overlap_comm = z.overlap_comm;
-  go.shard_rank = P.shard_rank();
-  go.update_in_grads = update_in_grads;
-  m.grads = std::make_unique<detail::GradPath>(m.plan, m.ctx, go, comm_, ledger_, P.params().front());
-  m.delayed = std::make_unique<detail::DelayedUpdate>(dpu, z.offload_optimizer.delayed_param_update_warmup_steps);
-  m.grads->set_timeline(&m.timeline);
-  P.set_timeline(&m.timeline);
-  if (m.stage == 3) {
-    detail::UnitSchedule::Options uo;
-    uo.prefetch = z.stage3_prefetch_bucket_size > 0;
-    uo.prefetch_elements = static_cast<std::size_t>(z.stage3_prefetch_bucket_size);
-    uo.max_live_elements = static_cast<std::size_t>(z.stage3_max_live_parameters);
-    m.units = std::make_unique<detail::UnitSchedule>(units, P, comm_, uo);
-  }
-
-  // The transient gradient buckets (and at stage 3 the gathered units) are
-  // budgeted here, at their bound, and not refused inside forward or
-  // backward (where one rank could fail while the others wait in a
-  // collective): every rank holds the same bytes, so every rank refuses alike.
-  if (config_.device_memory_limit > 0) {
-    const std::int64_t held = ledger_.snapshot().tier_current[static_cast<int>(Tier::kDevice)];
-    auto planned = [&](Buffer id) { return m.plan[id].present ? m.plan[id].bytes() : std::int64_t{0}; };
-    const std::int64_t buckets = planned(Buffer::kBuckets), live = planned(Buffer::kLiveParams);
-    auto both = [](std::int64_t b) { return memory::format_bytes(b) + " = " + std::to_string(b) + " bytes"; };
-    ZERO_CHECK(held + buckets + live <= config_.device_memory_limit, "device memory budget exceeded: the gradient "
-               "buckets need up to ", both(buckets), " during backward",
-               live > 0 ? " and the gathered units up to " + both(live) : std::string(), " beside the ", both(held),
-               " the engine holds, past the device_memory_limit of ", both(config_.device_memory_limit),
-               " (it would need at least ", both(held + buckets + live), "). Lower "
-               "zero_optimization.reduce_bucket_size", live > 0 ? " (stage 3: mark smaller units, or turn prefetch "
-               "off with stage3_prefetch_bucket_size=0)" : "", ", raise device_memory_limit, or move state off the "
-               "device (a higher stage, or offload_optimizer.device=\"cpu\").");
-  }
-  if (m.rank == 0 && m.units) {
-    std::fprintf(stderr, "%s\n", m.units->describe(z.stage3_param_persistence_threshold, dtype).c_str());
-  }
-  if (m.rank == 0) {
-    for (const std::string& w : ignored_settings(config_, m.ctx.on_accelerator())) {
-      std::fprintf(stderr, "zerocpp: config warning: %s\n", w.c_str());
+    m.params = std::make_unique<detail::ParamStore>(std::move(module), dtype, m.world, m.rank);
+    detail::ParamStore& P = *m.params;
+    const c10::Device device = P.device();
+    m.ctx.device = device;
+    const std::string backend = comm_.backend_name();
+    if (m.ctx.on_accelerator()) {
+      // Refuse before allocating anything. Every collective runs on the flat
+      // buffers, which live where the module is.
+      ZERO_CHECK(device.is_cuda(), "the module is on ", device.str(),
+                 ": zero::Engine trains on the CPU or on a CUDA GPU. Move it to one of them.");
+      ZERO_CHECK(backend == "nccl" || (backend == "single" && m.world == 1), "the module is on ",
+                 device.str(), " but the communicator is '", backend,
+                 "', whose collectives work on host memory: give the engine an NCCL communicator "
+                 "(zero::cuda::make_nccl_communicator(bootstrap, local_rank), as zero-train --device cuda "
+                 "does), or for one process the single-process one.");
+      if (m.offload) m.ctx.copy_stream = m.ctx.side_stream();
+    } else {
+      ZERO_CHECK(backend != "nccl", "the communicator is NCCL but the module is on the CPU: move the "
+                 "module to its GPU (module->to(torch::Device(torch::kCUDA, local_rank))), or use the "
+                 "MPI or single-process communicator (zero::comm::make_communicator()).");
     }
-  }
+    const int accumulation = config_.gradient_accumulation_steps;
+    // Every buffer's size, tier and lifetime: the memory plan, which
+    // zero-estimate sums too.
+    ZERO_CHECK(z.reduce_bucket_size > 0, "zero_optimization.reduce_bucket_size must be positive");
+    PlanInput pi;
+    pi.numels = P.numels();
+    pi.bucket_numel = static_cast<std::size_t>(z.reduce_bucket_size);
+    pi.world = m.world;
+    pi.rank = m.rank;
+    pi.stage = m.stage;
+    pi.offload = m.offload;
+    pi.dpu = dpu;
+    pi.on_gpu = m.ctx.on_accelerator();
+    pi.accumulation = accumulation;
+    pi.element_bytes = static_cast<int>(c10::elementSize(dtype));
+    pi.moments = config_.optimizer.is_adagrad() ? 1 : 2;
+    detail::UnitAssignment units;
+    if (m.stage == 3) {
+      units = detail::assign_units(*P.module(), P.params(), z.stage3_param_persistence_threshold);
+      pi.groups = units.groups;
+      pi.offload_param = offload_param;
+      pi.prefetch_elements = z.stage3_prefetch_bucket_size;
+      pi.max_live_elements = z.stage3_max_live_parameters;
+    }
+    m.plan = plan_memory(pi);
+    P.use_plan(m.plan);
+    check_host_memory(m.plan, m.ctx.on_accelerator(), comm_, m.ctx.device);
+    const FlatLayout& L = P.layout();
+    // bf16/fp16 offload on a GPU without accumulation: the CPU step writes the
+    // updated parameters over the gradients they came from, and that buffer
+    // goes up (one host buffer per step for both directions: 16 bytes per
+    // parameter with DPU; no wait for the last upload before the next CPU
+    // step, as the copy stream orders the upload before the next download).
+    // The plan then has no staging buffer.
+    const bool update_in_grads = m.offload && m.ctx.on_accelerator() && dtype != at::kFloat &&
+                                 !m.plan[Buffer::kStaging].present;
 
-  // The communicator's counters are its owner's: the engine counts the
-  // difference from here on.
-  m.comm_at_step_start = comm_.stats();
-  stats_.loss_scale = m.precision.loss_scale();
-  stats_.lr = lr_;
-  if (m.rank == 0) {
-    const std::size_t nb = L.buckets().size();
-    std::fprintf(stderr,
-                 "zerocpp: stage %d, %s on %s, %d rank%s, %zu parameters in %zu bucket%s (%zu frozen), "
-                 "optimizer %s%s%s\n",
-                 m.stage, c10::toString(dtype), device.str().c_str(), m.world, m.world == 1 ? "" : "s", L.numel(), nb,
-                 nb == 1 ? "" : "s", static_cast<std::size_t>(P.frozen_count()), config_.optimizer.type.c_str(),
-                 m.offload ? ", offload cpu" : "",
-                 dpu ? (", delayed update after " + std::to_string(m.delayed->warmup()) + " steps").c_str() : "");
+    detail::OptimizerPartition::Options oo;
+    oo.offload = m.offload;
+    oo.dtype = dtype;
+    m.optimizer = std::make_unique<detail::OptimizerPartition>(config_, m.plan, m.ctx, oo, ledger_);
+
+    at::NoGradGuard no_grad;
+    // The order of these allocations is the construction peak the ledger sees.
+    if (m.stage == 3) {
+      m.optimizer->allocate_master();
+      P.adopt_partitioned(comm_, ledger_, m.guard,
+                          [&](const Bucket& b, const at::Tensor& chunk32) { m.optimizer->seed_master_chunk(b, chunk32); },
+                          m.ctx);
+    } else {
+      at::Tensor flat32 = P.initial_fp32(comm_, ledger_);
+      m.optimizer->seed_master(flat32);
+      P.adopt(std::move(flat32), comm_, ledger_, m.guard);
+    }
+    for (std::size_t i = 0; i < P.params().size(); ++i) {
+      m.guard.install_hook(P.params()[i], std::make_unique<Impl::GradHook>(&m, static_cast<int>(i)));
+    }
+    m.optimizer->allocate_moments();  // after the temporary fp32 copy is gone
+
+    detail::GradPath::Options go;
+    go.stage = m.stage;
+    go.offload = m.offload;
+    go.dpu = dpu;
+    go.accumulation = accumulation;
+    go.overlap_comm = z.overlap_comm;
+    go.shard_rank = P.shard_rank();
+    go.update_in_grads = update_in_grads;
+    m.grads = std::make_unique<detail::GradPath>(m.plan, m.ctx, go, comm_, ledger_, P.params().front());
+    m.delayed = std::make_unique<detail::DelayedUpdate>(dpu, z.offload_optimizer.delayed_param_update_warmup_steps);
+    m.grads->set_timeline(&m.timeline);
+    P.set_timeline(&m.timeline);
+    if (m.stage == 3) {
+      detail::UnitSchedule::Options uo;
+      uo.prefetch = z.stage3_prefetch_bucket_size > 0;
+      uo.prefetch_elements = static_cast<std::size_t>(z.stage3_prefetch_bucket_size);
+      uo.max_live_elements = static_cast<std::size_t>(z.stage3_max_live_parameters);
+      m.units = std::make_unique<detail::UnitSchedule>(units, P, comm_, uo);
+    }
+
+    // The transient gradient buckets (and at stage 3 the gathered units) are
+    // budgeted here, at their bound, and not refused inside forward or
+    // backward (where one rank could fail while the others wait in a
+    // collective): every rank holds the same bytes, so every rank refuses alike.
+    if (config_.device_memory_limit > 0) {
+      const std::int64_t held = ledger_.snapshot().tier_current[static_cast<int>(Tier::kDevice)];
+      auto planned = [&](Buffer id) { return m.plan[id].present ? m.plan[id].bytes() : std::int64_t{0}; };
+      const std::int64_t buckets = planned(Buffer::kBuckets), live = planned(Buffer::kLiveParams);
+      auto both = [](std::int64_t b) { return memory::format_bytes(b) + " = " + std::to_string(b) + " bytes"; };
+      ZERO_CHECK(held + buckets + live <= config_.device_memory_limit, "device memory budget exceeded: the gradient "
+                 "buckets need up to ", both(buckets), " during backward",
+                 live > 0 ? " and the gathered units up to " + both(live) : std::string(), " beside the ", both(held),
+                 " the engine holds, past the device_memory_limit of ", both(config_.device_memory_limit),
+                 " (it would need at least ", both(held + buckets + live), "). Lower "
+                 "zero_optimization.reduce_bucket_size", live > 0 ? " (stage 3: mark smaller units, or turn prefetch "
+                 "off with stage3_prefetch_bucket_size=0)" : "", ", raise device_memory_limit, or move state off the "
+                 "device (a higher stage, or offload_optimizer.device=\"cpu\").");
+    }
+    if (m.rank == 0 && m.units) {
+      std::fprintf(stderr, "%s\n", m.units->describe(z.stage3_param_persistence_threshold, dtype).c_str());
+    }
+    if (m.rank == 0) {
+      for (const std::string& w : ignored_settings(config_, m.ctx.on_accelerator())) {
+        std::fprintf(stderr, "zerocpp: config warning: %s\n", w.c_str());
+      }
+    }
+
+    // The communicator's counters are its owner's: the engine counts the
+    // difference from here on.
+    m.comm_at_step_start = comm_.stats();
+    stats_.loss_scale = m.precision.loss_scale();
+    stats_.lr = lr_;
+    if (m.rank == 0) {
+      const std::size_t nb = L.buckets().size();
+      std::fprintf(stderr,
+                   "zerocpp: stage %d, %s on %s, %d rank%s, %zu parameters in %zu bucket%s (%zu frozen), "
+                   "optimizer %s%s%s\n",
+                   m.stage, c10::toString(dtype), device.str().c_str(), m.world, m.world == 1 ? "" : "s", L.numel(), nb,
+                   nb == 1 ? "" : "s", static_cast<std::size_t>(P.frozen_count()), config_.optimizer.type.c_str(),
+                   m.offload ? ", offload cpu" : "",
+                   dpu ? (", delayed update after " + std::to_string(m.delayed->warmup()) + " steps").c_str() : "");
+    }
+    m.guard.commit();
+  } catch (const std::exception& e) {
+    detail::rethrow_if_out_of_memory(e, "building the engine", ledger_);
+    throw;
   }
-  m.guard.commit();
 }
 
 // The parts' destructors do the work: the guard restores the module, the
@@ -409,7 +415,12 @@ void Engine::backward(const at::Tensor& loss) {
     if (m.units) m.units->abort();
     for (const auto& p : m.params->params()) p.mutable_grad().reset();
     m.micro_step -= m.micro_step % config_.gradient_accumulation_steps;
-    throw;
+    try {
+      throw;
+    } catch (const std::exception& e) {
+      detail::rethrow_if_out_of_memory(e, "running backward", ledger_);
+      throw;
+    }
   }
 }
 

@@ -13,7 +13,14 @@
 //   mismatch   issues all_reduce with max where the others issue sum (MPI
 //              completes it: only the sequence check notices)
 //   nan        makes its loss NaN (its gradients follow)
+//   host-oom   (one process) limits its address space to what it maps now
+//              plus 100 MiB before it builds the engine of a 16.8M-parameter
+//              model (whose Adam state alone is 128 MiB): the engine must
+//              say it ran out of host memory, not crash
+#include <sys/resource.h>
+
 #include <csignal>
+#include <fstream>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
@@ -64,6 +71,20 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
+// RLIMIT_AS = what the process maps now + `extra` bytes.
+void limit_address_space(long extra) {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  long kib = 0;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmSize:", 0) == 0) kib = std::stol(line.substr(7));
+  }
+  ZERO_CHECK(kib > 0, "fault_driver: no VmSize in /proc/self/status");
+  const rlim_t limit = static_cast<rlim_t>(kib) * 1024 + static_cast<rlim_t>(extra);
+  const rlimit r{limit, limit};
+  ZERO_CHECK(setrlimit(RLIMIT_AS, &r) == 0, "fault_driver: setrlimit failed");
+}
+
 int run(const Options& o, std::unique_ptr<zero::comm::Communicator>& comm_out) {
   comm_out = zero::comm::make_communicator();
   zero::comm::Communicator& comm = *comm_out;
@@ -73,8 +94,11 @@ int run(const Options& o, std::unique_ptr<zero::comm::Communicator>& comm_out) {
                            "\", \"stop_after\": " + std::to_string(o.stop_after) + "}}";
   const zero::config::Config cfg = zero::config::parse_config(json, comm.world_size(), "fault_driver");
   torch::manual_seed(7);
-  auto model = std::make_shared<torch::nn::SequentialImpl>(torch::nn::Linear(16, 32), torch::nn::Tanh(),
-                                                           torch::nn::Linear(32, 4));
+  const bool oom = o.inject == "host-oom";
+  auto model = oom ? std::make_shared<torch::nn::SequentialImpl>(torch::nn::Linear(4096, 4096))
+                   : std::make_shared<torch::nn::SequentialImpl>(torch::nn::Linear(16, 32), torch::nn::Tanh(),
+                                                                 torch::nn::Linear(32, 4));
+  if (oom) limit_address_space(100 << 20);
   zero::Engine engine(model, cfg, comm);
   torch::manual_seed(100 + comm.rank());
   const bool me = comm.rank() == o.rank;
