@@ -95,8 +95,10 @@ struct ResumeCase {
   bool fp16 = false;  // dynamic loss scaling, its window short enough to move during the run
 };
 
-config::Config case_config(const ResumeCase& c, int world) {
-  const int micro = kGlobalBatch / (world * c.accumulation);
+// `rows` of the fixed global batch are trained on: a number every world size
+// of the test divides.
+config::Config case_config(const ResumeCase& c, int world, int rows = kGlobalBatch) {
+  const int micro = rows / (world * c.accumulation);
   config::Config cfg = make_config(c.stage, c.offload, c.bf16, world, micro, c.accumulation);
   if (c.dpu) {
     cfg.zero_optimization.offload_optimizer.delayed_param_update = true;
@@ -439,7 +441,9 @@ TEST(Reshard, SaveOnOneLayoutLoadOnAnother) {
   const ReshardRole role = reshard_role();
   if (!role.active) GTEST_SKIP() << "run by the ckpt_reshard tests (ZERO_CKPT_RESHARD)";
   comm::Communicator& comm = world_comm();
-  const config::Config cfg = case_config(role.c, comm.world_size());
+  // 12 rows: 1, 2, 3 and 4 ranks split them alike, so that the saving and
+  // the loading job train on the same rows.
+  const config::Config cfg = case_config(role.c, comm.world_size(), 12);
   Trainer t{ModelKind::kUnitMlp, cfg};
   if (role.save) {
     std::vector<float> losses;
