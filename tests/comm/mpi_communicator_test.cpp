@@ -6,7 +6,10 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <unistd.h>
+
 #include <chrono>
+#include <fstream>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -14,6 +17,7 @@
 #include <vector>
 
 #include "typed_buffer.h"
+#include "zero/comm/comm_errors.h"
 #include "zero/comm/communicator.h"
 #include "zero/comm/launcher_env.h"
 #include "zero/comm/mpi_check.h"
@@ -328,6 +332,84 @@ TEST_F(MpiCommunicatorTest, WaitTimesOutAndTheOpCanStillBeWaited) {
   } else {
     std::this_thread::sleep_for(500ms);
     comm_->barrier()->wait();
+  }
+}
+
+// comm_timeout: rank 1 joins a barrier only after rank 0's timeout. Rank 0's
+// error names the op and rank 1, alive (its watchdog answered) but behind;
+// the flight recorder file exists. The communicator is failed afterwards.
+TEST_F(MpiCommunicatorTest, TimeoutNamesTheRankThatHasNotJoined) {
+  if (n_ < 2) GTEST_SKIP() << "needs two ranks";
+  comm_->barrier()->wait();
+  const std::string dir = "/tmp/zerocpp-comm-test-fr-" + std::to_string(::getpid());
+  comm_->set_flight_recorder(64, dir);
+  if (r_ == 0) {
+    comm_->set_timeout(300ms);
+    auto work = comm_->barrier();
+    try {
+      work->wait();
+      FAIL() << "expected a timeout";
+    } catch (const zero::comm::CollectiveTimeout& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("collective #1, barrier"), std::string::npos) << what;
+      EXPECT_NE(what.find("rank 1 has not joined it"), std::string::npos) << what;
+      EXPECT_NE(what.find("rank 1 has issued 1 ops"), std::string::npos) << what;
+      EXPECT_EQ(e.seq(), 1u);
+      EXPECT_TRUE(std::ifstream(comm_->flight_recorder_path()).good()) << comm_->flight_recorder_path();
+    }
+    EXPECT_THROW(comm_->barrier(), zero::Error);  // failed: no new op
+  } else if (r_ == 1) {
+    std::this_thread::sleep_for(4000ms);  // past rank 0's timeout and its 3 s query
+  }
+  // Line everyone up again on MPI's own barrier (rank 0's is abandoned but
+  // still pending in MPI: rank 1 and the others complete it here).
+  if (r_ != 0) comm_->barrier()->wait();
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+// A failure announced by one rank ends the others' waits at once.
+TEST_F(MpiCommunicatorTest, AnnouncedFailureEndsTheOthersWaits) {
+  if (n_ < 2) GTEST_SKIP() << "needs two ranks";
+  comm_->barrier()->wait();
+  if (r_ == 1) {
+    comm_->health_channel()->announce_failure("key", "rank 1 broke", 1000ms);
+    std::this_thread::sleep_for(2000ms);  // the others notice before this rank joins their barrier
+  } else {
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      comm_->barrier()->wait();
+      FAIL() << "expected a remote failure";
+    } catch (const zero::comm::RemoteFailure& e) {
+      EXPECT_EQ(e.origin_rank(), 1);
+      EXPECT_NE(std::string(e.what()).find("rank 1 failed: rank 1 broke"), std::string::npos) << e.what();
+    }
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 20s);
+  }
+  if (r_ == 1) comm_->barrier()->wait();  // completes the others' abandoned barrier
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+// Ops MPI completes although they differ (sum vs max) are caught by
+// check_sequence on every rank, naming the op and both sides.
+TEST_F(MpiCommunicatorTest, SequenceCheckNamesTheDivergentOp) {
+  float v = 1.0f;
+  comm_->all_reduce(&v, 1, DType::kFloat32)->wait();
+  comm_->check_sequence();  // the same so far
+  zero::comm::AllReduceOptions o;
+  o.op = r_ == n_ - 1 && n_ > 1 ? ReduceOp::kMax : ReduceOp::kSum;
+  comm_->all_reduce(&v, 1, DType::kFloat32, o)->wait();
+  if (n_ < 2) {
+    comm_->check_sequence();
+    return;
+  }
+  try {
+    comm_->check_sequence();
+    FAIL() << "expected a sequence mismatch";
+  } catch (const zero::comm::SequenceMismatch& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("diverge at op #1"), std::string::npos) << what;
+    EXPECT_NE(what.find("issued all_reduce max fp32 x 1"), std::string::npos) << what;
+    EXPECT_NE(what.find("issued all_reduce sum fp32 x 1"), std::string::npos) << what;
   }
 }
 
