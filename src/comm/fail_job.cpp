@@ -50,22 +50,31 @@ void fail_job(Communicator* comm, const std::exception& error, std::string_view 
   bool print = true;
   std::vector<int> same;
   if (channel != nullptr) {
-    // A rank that reported this failure before this one got here has
-    // printed it (ranks time out on the same op at slightly different times).
-    for (const AnnouncedFailure& f : channel->announced_failures()) {
-      if (f.key == key) print = false;
-    }
-    channel->announce_failure(key, what, std::chrono::milliseconds(1000));
+    // The rank that prints says so first ("printed:<key>"), so that a rank
+    // that fails the same way later (ranks time out on the same op at
+    // slightly different times) stays silent.
+    const std::string printed = "printed:" + key;
+    auto printed_already = [&] {
+      for (const AnnouncedFailure& f : channel->announced_failures()) {
+        if (f.key == printed) return true;
+      }
+      return false;
+    };
+    print = !printed_already();
+    if (print) channel->announce_failure(key, what, std::chrono::milliseconds(1000));
+    // Ranks that fail together leave it to the lowest of them.
     const auto until = std::chrono::steady_clock::now() + kListen;
     while (print && std::chrono::steady_clock::now() < until) {
       same.clear();
       for (const AnnouncedFailure& f : channel->announced_failures()) {
+        if (f.key == printed) print = false;
         if (f.key != key) continue;
         same.push_back(f.rank);
         if (f.rank < rank) print = false;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
+    if (print) channel->announce_failure(printed, what, std::chrono::milliseconds(1000));
   }
   if (!print) {
     std::this_thread::sleep_for(kSilentExitDelay);

@@ -18,8 +18,8 @@
 //  - Otherwise the error is announced to every other rank through the health
 //    channel (their waits end at once with RemoteFailure), and the ranks that
 //    raised the same error (same CommError::key(), or the same message)
-//    leave it to the first of them (the lowest, if they fail together) to
-//    print: "<program>: error on rank R of
+//    leave it to one of them to print (the lowest of those that fail
+//    together; one that fails after another printed stays silent): "<program>: error on rank R of
 //    N: <message>" and which other ranks raised it too.
 //  - The process then ends with exit code 1. With more than one rank it does
 //    not call MPI_Finalize (the others may never get there): the launcher
