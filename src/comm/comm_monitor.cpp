@@ -176,10 +176,7 @@ std::string CommMonitor::describe_timeout(std::uint64_t seq) {
       behind_detail.push_back(d.str());
       continue;
     }
-    const OpRecord* r = nullptr;
-    for (const OpRecord& x : p.records) {
-      if (x.seq == seq) r = &x;
-    }
+    const OpRecord* r = p.find(seq);
     if (r != nullptr && mine && !(r->sig == mine->sig)) {
       diverged.push_back("rank " + std::to_string(q) + " issued " + describe(r->sig) + " as op #" +
                          std::to_string(seq));

@@ -8,6 +8,13 @@
 
 namespace zero::comm {
 
+const OpRecord* FlightRecord::find(std::uint64_t seq) const {
+  if (records.empty() || seq < records.front().seq) return nullptr;
+  const std::uint64_t i = seq - records.front().seq;
+  if (i >= records.size() || records[i].seq != seq) return nullptr;
+  return &records[i];
+}
+
 FlightRecorder::FlightRecorder(std::size_t capacity) {
   ZERO_CHECK(capacity > 0, "the flight recorder needs room for at least one op, got ", capacity);
   ring_.resize(capacity);

@@ -7,13 +7,6 @@
 namespace zero::comm {
 namespace {
 
-// The record of op `seq` in `rec`, or nullptr if it is not kept.
-const OpRecord* find(const FlightRecord& rec, std::uint64_t seq) {
-  if (rec.records.empty() || seq < rec.records.front().seq || seq >= rec.issued) return nullptr;
-  const OpRecord& r = rec.records[seq - rec.records.front().seq];
-  return r.seq == seq ? &r : nullptr;
-}
-
 std::uint64_t first_kept(const FlightRecord& rec) {
   return rec.records.empty() ? rec.issued : rec.records.front().seq;
 }
@@ -61,7 +54,7 @@ std::string find_divergence(const std::vector<FlightRecord>& per_rank) {
     };
     std::vector<Group> groups;
     for (std::size_t q = 0; q < per_rank.size(); ++q) {
-      const OpRecord* op = find(per_rank[q], seq);
+      const OpRecord* op = per_rank[q].find(seq);
       auto g = std::find_if(groups.begin(), groups.end(), [&](const Group& x) {
         return (x.op == nullptr) == (op == nullptr) && (op == nullptr || x.op->sig == op->sig);
       });

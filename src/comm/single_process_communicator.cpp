@@ -19,7 +19,7 @@ class SingleProcessCommunicator final : public Communicator {
 
   WorkPtr do_all_reduce(void* data, std::size_t count, DType dtype, const AllReduceOptions&) override {
     detail::check_buffer(data, count, "all_reduce", "data");
-    return done(CollectiveKind::kAllReduce);
+    return make_completed_work();
   }
 
   WorkPtr do_reduce_scatter(const void* input, void* output, std::size_t count_per_rank, DType dtype,
@@ -32,7 +32,7 @@ class SingleProcessCommunicator final : public Communicator {
     if (!detail::is_in_place(input, output, count_per_rank, dtype, 1, 0, name)) {
       copy(output, input, count_per_rank, dtype);
     }
-    return done(CollectiveKind::kReduceScatter);
+    return make_completed_work();
   }
 
   WorkPtr do_all_gather(const void* input, void* output, std::size_t count_per_rank,
@@ -43,7 +43,7 @@ class SingleProcessCommunicator final : public Communicator {
     if (!detail::is_in_place(output, input, count_per_rank, dtype, 1, 0, name)) {
       copy(output, input, count_per_rank, dtype);
     }
-    return done(CollectiveKind::kAllGather);
+    return make_completed_work();
   }
 
   WorkPtr do_broadcast(void* data, std::size_t count, DType dtype,
@@ -51,17 +51,16 @@ class SingleProcessCommunicator final : public Communicator {
     detail::check_buffer(data, count, "broadcast", "data");
     ZERO_CHECK(options.root == 0, "broadcast: root ", options.root,
                " is not a rank of this communicator (world size 1)");
-    return done(CollectiveKind::kBroadcast);
+    return make_completed_work();
   }
 
-  WorkPtr do_barrier() override { return done(CollectiveKind::kBarrier); }
+  WorkPtr do_barrier() override { return make_completed_work(); }
 
  private:
   static void copy(void* to, const void* from, std::size_t n, DType dtype) {
     if (n > 0) std::memcpy(to, from, n * element_size(dtype));
   }
 
-  WorkPtr done(CollectiveKind) { return make_completed_work(); }
 };
 
 }  // namespace

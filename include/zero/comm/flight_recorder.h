@@ -22,6 +22,9 @@ struct FlightRecord {
   std::uint64_t issued = 0;                  // ops issued so far (the next op's seq)
   std::uint64_t hash = kEmptySequenceHash;   // running hash over all of them
   std::vector<OpRecord> records;             // the last ones, oldest first
+
+  // Op `seq`'s record, or nullptr if it is not among `records`.
+  const OpRecord* find(std::uint64_t seq) const;
 };
 
 class FlightRecorder {
