@@ -1,13 +1,17 @@
 // zero-bench ckpt: checkpoint save and load throughput of the engine against
 // the same disk's sequential write and read speed measured in the same run
 // (every rank writing, then reading, a file as large as its checkpoint file
-// at once, fsync'd, page cache dropped for the file before each read), and
+// at once, fsync'd, page cache dropped for the file before each read; through
+// the page cache and with O_DIRECT, the faster counting), and
 // the stall of an asynchronous save (the host copy) against a synchronous
 // one. Run it under mpirun for several ranks.
 #include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -56,34 +60,47 @@ void drop_cache(const fs::path& dir) {
   }
 }
 
-// Sequential write (fsync'd) and cold read of `bytes` on this rank, in the
-// checkpoint's block size; every rank at once.
-std::pair<double, double> disk_speed(const fs::path& file, std::uint64_t bytes, comm::Communicator& comm) {
-  std::vector<char> block(std::size_t{8} << 20, 'z');
+// The disk's speed on one rank's share: a sequential write of `bytes`
+// (fsync'd) and a cold read of it, every rank at once, in the checkpoint's
+// block size, through the page cache and with O_DIRECT.
+struct DiskSpeed {
+  double write_s = 0, read_s = 0;
+};
+DiskSpeed disk_speed(const fs::path& file, std::uint64_t bytes, bool direct, comm::Communicator& comm) {
+  constexpr std::size_t kBlock = std::size_t{8} << 20;
+  void* mem = nullptr;
+  ZERO_CHECK(::posix_memalign(&mem, 4096, kBlock) == 0, "out of memory");
+  const std::unique_ptr<char, decltype(&std::free)> block(static_cast<char*>(mem), &std::free);
+  std::memset(block.get(), 'z', kBlock);
+  const int extra = direct ? O_DIRECT : 0;
+  // Direct I/O wants whole 4 KiB blocks.
+  const std::uint64_t size = direct ? (bytes + 4095) / 4096 * 4096 : bytes;
+  DiskSpeed d;
   comm.barrier()->wait();
   const auto t0 = Clock::now();
-  const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  ZERO_CHECK(fd >= 0, "cannot create ", file.string());
-  for (std::uint64_t done = 0; done < bytes;) {
-    const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(block.size(), bytes - done));
-    ZERO_CHECK(::write(fd, block.data(), n) == static_cast<ssize_t>(n), "write to ", file.string(), " failed");
+  const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | extra, 0644);
+  ZERO_CHECK(fd >= 0, "cannot create ", file.string(), direct ? " with O_DIRECT" : "", ": ", std::strerror(errno));
+  for (std::uint64_t done = 0; done < size;) {
+    const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(kBlock, size - done));
+    ZERO_CHECK(::write(fd, block.get(), n) == static_cast<ssize_t>(n), "write to ", file.string(), " failed");
     done += n;
   }
   ::fsync(fd);
   ::close(fd);
   comm.barrier()->wait();
-  const double write_s = since(t0);
+  d.write_s = since(t0);
   drop_cache(file.parent_path());
   comm.barrier()->wait();
   const auto t1 = Clock::now();
-  const int rfd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
-  while (::read(rfd, block.data(), block.size()) > 0) {
+  const int rfd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | extra);
+  ZERO_CHECK(rfd >= 0, "cannot open ", file.string(), ": ", std::strerror(errno));
+  while (::read(rfd, block.get(), kBlock) > 0) {
   }
   ::close(rfd);
   comm.barrier()->wait();
-  const double read_s = since(t1);
+  d.read_s = since(t1);
   fs::remove(file);
-  return {write_s, read_s};
+  return d;
 }
 
 void run_ckpt(const CkptOptions& o) {
@@ -121,42 +138,58 @@ void run_ckpt(const CkptOptions& o) {
   // every file and the commit), an asynchronous one (the caller waits for
   // the host copy only; then for the commit), a cold load. Medians: a
   // virtual disk's speed varies from one write to the next.
-  std::vector<double> sync_t, async_t, stall_t, load_t, disk_wt, disk_rt;
+  std::vector<double> sync_t, async_t, stall_t, behind_t, load_t, buffered_wt, buffered_rt, direct_wt, direct_rt;
   std::uint64_t bytes = 0;
   double total = 0.0;
+  // Each round saves under new tags, as a training run does (removing the
+  // previous round's checkpoints is not timed).
   for (int round = 0; round < o.rounds; ++round) {
+    const std::string sync_tag = "sync-" + std::to_string(round), async_tag = "async-" + std::to_string(round);
     comm->barrier()->wait();
     auto t = Clock::now();
-    engine.save_checkpoint(dir.string(), "sync");
+    engine.save_checkpoint(dir.string(), sync_tag);
     comm->barrier()->wait();
     sync_t.push_back(since(t));
     bytes = engine.last_checkpoint().bytes;
     float total_f = static_cast<float>(bytes);
     comm->all_reduce(&total_f, 1, DType::kFloat32)->wait();
     total = total_f;
-    const auto [dw, dr] = disk_speed(dir / ("disk_rank" + std::to_string(comm->rank())), bytes, *comm);
-    disk_wt.push_back(dw);
-    disk_rt.push_back(dr);
+    const fs::path disk_file = dir / ("disk_rank" + std::to_string(comm->rank()));
+    const DiskSpeed buffered = disk_speed(disk_file, bytes, /*direct=*/false, *comm);
+    buffered_wt.push_back(buffered.write_s);
+    buffered_rt.push_back(buffered.read_s);
+    const DiskSpeed direct = disk_speed(disk_file, bytes, /*direct=*/true, *comm);
+    direct_wt.push_back(direct.write_s);
+    direct_rt.push_back(direct.read_s);
     comm->barrier()->wait();
     t = Clock::now();
-    engine.save_checkpoint(dir.string(), "async", {}, /*async=*/true);
+    engine.save_checkpoint(dir.string(), async_tag, {}, /*async=*/true);
     stall_t.push_back(since(t));
     engine.wait_checkpoint();
     comm->barrier()->wait();
     async_t.push_back(since(t));
+    behind_t.push_back(async_t.back() - stall_t.back());
     if (root) drop_cache(dir);
     comm->barrier()->wait();
     t = Clock::now();
-    engine.load_checkpoint(dir.string(), "sync");
+    engine.load_checkpoint(dir.string(), sync_tag);
     comm->barrier()->wait();
     load_t.push_back(since(t));
+    if (root) {
+      ckpt::remove_tree(dir / sync_tag, ec);
+      ckpt::remove_tree(dir / async_tag, ec);
+    }
   }
   auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
   };
   const double sync_s = median(sync_t), async_s = median(async_t), stall_s = median(stall_t), load_s = median(load_t);
-  const double disk_w = median(disk_wt), disk_r = median(disk_rt);
+  // The disk's speed: the faster way of each, so that the percentages are
+  // of the best this disk did.
+  const double buffered_w = median(buffered_wt), buffered_r = median(buffered_rt);
+  const double direct_w = median(direct_wt), direct_r = median(direct_rt);
+  const double disk_w = std::min(buffered_w, direct_w), disk_r = std::min(buffered_r, direct_r);
   if (root) ckpt::remove_tree(dir, ec);
   if (!root) return;
   const double mb = 1e6;
@@ -165,18 +198,27 @@ void run_ckpt(const CkptOptions& o) {
               (long long)o.layers, (long long)o.embd, engine.num_parameters() / 1e6, o.stage,
               o.offload ? " + offload" : "", world, bytes / mb, total / mb, o.dir.c_str(), o.rounds);
   std::printf("  %-34s %9s %10s %9s\n", "", "seconds", "MB/s", "of disk");
-  std::printf("  %-34s %9.3f %10.1f %9s\n", "disk: sequential write + fsync", disk_w, total / disk_w / mb, "");
-  std::printf("  %-34s %9.3f %10.1f %9s\n", "disk: sequential read (cold)", disk_r, total / disk_r / mb, "");
+  std::printf("  %-34s %9.3f %10.1f %9s\n", "disk: write + fsync, page cache", buffered_w, total / buffered_w / mb, "");
+  std::printf("  %-34s %9.3f %10.1f %9s\n", "disk: write + fsync, O_DIRECT", direct_w, total / direct_w / mb, "");
+  std::printf("  %-34s %9.3f %10.1f %9s\n", "disk: read (cold), page cache", buffered_r, total / buffered_r / mb, "");
+  std::printf("  %-34s %9.3f %10.1f %9s\n", "disk: read, O_DIRECT", direct_r, total / direct_r / mb, "");
+  std::printf("  (%% of disk: of the faster of the two)\n");
   std::printf("  %-34s %9.3f %10.1f %8.0f%%\n", "save (synchronous)", sync_s, total / sync_s / mb, 100 * disk_w / sync_s);
   std::printf("  %-34s %9.3f %10.1f %8.0f%%\n", "save (asynchronous, to commit)", async_s, total / async_s / mb,
               100 * disk_w / async_s);
   std::printf("  %-34s %9.3f %10s %9s\n", "  of which training stalled", stall_s, "", "");
+  const double behind_s = median(behind_t);
+  std::printf("  %-34s %9.3f %10.1f %8.0f%%\n", "  and writing, beside training", behind_s, total / behind_s / mb,
+              100 * disk_w / behind_s);
   std::printf("  %-34s %9.3f %10.1f %8.0f%%\n", "load (cold)", load_s, total / load_s / mb, 100 * disk_r / load_s);
   std::printf("  async stall = %.1f%% of the synchronous save\n", 100 * stall_s / sync_s);
   if (o.json) {
     nlohmann::json j = {{"params", engine.num_parameters()}, {"world", world}, {"bytes_per_rank", bytes},
                         {"bytes_total", total}, {"disk_write_s", disk_w}, {"disk_read_s", disk_r},
+                        {"disk_write_buffered_s", buffered_w}, {"disk_write_direct_s", direct_w},
+                        {"disk_read_buffered_s", buffered_r}, {"disk_read_direct_s", direct_r},
                         {"save_sync_s", sync_s}, {"save_async_s", async_s}, {"async_stall_s", stall_s},
+                        {"async_write_s", behind_s},
                         {"load_s", load_s}};
     std::printf("%s\n", j.dump().c_str());
   }

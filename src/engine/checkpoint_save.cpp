@@ -1,6 +1,9 @@
 #include "checkpoint_save.h"
 
+#include <algorithm>
 #include <exception>
+
+#include <ATen/ops/empty.h>
 
 #include "zero/ckpt/shard_io.h"
 
@@ -37,9 +40,24 @@ void CheckpointSave::write() {
   const auto began = std::chrono::steady_clock::now();
   try {
     ckpt::ShardWriter w(file_);
+    at::Tensor bounce;  // device pieces come down through it, a block at a time
     for (const SaveSection& s : sections_) {
       w.begin_section(s.name, s.dtype, s.shape);
-      for (const at::Tensor& t : s.pieces) w.write(t.data_ptr(), t.nbytes());
+      for (const at::Tensor& t : s.pieces) {
+        if (t.device().is_cpu()) {
+          w.write(t.data_ptr(), t.nbytes());
+          continue;
+        }
+        const at::Tensor bytes = t.reshape({-1}).view(at::kByte);
+        const std::int64_t block = static_cast<std::int64_t>(ckpt::kIoBlock);
+        if (!bounce.defined()) bounce = at::empty({std::min(block, bytes.numel())}, at::kByte);
+        for (std::int64_t off = 0; off < bytes.numel(); off += block) {
+          const std::int64_t n = std::min(block, bytes.numel() - off);
+          if (n > bounce.numel()) bounce = at::empty({n}, at::kByte);
+          bounce.narrow(0, 0, n).copy_(bytes.narrow(0, off, n));
+          w.write(bounce.data_ptr(), static_cast<std::size_t>(n));
+        }
+      }
       w.end_section();
     }
     const ckpt::FileRecord rec = w.finish(rank_);

@@ -1,5 +1,6 @@
-// One rank's part of a save under way: what it writes (host tensors, one
-// section after another, into its file in <dir>/<tag>.partial) and the
+// One rank's part of a save under way: what it writes (tensors, one section
+// after another, into its file in <dir>/<tag>.partial; device tensors come
+// down a block at a time) and the
 // thread that writes them while training goes on (asynchronous save), or
 // nothing but the write itself (synchronous). The commit, a collective,
 // is the engine's (engine_checkpoint.cpp).
@@ -23,13 +24,13 @@ namespace zero::detail {
 struct SaveSection {
   std::string name, dtype;          // dtype in the manifest's names (fp32, bf16, u8, ...)
   std::vector<std::int64_t> shape;  // module tensors
-  std::vector<at::Tensor> pieces;   // contiguous host tensors, written in order
+  std::vector<at::Tensor> pieces;   // contiguous tensors, written in order
 };
 
 class CheckpointSave {
  public:
-  // Writes `sections` to `file`: on a worker thread (async), or before
-  // returning. `manifest` (rank 0's, without the files) and the rest are
+  // Writes `sections` to `file`: on a worker thread (async: the pieces must
+  // be host copies that nothing else writes), or before returning. `manifest` (rank 0's, without the files) and the rest are
   // kept for the commit.
   CheckpointSave(std::filesystem::path dir, std::string tag, std::filesystem::path file, int rank,
                  std::vector<SaveSection> sections, ckpt::Manifest manifest, bool async,

@@ -134,6 +134,11 @@ void Engine::Impl::apply_update(int buf, comm::Communicator& comm) {
   params->publish(update_source(buf), offload, comm, ctx);
 }
 
+void Engine::Impl::check_not_damaged(const char* what) const {
+  ZERO_CHECK(damaged_by.empty(), "engine.", what, "() refused: the engine's state is partly overwritten by ", damaged_by,
+             " (see its error); load a good checkpoint first");
+}
+
 void Engine::Impl::finish_delayed(comm::Communicator& comm) {
   const Clock::time_point began = Clock::now();
   const bool early = delayed->pending() && offload && ctx.copy_stream.has_value();
@@ -393,6 +398,7 @@ bool Engine::is_accumulation_boundary() const {
 
 void Engine::backward(const at::Tensor& loss) {
   Impl& m = *impl_;
+  m.check_not_damaged("backward");
   ZERO_CHECK(loss.defined() && loss.numel() == 1,
              "engine.backward() needs a scalar loss (the mean over the micro-batch)");
   ZERO_CHECK(loss.requires_grad(),
@@ -426,6 +432,7 @@ void Engine::backward(const at::Tensor& loss) {
 
 bool Engine::step() {
   Impl& m = *impl_;
+  m.check_not_damaged("step");
   const bool boundary = is_accumulation_boundary();
   ++m.micro_step;
   if (!boundary) return false;

@@ -17,10 +17,13 @@
 #include <c10/core/GradMode.h>
 
 #include "engine_impl.h"
+#include "host_snapshot.h"
 #include "zero/ckpt/checkpoint_dir.h"
 #include "zero/ckpt/reshard.h"
 #include "zero/ckpt/shard_io.h"
+#include "zero/comm/launcher_env.h"
 #include "zero/core/error.h"
+#include "zero/core/host_memory.h"
 
 namespace zero {
 
@@ -115,6 +118,29 @@ void record_layout(const FlatLayout& L, ckpt::Manifest& m) {
   m.buckets = bucket_records(L);
 }
 
+// Whether every rank's host has room for an asynchronous save's snapshot
+// (`bytes` per rank, times the ranks on a node); where one has not, every
+// rank saves synchronously instead (rank 0 says so), never the OOM killer.
+bool snapshot_fits(comm::Communicator& comm, const c10::Device& device, std::int64_t bytes, const std::string& tag) {
+  const int local = comm::launcher_local_size().value_or(1);
+  const std::optional<std::int64_t> available = host_memory_available();
+  const bool short_here = available && bytes * local > *available;
+  float any_short = short_here ? 1.0f : 0.0f;
+  if (comm.world_size() > 1) {
+    at::Tensor flag = at::full({1}, any_short, at::TensorOptions().dtype(at::kFloat).device(device));
+    comm.all_reduce(flag.data_ptr(), 1, DType::kFloat32, {comm::ReduceOp::kMax})->wait();
+    any_short = flag.item<float>();
+  }
+  if (any_short == 0.0f) return true;
+  if (short_here || comm.rank() == 0) {
+    std::fprintf(stderr, "zerocpp: checkpoint '%s': an asynchronous save needs %s of host memory per rank for its "
+                 "snapshot (%d rank(s) per node)%s%s: saving synchronously instead\n", tag.c_str(),
+                 memory::format_bytes(bytes).c_str(), local, short_here ? " but " : " and another rank's node has not",
+                 short_here ? (memory::format_bytes(*available) + " is available (" + host_memory_source() + ")").c_str() : "");
+  }
+  return false;
+}
+
 // The module's frozen parameters and buffers, by name, each once.
 std::vector<std::pair<std::string, at::Tensor>> module_tensors(torch::nn::Module& module) {
   std::vector<std::pair<std::string, at::Tensor>> out;
@@ -138,6 +164,7 @@ void Engine::save_checkpoint(const std::string& dir, const std::string& tag, con
                              bool async) {
   Impl& m = *impl_;
   const Clock::time_point began = Clock::now();
+  m.check_not_damaged("save_checkpoint");
   ckpt::check_tag(tag);
   ZERO_CHECK(m.micro_step % config_.gradient_accumulation_steps == 0, "save_checkpoint() in the middle of an "
              "accumulation window (micro-batch ", m.micro_step % config_.gradient_accumulation_steps, " of ",
@@ -178,16 +205,11 @@ void Engine::save_checkpoint(const std::string& dir, const std::string& tag, con
   man.engine.scaler = {ss.scale, ss.hysteresis_left, ss.iter, ss.last_overflow_iter, ss.skipped};
   man.client_state = client_state.is_null() ? nlohmann::json::object() : client_state;
 
-  // What this rank writes. Host tensors: the engine's own where they are on
-  // the host and the save is synchronous, copies otherwise.
+  // What this rank writes: the engine's own tensors (a synchronous save
+  // writes from them, copying device tensors down in blocks), or host
+  // copies of them taken now (an asynchronous save: training goes on).
   std::vector<detail::SaveSection> sections;
-  std::int64_t copied = 0;
-  auto host = [&](const at::Tensor& t) {
-    at::Tensor c = t.contiguous();
-    if (!async && c.device().is_cpu()) return c;
-    copied += static_cast<std::int64_t>(c.nbytes());
-    return c.device().is_cpu() ? c.clone() : c.to(at::kCPU);
-  };
+  auto host = [](const at::Tensor& t) { return t.contiguous(); };
   const char* tdtype = dtype_name_of(m.precision.dtype());
   if (m.rank < L.shard_world()) {
     man.partition_sections = {"master", "exp_avg"};
@@ -230,7 +252,19 @@ void Engine::save_checkpoint(const std::string& dir, const std::string& tag, con
     }
   }
   memory::MemoryLedger::Registration snapshot;
-  if (copied > 0) snapshot = ledger_.add(memory::Tier::kHost, memory::Kind::kStaging, copied, "checkpoint snapshot", false);
+  if (async) {
+    std::int64_t bytes = 0;
+    for (const detail::SaveSection& s : sections) {
+      for (const at::Tensor& t : s.pieces) bytes += static_cast<std::int64_t>(t.nbytes());
+    }
+    async = snapshot_fits(comm_, m.ctx.device, bytes, tag);
+    if (async) {
+      for (detail::SaveSection& s : sections) {
+        for (at::Tensor& t : s.pieces) t = detail::host_snapshot(t);
+      }
+      snapshot = ledger_.add(memory::Tier::kHost, memory::Kind::kStaging, bytes, "checkpoint snapshot", false);
+    }
+  }
   const fs::path file = ckpt::partial_path(root, tag) / ckpt::shard_file_name(m.rank, m.world);
   m.saving = std::make_unique<detail::CheckpointSave>(root, tag, file, m.rank, std::move(sections), std::move(man),
                                                       async, std::move(snapshot));
@@ -293,6 +327,48 @@ void Engine::finish_checkpoint(bool block) {
   last_checkpoint_.commit_s = seconds_since(began);
 }
 
+namespace {
+
+// Where one partition section's loaded values go: host tensors, each
+// holding the elements from its partition offset on. The engine's own
+// tensors where they are on the host (the load writes into them: no second
+// copy of the state in memory), host copies of device tensors otherwise
+// (copied up once every file is read).
+struct LoadTarget {
+  const char* section = nullptr;
+  std::vector<std::pair<std::uint64_t, at::Tensor>> segments;  // (partition offset, contiguous 1-D host tensor)
+  std::vector<at::Tensor> device;  // the device tensors the segments are copies of (empty: in place)
+
+  void add(std::uint64_t offset, const at::Tensor& engine) {
+    if (engine.device().is_cpu()) {
+      ZERO_INTERNAL_ASSERT(engine.is_contiguous(), "checkpoint target ", section, " is not contiguous");
+      segments.emplace_back(offset, engine);
+    } else {
+      segments.emplace_back(offset, engine.to(at::kCPU));
+      device.push_back(engine);
+    }
+  }
+  // The staged values into the device tensors.
+  void copy_up() const {
+    for (std::size_t i = 0; i < device.size(); ++i) device[i].copy_(segments[i].second);
+  }
+};
+
+// The reads that put `n` elements of a saved section (from element `src`)
+// at partition element `dst` of a target.
+void add_reads(const LoadTarget& t, const ckpt::SectionRecord& s, std::uint64_t src, std::uint64_t dst, std::uint64_t n,
+               std::vector<ckpt::ReadRange>& out) {
+  const std::uint64_t es = ckpt::Manifest::dtype_size(s.dtype);
+  for (const auto& [begin, tensor] : t.segments) {
+    const std::uint64_t end = begin + static_cast<std::uint64_t>(tensor.numel());
+    const std::uint64_t a = std::max(dst, begin), b = std::min(dst + n, end);
+    if (a >= b) continue;
+    out.push_back({s.offset + (src + (a - dst)) * es, (b - a) * es, static_cast<char*>(tensor.data_ptr()) + (a - begin) * es});
+  }
+}
+
+}  // namespace
+
 nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string& tag) {
   Impl& m = *impl_;
   at::NoGradGuard no_grad;
@@ -304,24 +380,29 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
   const c10::ScalarType dtype = m.precision.dtype();
   const char* tdtype = dtype_name_of(dtype);
 
-  // Everything is read into host tensors first and checked on every rank;
-  // only then does the engine change.
+  // First everything is checked that can be before a byte is read (the
+  // manifest against this model, every file's presence and size), on every
+  // rank; the engine is unchanged by a load that fails there. Then the
+  // files are read, into the engine's host tensors directly.
   ckpt::Manifest man;
   std::string where;
-  at::Tensor master, exp_avg, exp_avg_sq, params, update, rng, rng_device;
+  fs::path folder;
+  std::vector<LoadTarget> targets;
+  LoadTarget* params_target = nullptr;
+  at::Tensor update, rng, rng_device;
   std::vector<std::pair<at::Tensor, at::Tensor>> module_updates;  // (module tensor, loaded value)
+  std::map<int, std::vector<ckpt::ReadRange>> reads;  // by saved rank
   bool same_dtype = false;
-  auto to_host = [](const at::Tensor& t) { return t.device().is_cpu() ? t.clone() : t.to(at::kCPU); };
   std::string error = error_of([&] {
     const std::string t = ckpt::resolve_tag(root, tag);
-    const fs::path folder = root / t;
+    folder = root / t;
     where = folder.string();
     const fs::path manifest_path = folder / ckpt::kManifestName;
     man = ckpt::parse_manifest(ckpt::read_text(manifest_path), manifest_path.string());
     // The same model: every trainable parameter by name and shape.
     std::map<std::string, std::size_t> saved_index;
     for (std::size_t i = 0; i < man.params.size(); ++i) saved_index[man.params[i].name] = i;
-    std::vector<ckpt::TargetParam> targets;
+    std::vector<ckpt::TargetParam> params;
     for (std::size_t i = 0; i < P.params().size(); ++i) {
       const std::string& name = P.names()[i];
       auto it = saved_index.find(name);
@@ -333,7 +414,7 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
                  name, "' has shape ", P.params()[i].sizes(), " here but ", c10::IntArrayRef(s.shape),
                  " in the checkpoint");
       const ParamSlot& slot = L.params()[i];
-      targets.push_back({it->second, slot.offset, slot.numel, slot.bucket});
+      params.push_back({it->second, slot.offset, slot.numel, slot.bucket});
       saved_index.erase(it);
     }
     ZERO_CHECK(saved_index.empty(), "checkpoint ", where, " is of another model: it has ", saved_index.size(),
@@ -346,34 +427,28 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
 
     // This rank's partition, from the saved ones; padding keeps this
     // engine's values (zeros, Adagrad's initial sum).
-    master = to_host(m.optimizer->master());
-    exp_avg = to_host(m.optimizer->exp_avg());
-    if (man.moments == 2) exp_avg_sq = to_host(m.optimizer->exp_avg_sq());
+    targets.reserve(5);
+    auto target = [&](const char* section) -> LoadTarget& {
+      targets.emplace_back();
+      targets.back().section = section;
+      return targets.back();
+    };
+    target("master").add(0, m.optimizer->master());
+    target("exp_avg").add(0, m.optimizer->exp_avg());
+    if (man.moments == 2) target("exp_avg_sq").add(0, m.optimizer->exp_avg_sq());
     if (same_dtype) {
-      std::vector<at::Tensor> chunks;
-      for (const Bucket& b : L.buckets()) chunks.push_back(P.rank_chunk(b));
-      params = at::cat(chunks).to(at::kCPU);
+      params_target = &target("params");
+      for (const Bucket& b : L.buckets()) params_target->add(b.partition_offset, P.rank_chunk(b).contiguous());
     }
     const bool has_update = std::find(man.partition_sections.begin(), man.partition_sections.end(), "update") !=
                             man.partition_sections.end();
-    if (same_dtype && has_update) update = at::empty_like(params);
-    const std::vector<ckpt::ElementRun> runs = ckpt::plan_partition(man, bucket_records(L), targets, P.shard_rank());
-    std::map<int, std::vector<ckpt::ReadRange>> reads;  // by saved rank
-    struct Target {
-      const char* section;
-      at::Tensor* dst;
-    };
-    std::vector<Target> wanted = {{"master", &master}, {"exp_avg", &exp_avg}};
-    if (man.moments == 2) wanted.push_back({"exp_avg_sq", &exp_avg_sq});
-    if (same_dtype) wanted.push_back({"params", &params});
-    if (update.defined()) wanted.push_back({"update", &update});
-    for (const ckpt::ElementRun& r : runs) {
+    if (same_dtype && has_update) {
+      update = at::empty({static_cast<std::int64_t>(L.partition_numel())}, at::TensorOptions().dtype(dtype));
+      target("update").add(0, update);
+    }
+    for (const ckpt::ElementRun& r : ckpt::plan_partition(man, bucket_records(L), params, P.shard_rank())) {
       const ckpt::FileRecord& f = man.files[static_cast<std::size_t>(r.shard)];
-      for (const Target& w : wanted) {
-        const ckpt::SectionRecord* s = f.find(w.section);
-        const std::uint64_t es = ckpt::Manifest::dtype_size(s->dtype);
-        reads[r.shard].push_back({s->offset + r.src * es, r.n * es, static_cast<char*>(w.dst->data_ptr()) + r.dst * es});
-      }
+      for (const LoadTarget& w : targets) add_reads(w, *f.find(w.section), r.src, r.dst, r.n, reads[r.shard]);
     }
     // This rank's RNG state, when the saved run had this rank.
     if (m.rank < man.world_size) {
@@ -403,30 +478,48 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
       reads[0].push_back({s->offset, s->bytes, v.data_ptr()});
       module_updates.emplace_back(it->second, v);
     }
+    for (const auto& [shard, ranges] : reads) {
+      const ckpt::FileRecord& f = man.files[static_cast<std::size_t>(shard)];
+      ckpt::check_file(folder / f.name, f);
+    }
+  });
+  agree(comm_, m.ctx.device, error, "loading checkpoint " + (where.empty() ? root.string() : where));
+
+  // From here a failure leaves the engine's state partly overwritten (a
+  // file damaged inside, an I/O error): the engine refuses to go on until a
+  // load succeeds.
+  m.damaged_by = "a failed load of checkpoint " + where;
+  error = error_of([&] {
     for (auto& [shard, ranges] : reads) {
       const ckpt::FileRecord& f = man.files[static_cast<std::size_t>(shard)];
       ckpt::read_file(folder / f.name, f, ranges);
     }
   });
-  agree(comm_, m.ctx.device, error, "loading checkpoint " + (where.empty() ? root.string() : where));
+  try {
+    agree(comm_, m.ctx.device, error, "loading checkpoint " + where);
+  } catch (const Error& e) {
+    throw Error(detail::str_cat(e.what(), ". The engine's state is now partly that checkpoint's: load a good "
+                                "checkpoint before training on (the engine refuses to train until then)"));
+  }
+  for (const LoadTarget& t : targets) {
+    if (&t != params_target) t.copy_up();
+  }
 
-  // Into the engine.
-  auto into = [](const at::Tensor& dst, const at::Tensor& src) { dst.copy_(src); };
-  into(m.optimizer->master(), master);
-  into(m.optimizer->exp_avg(), exp_avg);
-  if (exp_avg_sq.defined()) into(m.optimizer->exp_avg_sq(), exp_avg_sq);
-  // The training-precision parameters: the saved ones (bitwise), or from
-  // the master weights in this engine's precision.
+  // The training-precision parameters: the saved ones (bitwise, read in
+  // place or copied up), or from the master weights in this engine's
+  // precision.
   auto set_params = [&](const at::Tensor& values) {
     for (const Bucket& b : L.buckets()) {
       P.rank_chunk(b).copy_(values.narrow(0, static_cast<std::int64_t>(b.partition_offset), static_cast<std::int64_t>(b.chunk)));
     }
   };
+  const at::Tensor master = m.optimizer->master();
+  auto set_params_from_master = [&] { set_params(master.narrow(0, 0, static_cast<std::int64_t>(L.partition_numel())).to(dtype)); };
   const bool keep_pending = man.engine.update_pending && m.delayed->enabled() && same_dtype;
   if (keep_pending) {
     // The model computes with step t-1's parameters, the update of step t
     // waits in the update buffer, as when the run was saved.
-    set_params(params);
+    params_target->copy_up();
     m.update_index = m.grads->current() ^ 1;
     const at::Tensor src = m.update_source(m.update_index);
     if (src.defined() && !src.is_same(m.optimizer->master())) {
@@ -437,13 +530,19 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
   } else if (man.engine.update_pending) {
     // This engine has no delayed update (or another precision): the
     // pending update is applied now.
-    set_params(update.defined() ? update : master.to(dtype));
+    if (update.defined()) {
+      set_params(update);
+    } else {
+      set_params_from_master();
+    }
     if (m.rank == 0) {
       std::fprintf(stderr, "zerocpp: checkpoint %s had a delayed update pending; applied at load, as this engine "
                    "%s\n", where.c_str(), m.delayed->enabled() ? "trains in another precision" : "has no delayed update");
     }
+  } else if (same_dtype) {
+    params_target->copy_up();
   } else {
-    set_params(same_dtype ? params : master.to(dtype));
+    set_params_from_master();
   }
   m.params->publish(at::Tensor(), /*offloaded=*/false, comm_, m.ctx);  // the all-gather
   for (auto& [t, v] : module_updates) t.detach().copy_(v);
@@ -457,6 +556,7 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
     const std::lock_guard<std::mutex> lock(g.mutex());
     g.set_state(rng_device);
   }
+  m.damaged_by.clear();
 
   stats_.step = man.engine.steps;
   stats_.skipped = man.engine.skipped;

@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 
 #include <torch/csrc/autograd/function_hook.h>
 
@@ -39,6 +40,10 @@ struct Engine::Impl {
   std::unique_ptr<detail::DelayedUpdate> delayed;
   std::unique_ptr<detail::UnitSchedule> units;  // stage 3
   std::unique_ptr<detail::CheckpointSave> saving;  // a save whose commit is still to come
+  // Set while the state is partly overwritten: by a load that failed after
+  // it began reading into the engine (engine_checkpoint.cpp).
+  std::string damaged_by;
+  void check_not_damaged(const char* what) const;
   int update_index = 0;  // the gradient buffer whose step the pending update is
   std::int64_t micro_step = 0;
   std::int64_t optimizer_step = 0;  // the optimizer's own step count (bias correction)

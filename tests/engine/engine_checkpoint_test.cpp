@@ -9,6 +9,7 @@
 //  - Bad input: a damaged, truncated or missing shard, another model's
 //    checkpoint, a newer format, an unwritable folder, a full disk: a clear
 //    error, the engine unchanged, the earlier checkpoint still loadable.
+#include <cmath>
 #include <sys/resource.h>
 
 #include <csignal>
@@ -201,8 +202,11 @@ Saved save_one(const config::Config& cfg, const std::string& what) {
 }
 
 // Expects load_checkpoint to fail with a message containing `needle`, and
-// the engine to be unchanged.
-void expect_load_fails(const fs::path& dir, const std::string& tag, const std::string& needle) {
+// the engine to be unchanged. A load that fails only once it has read into
+// the engine (a file damaged inside) changes it: then the error says so, the
+// engine refuses to train, and a good load (of tag `good`) mends it.
+void expect_load_fails(const fs::path& dir, const std::string& tag, const std::string& needle,
+                       bool fails_while_reading = false) {
   comm::Communicator& comm = world_comm();
   Trainer t{ModelKind::kUnitMlp, make_config(2, false, false, comm.world_size(), kGlobalBatch / comm.world_size(), 1)};
   const std::vector<at::Tensor> before = t.engine->gather_master_params();
@@ -211,10 +215,26 @@ void expect_load_fails(const fs::path& dir, const std::string& tag, const std::s
     ADD_FAILURE() << "load of " << tag << " did not fail (expected: " << needle << ")";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    EXPECT_EQ(std::string(e.what()).find("partly that checkpoint's") != std::string::npos, fails_while_reading)
+        << e.what();
   }
-  const std::vector<at::Tensor> after = t.engine->gather_master_params();
-  for (std::size_t i = 0; i < before.size(); ++i) EXPECT_TRUE(at::equal(before[i], after[i]));
   EXPECT_EQ(t.engine->stats().step, 0);
+  if (!fails_while_reading) {
+    const std::vector<at::Tensor> after = t.engine->gather_master_params();
+    for (std::size_t i = 0; i < before.size(); ++i) EXPECT_TRUE(at::equal(before[i], after[i]));
+    return;
+  }
+  std::vector<float> losses;
+  try {
+    t.steps(0, 1, losses);
+    ADD_FAILURE() << "the engine trained on after the failed load of " << tag;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("load a good checkpoint first"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(t.engine->save_checkpoint(dir.string(), "from_damaged"), Error);
+  t.engine->load_checkpoint(dir.string(), "good");
+  t.steps(0, 1, losses);
+  EXPECT_TRUE(std::isfinite(losses.back()));
 }
 
 void on_rank0(const std::function<void()>& fn) {
@@ -253,7 +273,7 @@ TEST(BadInput, DamagedTruncatedMissingShardsAreNamed) {
     copy_tag(s.dir, "good", "missing");
     fs::remove(shard0(s.dir, "missing"));
   });
-  expect_load_fails(s.dir, "flipped", "is damaged: its CRC-32C");
+  expect_load_fails(s.dir, "flipped", "is damaged: its CRC-32C", /*fails_while_reading=*/true);
   expect_load_fails(s.dir, "short", "truncated");
   expect_load_fails(s.dir, "missing", "a shard is missing");
   expect_load_fails(s.dir, "nosuchtag", "no checkpoint 'nosuchtag'");
@@ -388,6 +408,35 @@ TEST(Save, MidWindowIsRefusedAndTheAsyncCommitComesAtAStep) {
   comm.barrier()->wait();
   EXPECT_TRUE(fs::exists(dir / "async" / ckpt::kManifestName));
   EXPECT_GT(t.engine->last_checkpoint().bytes, 0u);
+  on_rank0([&] { rm_tree(dir); });
+}
+
+// An asynchronous save whose snapshot one rank's host cannot hold: every
+// rank saves synchronously instead, and the checkpoint is whole.
+TEST(Save, AsyncFallsBackToSynchronousWhereTheSnapshotDoesNotFit) {
+  comm::Communicator& comm = world_comm();
+  const int world = comm.world_size();
+  const fs::path dir = shared_temp_dir(comm, "async_fallback");
+  const config::Config cfg = make_config(2, false, false, world, kGlobalBatch / world, 1);
+  Trainer t{ModelKind::kUnitMlp, cfg};
+  std::vector<float> losses;
+  t.steps(0, 2, losses);
+  if (comm.rank() == world - 1) setenv("ZERO_HOST_MEMORY_LIMIT", "1K", 1);
+  t.engine->save_checkpoint(dir.string(), "fallback", {}, /*async=*/true);
+  unsetenv("ZERO_HOST_MEMORY_LIMIT");
+  EXPECT_FALSE(t.engine->checkpoint_in_flight());
+  EXPECT_FALSE(t.engine->last_checkpoint().async);
+  comm.barrier()->wait();
+  EXPECT_TRUE(fs::exists(dir / "fallback" / ckpt::kManifestName));
+  const std::vector<at::Tensor> saved = t.engine->gather_master_params();
+  Trainer u{ModelKind::kUnitMlp, cfg};
+  u.engine->load_checkpoint(dir.string(), "fallback");
+  const std::vector<at::Tensor> loaded = u.engine->gather_master_params();
+  for (std::size_t i = 0; i < loaded.size(); ++i) EXPECT_TRUE(at::equal(loaded[i], saved[i]));
+  // With room, the same call is asynchronous.
+  t.engine->save_checkpoint(dir.string(), "async", {}, /*async=*/true);
+  EXPECT_TRUE(t.engine->last_checkpoint().async);
+  t.engine->wait_checkpoint();
   on_rank0([&] { rm_tree(dir); });
 }
 

@@ -152,8 +152,10 @@ class Engine {
   // loadable. async: returns once the state is copied to host memory; the
   // files are written while training goes on, and the checkpoint is
   // committed at a later step() once every rank has written its file (or by
-  // wait_checkpoint()). client_state: the caller's JSON (data position,
-  // schedule), saved in the manifest and returned by load_checkpoint.
+  // wait_checkpoint()). Where a node's host memory cannot hold that copy,
+  // the save is synchronous (with a message; last_checkpoint().async says).
+  // client_state: the caller's JSON (data position, schedule), saved in the
+  // manifest and returned by load_checkpoint.
   void save_checkpoint(const std::string& dir, const std::string& tag,
                        const nlohmann::json& client_state = nlohmann::json::object(), bool async = false);
   // Finishes an asynchronous save (waits for every rank's file, commits).
@@ -163,9 +165,13 @@ class Engine {
   // Loads <dir>/<tag> ("latest": the tag <dir>/latest names), saved by any
   // world size and stage, with or without offload: each rank reads the
   // parts of the saved partitions that make up its own. Returns the client
-  // state. The files are read and checked (sizes, checksums, the model's
-  // parameter names and shapes) before anything changes: on an error the
-  // engine is as it was.
+  // state. The manifest (the model's parameter names and shapes, the
+  // optimizer) and every file's size are checked before anything changes:
+  // on such an error the engine is as it was. The files are then read into
+  // the engine's own host buffers (no second copy of the state in memory),
+  // checksums verified on the way: a file damaged inside fails the load
+  // with the engine's state partly overwritten, and the engine refuses to
+  // train or save until a load succeeds.
   nlohmann::json load_checkpoint(const std::string& dir, const std::string& tag = "latest");
   struct CheckpointTiming {
     std::string tag;
