@@ -110,9 +110,27 @@ void CommMonitor::throw_remote_failure(const std::string& during) {
   throw RemoteFailure("stopping because " + why, first.rank);
 }
 
-void CommMonitor::mark_failed(const std::string& why) {
+void CommMonitor::set_abort_hook(std::function<void()> abort) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!failed_.exchange(true)) failure_ = why;
+  abort_hook_ = std::move(abort);
+}
+
+void CommMonitor::mark_failed(const std::string& why) {
+  std::function<void()> abort;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (failed_.exchange(true)) return;
+    failure_ = why;
+    abort = std::move(abort_hook_);
+  }
+  // The transport's pending ops cannot complete any more: the backend stops
+  // them (its errors are its own; this path is already failing).
+  if (abort) {
+    try {
+      abort();
+    } catch (...) {
+    }
+  }
 }
 
 void CommMonitor::check_usable() {

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -37,6 +38,8 @@ class CommMonitor {
 
   void set_channel(std::shared_ptr<HealthChannel> channel);
   HealthChannel* channel() const { return channel_.get(); }
+  // Called once, by the first mark_failed (Communicator::set_abort_hook).
+  void set_abort_hook(std::function<void()> abort);
 
   // Throws if another rank announced a failure (RemoteFailure) or if this
   // communicator failed before (zero::Error naming that failure).
@@ -72,6 +75,7 @@ class CommMonitor {
   mutable std::mutex mu_;  // dump_dir_, failure_
   std::string dump_dir_;
   std::string failure_;
+  std::function<void()> abort_hook_;
   std::atomic<bool> failed_{false};
 };
 

@@ -104,6 +104,13 @@ void Communicator::set_health_channel(std::shared_ptr<HealthChannel> channel) {
   monitor_->set_channel(std::move(channel));
 }
 
+void Communicator::adopt_health_channel(std::shared_ptr<HealthChannel> channel) {
+  ZERO_CHECK(monitor_->channel() == nullptr, "this ", backend_name(), " communicator has a health channel already");
+  monitor_->set_channel(std::move(channel));
+}
+
+void Communicator::set_abort_hook(std::function<void()> abort) { monitor_->set_abort_hook(std::move(abort)); }
+
 FlightRecorder& Communicator::mutable_flight_recorder() { return monitor_->recorder(); }
 
 }  // namespace zero::comm

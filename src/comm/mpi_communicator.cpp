@@ -219,6 +219,8 @@ class MpiCommunicator final : public Communicator {
                                      std::move(on_complete));
   }
 
+  friend void comm::attach_mpi_health_channel(Communicator& transport, Communicator& owner);
+
   MpiCommunicatorOptions options_;
   std::shared_ptr<MpiResources> resources_;
   int rank_ = 0;
@@ -234,6 +236,18 @@ std::unique_ptr<Communicator> make_mpi_communicator(const MpiCommunicatorOptions
 
 std::unique_ptr<Communicator> make_mpi_communicator() {
   return make_mpi_communicator(MpiCommunicatorOptions{});
+}
+
+void attach_mpi_health_channel(Communicator& transport, Communicator& owner) {
+  auto* mpi = dynamic_cast<MpiCommunicator*>(&transport);
+  ZERO_CHECK(mpi != nullptr, "attach_mpi_health_channel: the transport is a ", transport.backend_name(),
+             " communicator, not an MPI one");
+  ZERO_CHECK(owner.rank() == transport.rank() && owner.world_size() == transport.world_size(),
+             "attach_mpi_health_channel: the ", owner.backend_name(), " communicator is rank ", owner.rank(), " of ",
+             owner.world_size(), " but its transport rank ", transport.rank(), " of ", transport.world_size(),
+             ": they must be the same ranks");
+  if (owner.world_size() == 1) return;
+  owner.adopt_health_channel(detail::make_mpi_health_channel(mpi->resources_->comm, owner.flight_recorder()));
 }
 
 }  // namespace zero::comm

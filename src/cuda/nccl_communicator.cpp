@@ -97,6 +97,9 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
     ZERO_CHECK(failed == 0.0f, "make_nccl_communicator: another rank could not set up its "
                "device (see its error)");
     NCCL_CHECK(ncclCommInitRank(&resources_->comm, world_size_, boot.id, rank_));
+    // When this communicator fails (comm_timeout, another rank's announced
+    // failure), NCCL's kernels are stopped rather than left spinning.
+    set_abort_hook([resources = resources_] { resources->abort(); });
   }
 
   int rank() const override { return rank_; }

@@ -15,7 +15,7 @@ NcclResources::~NcclResources() {
   int previous = 0;
   const bool have_previous = cudaGetDevice(&previous) == cudaSuccess;
   (void)cudaSetDevice(device);
-  if (comm != nullptr) {
+  if (comm != nullptr && !aborted) {
     if (failed.load()) {
       (void)ncclCommAbort(comm);
     } else {
@@ -27,6 +27,19 @@ NcclResources::~NcclResources() {
   if (barrier_word != nullptr) (void)cudaFree(barrier_word);
   if (ready != nullptr) (void)cudaEventDestroy(ready);
   if (stream != nullptr) (void)cudaStreamDestroy(stream);
+  if (have_previous) (void)cudaSetDevice(previous);
+  (void)cudaGetLastError();
+}
+
+void NcclResources::abort() {
+  const std::lock_guard<std::mutex> lock(mu);
+  failed.store(true);
+  if (aborted || comm == nullptr) return;
+  int previous = 0;
+  const bool have_previous = cudaGetDevice(&previous) == cudaSuccess;
+  (void)cudaSetDevice(device);
+  (void)ncclCommAbort(comm);
+  aborted = true;
   if (have_previous) (void)cudaSetDevice(previous);
   (void)cudaGetLastError();
 }
@@ -86,6 +99,11 @@ bool NcclWork::poll_locked() {
   }
   // Still running. A peer that died or a network failure never fires the
   // event: NCCL reports it here instead.
+  const std::lock_guard<std::mutex> comm_lock(resources_->mu);
+  if (resources_->aborted) {
+    fail_locked("the communicator was aborted (it failed: a timeout or another rank's failure)");
+    return true;
+  }
   ncclResult_t async = ncclSuccess;
   if (ncclCommGetAsyncError(resources_->comm, &async) == ncclSuccess && async != ncclSuccess &&
       async != ncclInProgress) {

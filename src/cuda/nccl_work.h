@@ -30,6 +30,15 @@ struct NcclResources {
   // Set once an asynchronous NCCL error was seen: the communicator is then
   // aborted, not destroyed (ncclCommDestroy could wait for peers for ever).
   std::atomic<bool> failed{false};
+  // Set by abort(): `comm` is gone. Guarded by `mu` with every use of comm
+  // outside the issuing thread (polls, the abort).
+  bool aborted = false;
+  std::mutex mu;
+
+  // ncclCommAbort now (the communicator failed: a timeout, another rank's
+  // failure): NCCL's kernels stop waiting for peers, the streams drain, and
+  // every pending op's poll ends with an error. Idempotent, thread-safe.
+  void abort();
 
   NcclResources() = default;
   NcclResources(const NcclResources&) = delete;

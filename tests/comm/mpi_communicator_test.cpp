@@ -367,6 +367,45 @@ TEST_F(MpiCommunicatorTest, TimeoutNamesTheRankThatHasNotJoined) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+// A communicator without a side channel of its own (as NCCL's is) borrows
+// one carried by an MPI communicator over the same ranks: its timeouts name
+// the rank that has not joined, and its sequence check works.
+TEST_F(MpiCommunicatorTest, AttachedHealthChannelServesAnotherCommunicator) {
+  auto owner = zero::comm::make_mpi_communicator(zero::comm::MpiCommunicatorOptions{.health_channel = false});
+  EXPECT_EQ(owner->health_channel(), nullptr);
+  zero::comm::attach_mpi_health_channel(*comm_, *owner);
+  if (n_ < 2) {
+    EXPECT_EQ(owner->health_channel(), nullptr);  // one rank: nothing to ask
+    return;
+  }
+  ASSERT_NE(owner->health_channel(), nullptr);
+  EXPECT_THROW(zero::comm::attach_mpi_health_channel(*comm_, *owner), zero::Error);  // has one
+  // The sequence check on the owner's ops (none of the transport's).
+  float v = 1.0f;
+  owner->all_reduce(&v, 1, DType::kFloat32)->wait();
+  owner->check_sequence();
+  const std::string dir = "/tmp/zerocpp-comm-test-attached-" + std::to_string(::getpid());
+  owner->set_flight_recorder(64, dir);
+  owner->barrier()->wait();
+  if (r_ == 0) {
+    owner->set_timeout(300ms);
+    auto work = owner->barrier();
+    try {
+      work->wait();
+      FAIL() << "expected a timeout";
+    } catch (const zero::comm::CollectiveTimeout& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("collective #2, barrier"), std::string::npos) << what;
+      EXPECT_NE(what.find("rank 1 has not joined it"), std::string::npos) << what;
+      EXPECT_NE(what.find("rank 1 has issued 2 ops"), std::string::npos) << what;
+    }
+  } else if (r_ == 1) {
+    std::this_thread::sleep_for(4000ms);  // past rank 0's timeout and its 3 s query
+  }
+  if (r_ != 0) owner->barrier()->wait();
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 // A failure announced by one rank ends the others' waits at once.
 TEST_F(MpiCommunicatorTest, AnnouncedFailureEndsTheOthersWaits) {
   if (n_ < 2) GTEST_SKIP() << "needs two ranks";

@@ -40,6 +40,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -131,6 +132,11 @@ class Communicator {
 
   // The side channel to the other ranks, or nullptr (single-process backend).
   HealthChannel* health_channel() const;
+  // Gives a communicator without a side channel of its own (NCCL's) one
+  // carried by another communicator over the same ranks
+  // (attach_mpi_health_channel in mpi_communicator.h). Throws zero::Error
+  // where it has one already.
+  void adopt_health_channel(std::shared_ptr<HealthChannel> channel);
 
  protected:
   // What each backend implements: the op itself, its arguments checked,
@@ -148,6 +154,12 @@ class Communicator {
   // A backend with a way to reach the other ranks apart from its data path
   // installs it here, in its constructor.
   void set_health_channel(std::shared_ptr<HealthChannel> channel);
+  // A backend that can stop its transport's pending ops (NCCL's
+  // ncclCommAbort) installs that here: called once, on the thread that finds
+  // the failure, when the communicator fails (a timeout, another rank's
+  // announced failure, a failed op), so that no kernel or thread stays
+  // blocked in an op that cannot complete.
+  void set_abort_hook(std::function<void()> abort);
   // The flight recorder a backend's health channel answers from (it lives
   // as long as the channel installed above).
   FlightRecorder& mutable_flight_recorder();

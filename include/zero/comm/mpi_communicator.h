@@ -34,4 +34,14 @@ struct MpiCommunicatorOptions {
 
 std::unique_ptr<Communicator> make_mpi_communicator(const MpiCommunicatorOptions& options);
 
+// Gives `owner`, a communicator of another backend over the same ranks (NCCL
+// bootstrapped over `transport`), a health channel carried by `transport`
+// (an MPI communicator; the channel duplicates its MPI communicator, so
+// nothing it sends can match transport's ops) that answers from owner's
+// flight recorder: owner's timeouts name the ranks that did not join,
+// owner.check_sequence() works, fail_job(owner, ...) is announced. Collective
+// over transport. Throws zero::Error where transport is not MPI, the ranks
+// differ, or owner has a channel already.
+void attach_mpi_health_channel(Communicator& transport, Communicator& owner);
+
 }  // namespace zero::comm
