@@ -247,6 +247,8 @@ void attach_mpi_health_channel(Communicator& transport, Communicator& owner) {
              owner.world_size(), " but its transport rank ", transport.rank(), " of ", transport.world_size(),
              ": they must be the same ranks");
   if (owner.world_size() == 1) return;
+  ZERO_CHECK(owner.health_channel() == nullptr, "attach_mpi_health_channel: this ", owner.backend_name(),
+             " communicator has a health channel already");
   owner.adopt_health_channel(detail::make_mpi_health_channel(mpi->resources_->comm, owner.flight_recorder()));
 }
 
