@@ -17,10 +17,10 @@
 #include <functional>
 #include <sstream>
 
-#include <ATen/ops/full.h>
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/function_hook.h>
 
+#include "any_rank.h"
 #include "engine_impl.h"
 #include "out_of_memory.h"
 #include "zero/comm/launcher_env.h"
@@ -73,13 +73,7 @@ void check_host_memory(const MemoryPlan& plan, bool on_gpu, comm::Communicator& 
   const int local = comm::launcher_local_size().value_or(1);
   const std::optional<std::int64_t> available = host_memory_available();
   const bool short_here = available && per_rank * local > *available;
-  float any_short = short_here ? 1.0f : 0.0f;
-  if (comm.world_size() > 1) {
-    at::Tensor flag = at::full({1}, any_short, at::TensorOptions().dtype(at::kFloat).device(device));
-    comm.all_reduce(flag.data_ptr(), 1, DType::kFloat32, {comm::ReduceOp::kMax})->wait();
-    any_short = flag.item<float>();
-  }
-  if (any_short == 0.0f) return;
+  if (!detail::any_rank(comm, device, short_here)) return;
   ZERO_CHECK(!short_here, "host memory: the engine's buffers need ", memory::format_bytes(per_rank), " = ", per_rank,
              " bytes per rank (", local, " rank(s) on this node: ", memory::format_bytes(per_rank * local),
              ", before activations) but ", memory::format_bytes(*available), " is available (", host_memory_source(),

@@ -13,9 +13,9 @@
 #include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/from_blob.h>
-#include <ATen/ops/full.h>
 #include <c10/core/GradMode.h>
 
+#include "any_rank.h"
 #include "engine_impl.h"
 #include "host_snapshot.h"
 #include "zero/ckpt/checkpoint_dir.h"
@@ -125,13 +125,7 @@ bool snapshot_fits(comm::Communicator& comm, const c10::Device& device, std::int
   const int local = comm::launcher_local_size().value_or(1);
   const std::optional<std::int64_t> available = host_memory_available();
   const bool short_here = available && bytes * local > *available;
-  float any_short = short_here ? 1.0f : 0.0f;
-  if (comm.world_size() > 1) {
-    at::Tensor flag = at::full({1}, any_short, at::TensorOptions().dtype(at::kFloat).device(device));
-    comm.all_reduce(flag.data_ptr(), 1, DType::kFloat32, {comm::ReduceOp::kMax})->wait();
-    any_short = flag.item<float>();
-  }
-  if (any_short == 0.0f) return true;
+  if (!detail::any_rank(comm, device, short_here)) return true;
   if (short_here || comm.rank() == 0) {
     std::fprintf(stderr, "zerocpp: checkpoint '%s': an asynchronous save needs %s of host memory per rank for its "
                  "snapshot (%d rank(s) per node)%s%s: saving synchronously instead\n", tag.c_str(),
@@ -290,10 +284,7 @@ void Engine::finish_checkpoint(bool block) {
   const Clock::time_point began = Clock::now();
   if (!block && m.world > 1) {
     // Commit only when every rank's file is written.
-    const float unwritten = m.saving->written() ? 0.0f : 1.0f;
-    at::Tensor flag = at::full({1}, unwritten, at::TensorOptions().dtype(at::kFloat).device(m.ctx.device));
-    comm_.all_reduce(flag.data_ptr(), 1, DType::kFloat32, {comm::ReduceOp::kMax})->wait();
-    if (flag.item<float>() != 0.0f) return;
+    if (detail::any_rank(comm_, m.ctx.device, !m.saving->written())) return;
   } else if (!block && !m.saving->written()) {
     return;
   }

@@ -1,0 +1,16 @@
+// "Did any rank ...?": one flag, all-reduced with max over the engine's
+// communicator, so that every rank takes the same branch (a refusal, a
+// fallback, a commit) and none is left waiting in a collective.
+#pragma once
+
+#include <c10/core/Device.h>
+
+#include "zero/comm/communicator.h"
+
+namespace zero::detail {
+
+// Collective. `device`: where the communicator's buffers live (the engine's
+// device: NCCL works on device memory). One rank: `mine`.
+bool any_rank(comm::Communicator& comm, const c10::Device& device, bool mine);
+
+}  // namespace zero::detail
