@@ -187,9 +187,15 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
       train::choose_precision(td.device.is_cpu(), cfg.bf16.enabled, !o.config_path.empty(), cpu_bf16());
   cfg.bf16.enabled = pc.bf16;
   if (root && !pc.line.empty()) std::fprintf(stderr, "%s\n", pc.line.c_str());
-  auto model = std::make_shared<models::Gpt>(gc);  // initialised on the host: the same weights on any device
-  model->to(td.device);
-  Engine engine(model, cfg, td.device_comm ? *td.device_comm : *comm);
+  // Built on the meta device: no rank holds the model before the engine
+  // fills it on its device, bucket by bucket (at stage 3 only its partition
+  // stays). GPT-2's initialisation draws on the host: the same weights as a
+  // model built on the CPU, on any device.
+  auto model = std::make_shared<models::Gpt>(gc, /*on_meta=*/true);
+  EngineOptions build;
+  build.device = td.device;
+  build.init = [gpt = model.get()](const std::string& name, const at::Tensor& value) { gpt->init_parameter(name, value); };
+  Engine engine(model, cfg, td.device_comm ? *td.device_comm : *comm, std::move(build));
   const std::int64_t micro = cfg.train_micro_batch_size_per_gpu, accum = cfg.gradient_accumulation_steps;
   if (cfg.device_memory_limit > 0) {
     // The engine's persistent buffers are already checked against the budget;

@@ -156,7 +156,7 @@ void Engine::Impl::finish_delayed(comm::Communicator& comm) {
 }
 
 Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
-               comm::Communicator& comm)
+               comm::Communicator& comm, EngineOptions options)
     : config_(std::move(config)), comm_(comm), impl_(std::make_unique<Impl>(config_)) {
   Impl& m = *impl_;
   try {
@@ -195,7 +195,8 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
     lr_ = config_.optimizer.lr;
     ledger_.set_device_limit(config_.device_memory_limit);
 
-    m.params = std::make_unique<detail::ParamStore>(std::move(module), dtype, m.world, m.rank);
+    m.params = std::make_unique<detail::ParamStore>(std::move(module), dtype, m.world, m.rank, options.device,
+                                                    std::move(options.init));
     detail::ParamStore& P = *m.params;
     const c10::Device device = P.device();
     m.ctx.device = device;
@@ -203,18 +204,20 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
     if (m.ctx.on_accelerator()) {
       // Refuse before allocating anything. Every collective runs on the flat
       // buffers, which live where the module is.
-      ZERO_CHECK(device.is_cuda(), "the module is on ", device.str(),
-                 ": zero::Engine trains on the CPU or on a CUDA GPU. Move it to one of them.");
-      ZERO_CHECK(backend == "nccl" || (backend == "single" && m.world == 1), "the module is on ",
+      ZERO_CHECK(device.is_cuda(), "the engine's device is ", device.str(),
+                 " (EngineOptions::device, or where the module is): zero::Engine trains on the CPU or on a CUDA "
+                 "GPU. Name one of them.");
+      ZERO_CHECK(backend == "nccl" || (backend == "single" && m.world == 1), "the engine's device is ",
                  device.str(), " but the communicator is '", backend,
                  "', whose collectives work on host memory: give the engine an NCCL communicator "
                  "(zero::cuda::make_nccl_communicator(bootstrap, local_rank), as zero-train --device cuda "
                  "does), or for one process the single-process one.");
       if (m.offload) m.ctx.copy_stream = m.ctx.side_stream();
     } else {
-      ZERO_CHECK(backend != "nccl", "the communicator is NCCL but the module is on the CPU: move the "
-                 "module to its GPU (module->to(torch::Device(torch::kCUDA, local_rank))), or use the "
-                 "MPI or single-process communicator (zero::comm::make_communicator()).");
+      ZERO_CHECK(backend != "nccl", "the communicator is NCCL but the module is on the CPU: train it on its "
+                 "GPU (zero::EngineOptions::device = torch::Device(torch::kCUDA, local_rank), or "
+                 "module->to(that device) first), or use the MPI or single-process communicator "
+                 "(zero::comm::make_communicator()).");
     }
     const int accumulation = config_.gradient_accumulation_steps;
     // Every buffer's size, tier and lifetime: the memory plan, which

@@ -7,6 +7,8 @@
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include "zero/zero/deferred_init.h"
+
 namespace zero::detail {
 
 void ModuleGuard::will_replace_trainable(const at::Tensor& t) {
@@ -36,7 +38,7 @@ ModuleGuard::~ModuleGuard() {
     }
     for (auto& r : trainable_) {
       if (!committed_) {
-        r.param.set_data(r.original);
+        replace_data(r.param, r.original);  // also back to the meta device
       } else {
         // A tensor of its own: the flat buffer it viewed goes with the engine.
         at::Tensor own = at::empty_like(r.param, r.param.options().dtype(at::kFloat),
@@ -47,7 +49,7 @@ ModuleGuard::~ModuleGuard() {
       r.param.mutable_grad().reset();
     }
     for (auto& c : casts_) {
-      c.tensor.set_data(committed_ ? c.tensor.detach().to(c.dtype) : c.original);
+      replace_data(c.tensor, committed_ ? c.tensor.detach().to(c.dtype) : c.original);
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "zerocpp: could not give the module back its own tensors: %s\n", e.what());

@@ -1,18 +1,24 @@
 #include "param_store.h"
 
+#include <limits>
 #include <unordered_set>
+
+#include <ATen/ops/empty.h>
+#include <ATen/ops/isnan.h>
 
 #include <ATen/ops/zeros.h>
 #include <c10/core/StreamGuard.h>
 
 #include "planned_tensor.h"
 #include "zero/core/error.h"
+#include "zero/zero/deferred_init.h"
 #include "zero/zero/torch_dtype.h"
 
 namespace zero::detail {
 
-ParamStore::ParamStore(std::shared_ptr<torch::nn::Module> module, c10::ScalarType dtype, int world, int rank)
-    : module_(std::move(module)), dtype_(dtype), world_(world), rank_(rank) {
+ParamStore::ParamStore(std::shared_ptr<torch::nn::Module> module, c10::ScalarType dtype, int world, int rank,
+                       std::optional<c10::Device> target, InitFn init)
+    : module_(std::move(module)), dtype_(dtype), init_(std::move(init)), world_(world), rank_(rank) {
   // Trainable parameters, each once (tied weights appear twice in the module).
   std::unordered_set<const void*> seen;
   for (const auto& item : module_->named_parameters(/*recurse=*/true)) {
@@ -29,11 +35,46 @@ ParamStore::ParamStore(std::shared_ptr<torch::nn::Module> module, c10::ScalarTyp
   }
   ZERO_CHECK(!params_.empty(), "the module has no trainable parameters (", frozen_,
              " frozen): nothing to train. Check requires_grad on its parameters.");
+  const bool meta = has_meta_tensors(*module_);
+  ZERO_CHECK(!meta || init_, "the module has parameters or buffers on the meta device (zero::to_meta) but no "
+             "init function: give zero::EngineOptions::init, which fills each of them on the engine's device");
+  ZERO_CHECK(!init_ || meta, "EngineOptions::init fills tensors on the meta device, and the module has none (its "
+             "parameters are on ", params_.front().device().str(), "): build it with zero::to_meta, or leave init "
+             "empty and initialise the module yourself");
+  if (target) {
+    ZERO_CHECK(!target->is_meta(), "EngineOptions::device is meta: name the device to train on (cpu or "
+               "cuda:<local rank>)");
+    device_ = *target;
+    return;
+  }
   const c10::Device d = params_.front().device();
+  ZERO_CHECK(!d.is_meta(), "the module's parameters are on the meta device: name the device to train on in "
+             "zero::EngineOptions::device (cpu or cuda:<local rank>)");
   for (std::size_t i = 0; i < params_.size(); ++i) {
     ZERO_CHECK(params_[i].device() == d, "parameter ", i, " is on ", params_[i].device().str(),
                " but parameter 0 is on ", d.str(),
-               ": zero::Engine trains a module on one device. Move it there first (module->to(device)).");
+               ": zero::Engine trains a module on one device. Move it there first (module->to(device)), or "
+               "name the device in zero::EngineOptions::device and the engine moves each parameter there.");
+  }
+  device_ = d;
+}
+
+void ParamStore::run_init(const std::string& name, const at::Tensor& value) const {
+  // NaN first: a value init did not write is caught, not trained on.
+  const bool checkable = value.is_floating_point();
+  if (checkable) value.fill_(std::numeric_limits<double>::quiet_NaN());
+  init_(name, value);
+  ZERO_CHECK(!checkable || !at::isnan(value).any().item<bool>(), "EngineOptions::init left '", name,
+             "' (or part of it) unfilled: it must fill the tensor it is given in place (normal_, uniform_, zero_, "
+             "copy_), not assign a new one");
+}
+
+void ParamStore::initial_value(std::size_t i, const at::Tensor& dst) const {
+  const at::Tensor& p = params_[i];
+  if (p.is_meta()) {
+    run_init(names_[i], dst.view(p.sizes()));
+  } else {
+    dst.copy_(p.reshape({-1}));
   }
 }
 
@@ -64,7 +105,7 @@ at::Tensor ParamStore::initial_fp32(comm::Communicator& comm, memory::MemoryLedg
   }
   for (std::size_t i = 0; i < params_.size(); ++i) {
     const ParamSlot& s = layout_.params()[i];
-    flat32.narrow(0, i64(s.offset), i64(s.numel)).copy_(params_[i].reshape({-1}));
+    initial_value(i, flat32.narrow(0, i64(s.offset), i64(s.numel)));
   }
   if (world_ > 1) comm.broadcast(flat32.data_ptr(), padded, DType::kFloat32)->wait();
   return flat32;
@@ -79,7 +120,7 @@ void ParamStore::adopt(at::Tensor flat32, comm::Communicator& comm, memory::Memo
   for (std::size_t i = 0; i < params_.size(); ++i) {
     const ParamSlot& s = layout_.params()[i];
     guard.will_replace_trainable(params_[i]);
-    params_[i].set_data(flat_.narrow(0, i64(s.offset), i64(s.numel)).view(params_[i].sizes()));
+    replace_data(params_[i], flat_.narrow(0, i64(s.offset), i64(s.numel)).view(params_[i].sizes()));
     params_[i].mutable_grad().reset();
   }
   cast_frozen_and_buffers(comm, guard);
@@ -88,19 +129,25 @@ void ParamStore::adopt(at::Tensor flat32, comm::Communicator& comm, memory::Memo
 void ParamStore::cast_frozen_and_buffers(comm::Communicator& comm, ModuleGuard& guard) {
   // Frozen floating-point parameters and buffers meet the training-precision
   // activations, so they take the training precision too (a frozen fp32
-  // Linear fed bf16 inputs would fail in LibTorch with a dtype mismatch).
-  for (at::Tensor p : module_->parameters(/*recurse=*/true)) {
-    if (!p.requires_grad() && p.is_floating_point() && p.scalar_type() != dtype_) {
-      guard.will_cast(p);
-      p.set_data(p.to(dtype_));
+  // Linear fed bf16 inputs would fail in LibTorch with a dtype mismatch);
+  // all of them go to the engine's device, and those on the meta device
+  // get their values from init there first.
+  auto settle = [&](const std::string& name, const at::Tensor& t, bool cast) {
+    const c10::ScalarType to = cast && t.is_floating_point() ? dtype_ : t.scalar_type();
+    if (t.device() == device_ && t.scalar_type() == to) return;
+    guard.will_cast(t);
+    if (t.is_meta()) {
+      const at::Tensor value = at::empty(t.sizes(), t.options().device(device_));
+      run_init(name, value);
+      replace_data(t, value.to(to));
+    } else {
+      t.set_data(t.to(device_, to));
     }
+  };
+  for (const auto& item : module_->named_parameters(/*recurse=*/true)) {
+    if (!item.value().requires_grad()) settle(item.key(), item.value(), /*cast=*/true);
   }
-  for (at::Tensor b : module_->buffers(/*recurse=*/true)) {
-    if (b.is_floating_point() && b.scalar_type() != dtype_) {
-      guard.will_cast(b);
-      b.set_data(b.to(dtype_));
-    }
-  }
+  for (const auto& item : module_->named_buffers(/*recurse=*/true)) settle(item.key(), item.value(), /*cast=*/true);
   // Frozen parameters and floating-point buffers start equal on every rank,
   // as the trainable ones do (DDP broadcasts its buffers too): rank 0's.
   if (world_ > 1) {

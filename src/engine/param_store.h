@@ -40,9 +40,14 @@ namespace zero::detail {
 
 class ParamStore {
  public:
-  // Collects the trainable parameters (each once; they must be fp32, on one
-  // device). Throws before changing anything.
-  ParamStore(std::shared_ptr<torch::nn::Module> module, c10::ScalarType dtype, int world, int rank);
+  // Fills a tensor that was on the meta device (EngineOptions::init).
+  using InitFn = std::function<void(const std::string& name, const at::Tensor& value)>;
+  // Collects the trainable parameters (each once; they must be fp32).
+  // `target`: the device to train on (none: where the parameters are, all
+  // on one device). Tensors on the meta device are filled by `init`, which
+  // is required then and refused otherwise. Throws before changing anything.
+  ParamStore(std::shared_ptr<torch::nn::Module> module, c10::ScalarType dtype, int world, int rank,
+             std::optional<c10::Device> target = std::nullopt, InitFn init = {});
   // Their sizes, in the module's order.
   std::vector<std::size_t> numels() const;
   // The layout and partition the memory plan chose (zero/zero/memory_plan.h).
@@ -53,7 +58,7 @@ class ParamStore {
   const std::vector<std::string>& names() const { return names_; }
   std::int64_t frozen_count() const { return frozen_; }
   const FlatLayout& layout() const { return layout_; }
-  c10::Device device() const { return params_.front().device(); }
+  c10::Device device() const { return device_; }
   int shard_rank() const { return shard_rank_; }
   const std::shared_ptr<torch::nn::Module>& module() const { return module_; }
 
@@ -128,6 +133,11 @@ class ParamStore {
     return b.offset + static_cast<std::size_t>(shard_rank_) * b.chunk;
   }
   void all_gather(comm::Communicator& comm);
+  // Parameter i's initial value into `dst` (fp32, flat, on the device):
+  // copied, or made by init when the parameter is on the meta device.
+  void initial_value(std::size_t i, const at::Tensor& dst) const;
+  // `value` (on the device) filled by init for the meta tensor `name`.
+  void run_init(const std::string& name, const at::Tensor& value) const;
   void cast_frozen_and_buffers(comm::Communicator& comm, ModuleGuard& guard);
   // Stage 3: bucket bi's gathered bytes into the ledger (values, padding),
   // not checked against the budget (the construction check covers them).
@@ -135,6 +145,8 @@ class ParamStore {
 
   std::shared_ptr<torch::nn::Module> module_;
   c10::ScalarType dtype_;
+  c10::Device device_{c10::kCPU};  // where the engine trains
+  InitFn init_;
   std::vector<at::Tensor> params_;
   std::vector<std::string> names_;
   std::int64_t frozen_ = 0;

@@ -6,6 +6,7 @@
 #include "param_store.h"
 #include "planned_tensor.h"
 #include "zero/core/error.h"
+#include "zero/zero/deferred_init.h"
 #include "zero/zero/torch_dtype.h"
 
 namespace zero::detail {
@@ -33,7 +34,7 @@ void ParamStore::adopt_partitioned(comm::Communicator& comm, memory::MemoryLedge
     full32.zero_();
     for (int i : b.params) {
       const ParamSlot& s = layout_.params()[static_cast<std::size_t>(i)];
-      full32.narrow(0, i64(s.offset - b.offset), i64(s.numel)).copy_(params_[static_cast<std::size_t>(i)].reshape({-1}));
+      initial_value(static_cast<std::size_t>(i), full32.narrow(0, i64(s.offset - b.offset), i64(s.numel)));
     }
     if (world_ > 1) comm.broadcast(full32.data_ptr(), b.padded, DType::kFloat32)->wait();
     const at::Tensor mine32 = full32.narrow(0, i64(static_cast<std::size_t>(shard_rank_) * b.chunk), i64(b.chunk));
@@ -46,7 +47,7 @@ void ParamStore::adopt_partitioned(comm::Communicator& comm, memory::MemoryLedge
       const ParamSlot& s = layout_.params()[static_cast<std::size_t>(i)];
       at::Tensor& p = params_[static_cast<std::size_t>(i)];
       guard.will_replace_trainable(p);
-      p.set_data(t.narrow(0, i64(s.offset - b.offset), i64(s.numel)).view(p.sizes()));
+      replace_data(p, t.narrow(0, i64(s.offset - b.offset), i64(s.numel)).view(p.sizes()));
       p.mutable_grad().reset();
     }
     if (b.group >= 0) buckets_[bi].release();

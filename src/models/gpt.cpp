@@ -1,7 +1,9 @@
 #include "zero/models/gpt.h"
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/autocast_mode.h>
 #include <ATen/ops/arange.h>
+#include <ATen/ops/randint.h>
 #include <ATen/ops/cross_entropy_loss.h>
 #include <ATen/ops/gelu.h>
 #include <ATen/ops/linear.h>
@@ -13,6 +15,7 @@
 
 #include "zero/core/error.h"
 #include "zero/models/autocast_scope.h"
+#include "zero/zero/deferred_init.h"
 #include "zero/zero/unit.h"
 
 namespace zero::models {
@@ -172,28 +175,52 @@ struct BlockCheckpoint : torch::autograd::Function<BlockCheckpoint> {
 
 }  // namespace
 
-Gpt::Gpt(const GptConfig& c) : config_(c) {
+Gpt::Gpt(const GptConfig& c, bool on_meta) : config_(c) {
   ZERO_CHECK(c.vocab_size > 0 && c.block_size > 0 && c.n_layer > 0 && c.n_head > 0 && c.n_embd > 0,
              "GPT dimensions must be positive: vocab ", c.vocab_size, ", block_size ", c.block_size,
              ", n_layer ", c.n_layer, ", n_head ", c.n_head, ", n_embd ", c.n_embd);
+  // On meta, each submodule gives its memory back as soon as it is built:
+  // the host never holds more than one block.
+  auto settle = [&](torch::nn::Module& m) {
+    if (on_meta) zero::to_meta(m);
+  };
   wte_ = register_module("wte", torch::nn::Embedding(c.vocab_size, c.n_embd));
+  settle(*wte_);
   wpe_ = register_module("wpe", torch::nn::Embedding(c.block_size, c.n_embd));
+  settle(*wpe_);
   for (std::int64_t i = 0; i < c.n_layer; ++i) {
     blocks_.push_back(register_module("h" + std::to_string(i), std::make_shared<Block>(c)));
+    settle(*blocks_.back());
     zero::mark_unit(*blocks_.back());  // a unit of ZeRO stage 3 (forward() calls it through zero::unit)
   }
   ln_f_ = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.n_embd})));
-  // GPT-2's initialisation: N(0, 0.02), residual projections scaled by 1/sqrt(2 * n_layer).
+  settle(*ln_f_);
+  // One draw from the global generator seeds every parameter's own (by its
+  // name): the values do not depend on the order the parameters are filled
+  // in, which an engine filling a meta-built model bucket by bucket chooses.
+  init_seed_ = at::randint(std::int64_t{1} << 62, {1}, at::TensorOptions().dtype(at::kLong)).item<std::int64_t>();
+  if (on_meta) return;
   torch::NoGradGuard no_grad;
-  for (auto& item : named_parameters()) {
-    const std::string& name = item.key();
-    at::Tensor& p = item.value();
-    if (p.dim() == 2) {
-      const bool residual = name.find("proj.weight") != std::string::npos;
-      p.normal_(0.0, residual ? 0.02 / std::sqrt(2.0 * c.n_layer) : 0.02);
-    } else if (name.find("ln") == std::string::npos) {
-      p.zero_();  // biases
-    }
+  for (auto& item : named_parameters()) init_parameter(item.key(), item.value());
+}
+
+void Gpt::init_parameter(const std::string& name, const at::Tensor& value) const {
+  ZERO_CHECK(!value.is_meta(), "Gpt::init_parameter('", name, "'): the value is on the meta device; give it a "
+             "tensor with memory");
+  torch::NoGradGuard no_grad;
+  const bool ln = name.rfind("ln", 0) == 0 || name.find(".ln") != std::string::npos;
+  if (value.dim() == 2) {
+    const bool residual = name.find("proj.weight") != std::string::npos;
+    at::Tensor host = value.is_cpu() ? value : at::empty(value.sizes(), value.options().device(at::kCPU));
+    std::uint64_t seed = 14695981039346656037ull ^ static_cast<std::uint64_t>(init_seed_);  // FNV-1a over the name
+    for (const char ch : name) seed = (seed ^ static_cast<unsigned char>(ch)) * 1099511628211ull;
+    host.normal_(0.0, residual ? 0.02 / std::sqrt(2.0 * config_.n_layer) : 0.02,
+                 at::make_generator<at::CPUGeneratorImpl>(seed));
+    if (!value.is_cpu()) value.copy_(host);
+  } else if (ln && name.size() >= 7 && name.compare(name.size() - 7, 7, ".weight") == 0) {
+    value.fill_(1.0);  // LayerNorm gain
+  } else {
+    value.zero_();  // biases (LayerNorm's too)
   }
 }
 

@@ -19,12 +19,15 @@
 // Two ranks on one GPU are not tested: NCCL refuses two ranks of one
 // communicator on the same device ("Duplicate GPU detected"), and the GPU
 // machine has one.
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include <ATen/ATen.h>
+#include <ATen/DeviceAccelerator.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <torch/cuda.h>
@@ -36,6 +39,8 @@
 #include "zero/core/error.h"
 #include "zero/engine/engine.h"
 #include "zero/models/gpt.h"
+#include "zero/zero/memory_plan.h"
+#include "zero/zero/unit.h"
 #if ZERO_HAVE_NCCL
 #include "zero/cuda/nccl_communicator.h"
 #endif
@@ -236,6 +241,87 @@ TEST(EngineCudaErrors, AdagradWithoutOffloadIsRefused) {
   // The module is untouched and trainable by another engine.
   Engine ok(model, make_config(Case{}), *single);
 }
+
+// A model built on the CPU (or on meta) and trained on the GPU through
+// EngineOptions::device: at stage 3 the device never holds the model, only
+// the partition (none with offload_param), one bucket in fp32 and the kept
+// parameters, measured by the CUDA allocator's peak while the engine is
+// built (the bound from the model's sizes); and it trains exactly as the
+// same model built on meta and filled on the GPU.
+struct BuiltElsewhere {
+  bool offload_param;
+};
+class EngineCudaBuild : public ::testing::TestWithParam<BuiltElsewhere> {};
+
+TEST_P(EngineCudaBuild, DeviceHoldsThePartitionNotTheModel) {
+  ZERO_SKIP_WITHOUT_CUDA_DEVICE();
+  const bool offload_param = GetParam().offload_param;
+  models::GptConfig g = tiny();
+  g.n_layer = 6;
+  g.n_embd = 256;
+  const at::Device gpu(at::kCUDA, 0);
+  auto single = comm::make_single_process_communicator();
+  Case k;
+  k.stage = 3;
+  k.dtype = "bf16";
+  k.offload = "cpu";
+  k.offload_param = offload_param;
+  config::Config cfg = make_config(k);
+  cfg.zero_optimization.reduce_bucket_size = 1 << 20;
+  std::int64_t psi = 0, kept = 0, largest = 0, tensors = 0;
+  auto run = [&](bool on_meta) {
+    torch::manual_seed(7);
+    auto model = std::make_shared<models::Gpt>(g, on_meta);
+    psi = kept = largest = tensors = 0;
+    for (const auto& item : model->named_children()) {
+      std::int64_t n = 0;
+      for (const at::Tensor& p : item.value()->parameters()) n += p.numel();
+      tensors += static_cast<std::int64_t>(item.value()->parameters().size());
+      psi += n;
+      if (zero::is_unit(*item.value())) {
+        largest = std::max(largest, n);
+      } else {
+        kept += n;
+      }
+    }
+    EngineOptions o;
+    o.device = gpu;
+    if (on_meta) {
+      o.init = [m = model.get()](const std::string& name, const at::Tensor& v) { m->init_parameter(name, v); };
+    }
+    torch::cuda::synchronize(0);
+    at::accelerator::resetPeakStats(0);
+    const std::int64_t before = at::accelerator::getDeviceStats(0).allocated_bytes[0].current;
+    std::vector<float> losses;
+    Engine engine(model, cfg, *single, std::move(o));
+    torch::cuda::synchronize(0);
+    const std::int64_t peak = at::accelerator::getDeviceStats(0).allocated_bytes[0].peak - before;
+    const std::int64_t slack = tensors * static_cast<std::int64_t>(kPlanAlignElements);  // padding of every bucket, at most
+    const std::int64_t bound = (offload_param ? 0 : 2 * (psi + slack)) + 4 * (std::max(largest, kept) + slack) +
+                               2 * (kept + slack) + (1 << 20);
+    std::printf("[ measured ] built on %s, offload_param=%d: device peak while built %lld B, bound %lld B, the model "
+                "in fp32 %lld B\n",
+                on_meta ? "meta" : "the CPU", offload_param, static_cast<long long>(peak),
+                static_cast<long long>(bound), static_cast<long long>(4 * psi));
+    EXPECT_LE(peak, bound);
+    EXPECT_LT(peak, 4 * psi) << "the device never held the model in fp32";
+    for (int s = 0; s < 3; ++s) {
+      torch::manual_seed(1000 + s);
+      at::Tensor b = at::randint(256, {4, 33}, at::TensorOptions().dtype(at::kLong)).to(gpu);
+      at::Tensor loss = model->loss(b.narrow(1, 0, 32), b.narrow(1, 1, 32));
+      engine.backward(loss);
+      engine.step();
+      losses.push_back(loss.item<float>());
+    }
+    return losses;
+  };
+  const std::vector<float> from_cpu = run(false);
+  const std::vector<float> from_meta = run(true);
+  EXPECT_EQ(from_cpu, from_meta) << "the same weights whichever way the model was built";
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, EngineCudaBuild, ::testing::Values(BuiltElsewhere{false}, BuiltElsewhere{true}),
+                         [](const auto& info) { return info.param.offload_param ? "offload_param" : "partition"; });
 
 #if ZERO_HAVE_NCCL
 TEST(EngineCudaErrors, NcclWithACpuModuleIsRefused) {

@@ -678,25 +678,23 @@ TEST(Modules, DeviceMemoryLimitRefusesWithTheRightNumbers) {
   }
 }
 
-struct OnMeta : torch::nn::Module {
-  OnMeta() { w = register_parameter("w", at::empty({4, 4}, at::TensorOptions().device(at::kMeta))); }
-  at::Tensor w;
-};
-
 TEST(Modules, ModuleOnAnUnsupportedDeviceIsRefusedAtConstruction) {
-  // The engine trains on the CPU or on CUDA; the meta device stands for any
-  // other, so this runs without a GPU.
-  auto model = std::make_shared<OnMeta>();
-  ASSERT_TRUE(model->w.is_meta());
+  // The engine trains on the CPU or on CUDA. Named as the device to train
+  // on, another (XPU) is refused before anything is allocated there, so
+  // this runs without one.
+  auto model = std::make_shared<Mlp>();
   config::Config cfg = make_config(0, false, false, world_comm().world_size(), 1, 1);
+  EngineOptions o;
+  o.device = c10::Device(c10::kXPU);
   try {
-    Engine engine(model, cfg, world_comm());
+    Engine engine(model, cfg, world_comm(), o);
     FAIL() << "expected an error";
   } catch (const ::zero::Error& e) {
     const std::string msg = e.what();
-    EXPECT_NE(msg.find("the module is on meta"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("the engine's device is xpu"), std::string::npos) << msg;
     EXPECT_NE(msg.find("on the CPU or on a CUDA GPU"), std::string::npos) << msg;
   }
+  EXPECT_TRUE(model->l1->weight.is_cpu()) << "the failed constructor left the module as it was";
 }
 
 struct OnTwoDevices : torch::nn::Module {
@@ -707,15 +705,20 @@ struct OnTwoDevices : torch::nn::Module {
   at::Tensor a, b;
 };
 
+// Without EngineOptions::device the module must be on one device (here the
+// CPU and meta stand for two; the init makes meta itself acceptable).
 TEST(Modules, ModuleOnTwoDevicesIsRefusedAtConstruction) {
   auto model = std::make_shared<OnTwoDevices>();
   config::Config cfg = make_config(0, false, false, world_comm().world_size(), 1, 1);
+  EngineOptions o;
+  o.init = [](const std::string&, const at::Tensor& v) { v.zero_(); };
   try {
-    Engine engine(model, cfg, world_comm());
+    Engine engine(model, cfg, world_comm(), o);
     FAIL() << "expected an error";
   } catch (const ::zero::Error& e) {
     const std::string msg = e.what();
     EXPECT_NE(msg.find("parameter 1 is on meta but parameter 0 is on cpu"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("EngineOptions::device"), std::string::npos) << msg;
   }
   EXPECT_TRUE(model->a.is_cpu()) << "the failed constructor left the module as it was";
 }

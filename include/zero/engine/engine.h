@@ -33,7 +33,9 @@
 //    stay gathered. Every rank must run the same units in the same order.
 //    docs/engine.md "Stage 3".
 //  - The module is on the CPU or on one CUDA GPU (cuda:<local rank>); every
-//    trainable parameter on the same device. On a GPU the flat buffers and
+//    trainable parameter on the same device. Or EngineOptions names the
+//    device, and the module is built elsewhere (on the CPU, or on the meta
+//    device with an init function). On a GPU the flat buffers and
 //    (without offload) the optimizer partition are there, the optimizer step
 //    is zero_cuda's fused device Adam (link zero_cuda; Adagrad only with
 //    offload), and the communicator must be NCCL
@@ -73,11 +75,14 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <ATen/Tensor.h>
+#include <c10/core/Device.h>
 #include <torch/nn/module.h>
 
 #include "zero/comm/communicator.h"
@@ -104,10 +109,32 @@ struct StepStats {
   std::int64_t units_prefetched_unused = 0;
 };
 
+// Where the engine trains, and how it fills a module built without memory
+// (docs/engine.md, "A model larger than one device").
+struct EngineOptions {
+  // The device to train on: the CPU or cuda:<local rank>. Default: where the
+  // module's parameters are (then all must be on one device). Given, the
+  // module may be elsewhere (built on the CPU for a GPU, or on the meta
+  // device): the engine copies each parameter to it bucket by bucket, so at
+  // stage 3 the device never holds more than this rank's partition, one
+  // bucket in fp32 and the gathered units. Afterwards the module lives there.
+  std::optional<c10::Device> device;
+  // For parameters and buffers on the meta device (zero/zero/deferred_init.h:
+  // zero::to_meta): init(name, value) fills `value` in place (normal_,
+  // uniform_, zero_, copy_) — a tensor of the parameter's shape and dtype on
+  // the engine's device; `name` as named_parameters()/named_buffers() give
+  // it. Called on every rank (rank 0's values win, as for any module) in the
+  // engine's order, bucket by bucket, which need not be the module's: random
+  // values should come from a generator of the parameter's own, as
+  // zero::models::Gpt::init_parameter draws them. A value left unfilled is
+  // an error. Required when the module has meta tensors, refused otherwise.
+  std::function<void(const std::string& name, const at::Tensor& value)> init;
+};
+
 class Engine {
  public:
   Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
-         comm::Communicator& comm);
+         comm::Communicator& comm, EngineOptions options = {});
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;

@@ -76,7 +76,21 @@ class Block : public torch::nn::Module {
 
 class Gpt : public torch::nn::Module {
  public:
-  explicit Gpt(const GptConfig& c);
+  // on_meta false: the parameters on the CPU with GPT-2's initialisation
+  // (init_parameter). true: on the meta device, no memory held (each
+  // submodule is moved there as soon as it is built, zero::to_meta); give
+  // zero::Engine the init, EngineOptions{device, [&](auto& n, auto& t) {
+  // gpt->init_parameter(n, t); }}, and it fills them on its device: the
+  // same values as on_meta false from the same seed.
+  explicit Gpt(const GptConfig& c, bool on_meta = false);
+  // GPT-2's initialisation of the parameter `name` (as named_parameters()
+  // gives it) into `value`, in place: N(0, 0.02), the residual projections
+  // scaled by 1/sqrt(2 n_layer), biases zero, LayerNorms one and zero. The
+  // numbers are drawn on the CPU from a generator of the parameter's own,
+  // seeded by the name and one draw of the global generator at construction:
+  // a value on a GPU gets the same ones, and the order of the calls does not
+  // matter.
+  void init_parameter(const std::string& name, const at::Tensor& value) const;
   // idx: [B, T] token ids (int64), T <= block_size -> logits [B, T, vocab].
   at::Tensor forward(const at::Tensor& idx);
   // Mean cross-entropy of next-token prediction, computed in fp32.
@@ -87,6 +101,7 @@ class Gpt : public torch::nn::Module {
 
  private:
   GptConfig config_;
+  std::int64_t init_seed_ = 0;
   torch::nn::Embedding wte_{nullptr}, wpe_{nullptr};
   std::vector<std::shared_ptr<Block>> blocks_;
   torch::nn::LayerNorm ln_f_{nullptr};
