@@ -17,7 +17,7 @@
 // init_fn on its device (zero/engine/engine.h, EngineOptions). At stage 3 no
 // rank ever holds more than one bucket of the full model (docs/engine.md,
 // "A model larger than one device"). zero::models::Gpt builds this way when
-// asked (GptConfig::build_on_meta).
+// asked (its constructor's on_meta).
 #pragma once
 
 #include <ATen/Tensor.h>
