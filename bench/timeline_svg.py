@@ -5,7 +5,8 @@
 
 One row per lane: the compute stream (forward, backward, the engine's step),
 the copies down (gradient chunks to host memory) and up (parameter chunks
-back), the CPU optimizer step (one box per bucket) and where the main thread
+back), stage 3's gathers of an offloaded partition (one box per bucket),
+the CPU optimizer step (one box per bucket) and where the main thread
 waited for the delayed update. Times are milliseconds since tracing began;
 the dashed lines are the steps' host-clock boundaries. Standard library only.
 """
@@ -14,9 +15,10 @@ import html
 import json
 import sys
 
-LANES = ["compute", "copy down", "copy up", "cpu step", "host wait"]
+LANES = ["compute", "gather", "copy down", "copy up", "cpu step", "host wait"]
 LANE_NAMES = {
     "compute": "compute stream",
+    "gather": "gathers (params up)",
     "copy down": "copy down (grads)",
     "copy up": "copy up (params)",
     "cpu step": "CPU Adam",
@@ -28,6 +30,7 @@ COLOURS = {
     "step": "#bab0ac",
     "copy down": "#59a14f",
     "copy up": "#b07aa1",
+    "gather": "#edc948",
     "cpu step": "#e15759",
     "host wait": "#9c755f",
 }

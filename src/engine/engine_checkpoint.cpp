@@ -415,6 +415,7 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
                man.optimizer, " (", man.moments, " moment(s)), this engine's is ", config_.optimizer.type,
                ": use the optimizer it was saved with");
     same_dtype = man.dtype == tdtype;
+    P.settle_gathers();  // stage 3: no copy up still reads the partition the load writes
 
     // This rank's partition, from the saved ones; padding keeps this
     // engine's values (zeros, Adagrad's initial sum).

@@ -174,6 +174,7 @@ void ParamStore::publish(const at::Tensor& src, bool offloaded, comm::Communicat
 }
 
 void ParamStore::begin_publish(bool offloaded, const DeviceContext& ctx) {
+  settle_gathers();  // the pieces overwrite the partition the gathers read
   publish_offloaded_ = offloaded;
   publish_ctx_ = &ctx;
   publish_stream_.reset();
@@ -226,12 +227,11 @@ std::uint64_t ParamStore::take_copied_bytes() {
 void ParamStore::all_gather(comm::Communicator& comm) {
   if (partitioned_) {
     // Stage 3: what is gathered now (the buckets of no unit) from the partition.
-    std::vector<comm::WorkPtr> works;
+    std::vector<PendingGather> pending;
     for (std::size_t b = 0; b < buckets_.size(); ++b) {
-      if (!buckets_[b].held()) continue;
-      if (auto w = start_gather(static_cast<int>(b), comm)) works.push_back(std::move(w));
+      if (buckets_[b].held()) pending.push_back(start_gather(static_cast<int>(b), comm));
     }
-    for (auto& w : works) w->wait();
+    for (PendingGather& g : pending) finish_gather(g);
     return;
   }
   if (layout_.shard_world() <= 1) return;

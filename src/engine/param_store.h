@@ -11,7 +11,8 @@
 // BucketStorage that is gathered from every rank's partition and released
 // again, unit by unit (unit_schedule.h). Buckets of no unit stay gathered.
 // publish() then writes the partition, and all-gathers only the buckets
-// that are gathered at the time.
+// that are gathered at the time. With the partition in host memory on a
+// GPU, the rank's chunk goes up on a stream of its own (gather_lane.h).
 #pragma once
 
 #include <array>
@@ -29,6 +30,7 @@
 
 #include "bucket_storage.h"
 #include "device_context.h"
+#include "gather_lane.h"
 #include "module_guard.h"
 #include "step_timeline.h"
 #include "zero/comm/communicator.h"
@@ -83,9 +85,19 @@ class ParamStore {
                          const SeedFn& seed, const DeviceContext& ctx);
   bool partitioned() const { return partitioned_; }
   // Stage 3: bucket b's parameters from every rank's partition. Started
-  // (the storage refilled, the rank's chunk copied in, the all-gather
-  // issued); the returned work completes it (null: nothing to wait for).
-  comm::WorkPtr start_gather(int b, comm::Communicator& comm);
+  // (the storage refilled, the rank's chunk copied in, or queued on the
+  // gather lane, and the all-gather issued); finish_gather() completes it:
+  // the host waits for the all-gather, the compute stream for the lane.
+  // Every started gather is finished before its bucket is released.
+  struct PendingGather {
+    comm::WorkPtr work;                     // the all-gather (several ranks)
+    std::optional<GatherLane::Mark> ready;  // the lane's copy (one rank)
+  };
+  PendingGather start_gather(int b, comm::Communicator& comm);
+  void finish_gather(PendingGather& g);
+  // Before the host writes the partition: the gather lane's copies that may
+  // still read it are done.
+  void settle_gathers();
   void release(int b);
   bool gathered(int b) const { return buckets_[static_cast<std::size_t>(b)].held(); }
   // Stage 3, when the engine goes while unwinding (no collective then):
@@ -170,6 +182,10 @@ class ParamStore {
   std::vector<BucketStorage> buckets_;  // one per bucket of the layout
   std::vector<std::array<memory::MemoryLedger::Registration, 2>> bucket_regs_;  // while held: values, padding
   memory::MemoryLedger* ledger_ = nullptr;
+  // Where the rank's chunk goes into a bucket when not on the caller's
+  // stream (a host partition on a GPU; the deferred lane in tests). After
+  // partition_: destroyed first, waiting for the copies that read it.
+  std::unique_ptr<GatherLane> lane_;
 };
 
 }  // namespace zero::detail

@@ -21,6 +21,11 @@ void ParamStore::adopt_partitioned(comm::Communicator& comm, memory::MemoryLedge
                                                 : at::empty({i64(part.elements)}, at::TensorOptions().dtype(dtype_).device(device()));
   partition_.zero_();
   register_planned(ledger, regs_, part, partition_);
+  if (part.tier == memory::Tier::kHost && ctx.on_accelerator()) {
+    lane_ = make_stream_lane(ctx);
+  } else if (deferred_gathers_requested()) {
+    lane_ = make_deferred_lane();
+  }
   // One bucket of fp32 at a time (the largest one's size), counted while it lives.
   const PlannedBuffer& temp = plan[Buffer::kFlat32];
   at::Tensor flat32 = at::zeros({i64(temp.elements)}, at::TensorOptions().dtype(at::kFloat).device(device()));
@@ -57,7 +62,7 @@ void ParamStore::adopt_partitioned(comm::Communicator& comm, memory::MemoryLedge
   cast_frozen_and_buffers(comm, guard);
 }
 
-comm::WorkPtr ParamStore::start_gather(int bi, comm::Communicator& comm) {
+ParamStore::PendingGather ParamStore::start_gather(int bi, comm::Communicator& comm) {
   const Bucket& b = layout_.buckets()[static_cast<std::size_t>(bi)];
   BucketStorage& st = buckets_[static_cast<std::size_t>(bi)];
   if (!st.held()) {
@@ -67,11 +72,34 @@ comm::WorkPtr ParamStore::start_gather(int bi, comm::Communicator& comm) {
     register_bucket(static_cast<std::size_t>(bi), "the gathered units");
   }
   const std::size_t mine = static_cast<std::size_t>(shard_rank_) * b.chunk;
-  st.raw(mine, b.chunk).copy_(partition_.narrow(0, i64(b.partition_offset), i64(b.chunk)));
-  if (layout_.shard_world() <= 1) return nullptr;
+  const at::Tensor dst = st.raw(mine, b.chunk);
+  const at::Tensor src = partition_.narrow(0, i64(b.partition_offset), i64(b.chunk));
+  PendingGather g;
+  if (lane_) {
+    lane_->copy(dst, src, st.tensor(), static_cast<std::size_t>(bi), timeline_);
+  } else {
+    dst.copy_(src);
+  }
+  if (layout_.shard_world() <= 1) {
+    if (lane_) g.ready = lane_->mark();
+    return g;
+  }
   const at::Tensor all = st.raw(0, b.padded);
   auto* base = static_cast<char*>(all.data_ptr());
-  return comm.all_gather(base + mine * all.element_size(), base, b.chunk, to_dtype(dtype_));
+  auto issue = [&] { return comm.all_gather(base + mine * all.element_size(), base, b.chunk, to_dtype(dtype_)); };
+  // After the lane's copy; then the host's wait for the all-gather covers it.
+  g.work = lane_ ? lane_->issue_after(comm, issue) : issue();
+  return g;
+}
+
+void ParamStore::finish_gather(PendingGather& g) {
+  if (g.work) g.work->wait();
+  if (g.ready) lane_->compute_waits(*g.ready);
+  g = PendingGather{};
+}
+
+void ParamStore::settle_gathers() {
+  if (lane_) lane_->host_waits();
 }
 
 void ParamStore::register_bucket(std::size_t bi, const char* what) {

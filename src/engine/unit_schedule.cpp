@@ -62,9 +62,9 @@ UnitSchedule::UnitSchedule(const UnitAssignment& units, ParamStore& store, comm:
 UnitSchedule::~UnitSchedule() {
   for (const torch::nn::Module* m : modules_) set_unit_handler(*m, nullptr);
   for (UnitState& s : units_) {
-    for (auto& w : s.pending) {
+    for (auto& g : s.pending) {
       try {
-        w->wait();  // the collective's buffers are the store's
+        store_.finish_gather(g);  // the collective's and the copy's buffers are the store's
       } catch (...) {
       }
     }
@@ -73,16 +73,14 @@ UnitSchedule::~UnitSchedule() {
 
 void UnitSchedule::start(int u) {
   UnitState& s = units_[static_cast<std::size_t>(u)];
-  for (int b : s.buckets) {
-    if (auto w = store_.start_gather(b, comm_)) s.pending.push_back(std::move(w));
-  }
+  for (int b : s.buckets) s.pending.push_back(store_.start_gather(b, comm_));
   s.resident = true;
   live_elements_ += s.elements;
 }
 
 void UnitSchedule::finish(int u) {
   UnitState& s = units_[static_cast<std::size_t>(u)];
-  for (auto& w : s.pending) w->wait();
+  for (auto& g : s.pending) store_.finish_gather(g);
   s.pending.clear();
 }
 

@@ -100,7 +100,7 @@ class UnitSchedule {
     int refs = 0;              // gathers not yet released
     bool resident = false;     // its buckets are gathered (refs > 0, or prefetched)
     bool prefetched = false;   // fetched ahead and not used yet
-    std::vector<comm::WorkPtr> pending;  // a prefetch's all-gathers not yet waited for
+    std::vector<ParamStore::PendingGather> pending;  // gathers started and not yet finished
   };
   void start(int unit);
   void finish(int unit);

@@ -84,6 +84,13 @@ class Communicator {
   // (MPI backend); 0 for the single-process backend.
   virtual int local_rank() const = 0;
   virtual std::string backend_name() const = 0;  // "mpi", "single", "nccl"
+  // Device backends (NCCL): every later op follows the work queued on this
+  // stream before the op is issued (a cudaStream_t as void*; nullptr, the
+  // default, is the legacy default stream). Set it from the thread that
+  // issues ops, between ops. Host backends have no streams: they ignore it
+  // and say nullptr.
+  virtual void set_compute_stream(void* stream) { (void)stream; }
+  virtual void* compute_stream() const { return nullptr; }
 
   // The collectives. Each checks that the communicator is usable (see
   // "Failures" below), records the op in the flight recorder, counts its

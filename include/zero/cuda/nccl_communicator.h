@@ -36,11 +36,8 @@ namespace zero::cuda {
 
 class NcclCommunicator : public comm::Communicator {
  public:
-  // The stream whose work every later op waits for (a cudaStream_t as void*;
-  // nullptr is the legacy default stream, cudaStreamPerThread works too).
-  // Set it from the thread that issues ops, between ops.
-  virtual void set_compute_stream(void* stream) = 0;
-  virtual void* compute_stream() const = 0;
+  // set_compute_stream()/compute_stream() (comm::Communicator's): the
+  // stream whose work every later op waits for (cudaStreamPerThread works too).
   // The communicator's own stream (non-blocking, on device()).
   virtual void* comm_stream() const = 0;
   virtual int device() const = 0;
