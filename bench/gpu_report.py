@@ -17,6 +17,7 @@ marked "cut off"). The parts:
     cpp-zero-adam-ckpt zero-bench fit-plain --optimizer zero --checkpoint
     cpp-engine-offload zero-bench fit-plain --optimizer engine --stage 2 --offload cpu --checkpoint
     cpp-engine-offload-dpu  the same with --dpu
+    cpp-engine-stage3-param the same at --stage 3 with --offload-param
     deepspeed-offload  bench/deepspeed_offload.py --checkpoint
     fsdp2-offload      bench/fsdp2_offload.py --checkpoint
 
@@ -24,7 +25,8 @@ Table 1 puts the C++ GPT beside the same model in Python, one row per loop,
 with the speed relative to Python's (Python step / this step: 1.00 = as fast)
 and the forward / backward / optimizer split. Table 2 puts the offload peers beside plain PyTorch and the C++ GPT's plain
 loop and zerocpp's engine with ZeRO-2 + CPU offload (with and without the delayed
-parameter update), all with activation checkpointing.
+parameter update) and with ZeRO-3 + parameter and optimizer offload + DPU, all with
+activation checkpointing.
 Only the standard library is used.
 """
 import argparse
@@ -34,7 +36,8 @@ import sys
 import time
 
 PARTS = ["cpp-torch-adamw", "cpp-fused-adamw", "cpp-zero-adam", "cpp-engine", "python-plain", "python-plain-ckpt",
-         "cpp-zero-adam-ckpt", "cpp-engine-offload", "cpp-engine-offload-dpu", "deepspeed-offload", "fsdp2-offload"]
+         "cpp-zero-adam-ckpt", "cpp-engine-offload", "cpp-engine-offload-dpu", "cpp-engine-stage3-param",
+         "deepspeed-offload", "fsdp2-offload"]
 
 
 def read_part(path):
@@ -159,10 +162,11 @@ def main():
 
     loops2 = [("plain PyTorch", "python-plain-ckpt"), ("C++ plain, zero::cuda Adam", "cpp-zero-adam-ckpt"),
               ("zerocpp Z2 + CPU offload", "cpp-engine-offload"), ("zerocpp Z2 + offload + DPU", "cpp-engine-offload-dpu"),
+              ("zerocpp Z3 + offload_param + DPU", "cpp-engine-stage3-param"),
               ("DeepSpeed Z2 + CPU offload", "deepspeed-offload"), ("FSDP2 + CPUOffloadPolicy", "fsdp2-offload")]
     print("\nTable 2. With activation checkpointing per block: the offload peers beside the plain loops")
     print("of plain = plain PyTorch's step / this step; GPU = peak allocated GiB; host = peak RSS GiB")
-    print_rows(parts, loops2, 28, ("of plain", 8),
+    print_rows(parts, loops2, 32, ("of plain", 8),
                [("GPU", 6, gib("peak_mem_gib")), ("host", 6, gib("host_peak_rss_gib"))])
     print()
     for n in PARTS:

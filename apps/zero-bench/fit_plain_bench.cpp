@@ -31,7 +31,9 @@
 // zero::Engine instead (ZeRO --stage, default 0, on a single-process
 // communicator; --dtype bf16 = the engine's bf16 parameters with fp32
 // masters, no autocast; --offload cpu [--dpu] offloads the optimizer, the
-// delayed update starting after one step): what
+// delayed update starting after one step; --offload-param, with --stage 3,
+// the parameter partition; the engine's GPT is built on the meta device
+// and filled by the engine on the device, as zero-train does): what
 // a zerocpp user runs, compared with the plain loops. --checkpoint turns on
 // the model's per-block activation checkpointing. --breakdown times forward,
 // backward and the optimizer apart (a device sync after each); --profile N
@@ -100,6 +102,7 @@ struct FitOptions {
   int stage = 0;                 // --optimizer engine
   std::string offload = "none";  // --optimizer engine: none or cpu
   bool dpu = false;
+  bool offload_param = false;  // --optimizer engine --stage 3: offload_param.device "cpu"
   int cpu_threads = 0;     // --optimizer engine --offload cpu: offload_optimizer.cpu_threads (0: the engine's choice)
   std::string timeline;    // --optimizer engine: write PREFIX-SIZE.json, the engine's timeline of 2 steps
   std::int64_t micro = 4, seq = 1024;
@@ -317,11 +320,13 @@ void train_size(const FitOptions& o, const Dev& d, SizeResult& r) {
   const bool bf16 = o.dtype == "bf16";
   d.reset_peak();
   torch::manual_seed(0);
-  // Built on the host (the model's constructor initialises there), then moved.
-  auto model = std::make_shared<models::Gpt>(r.config);
-  model->to(d.device);
-  model->set_activation_checkpointing(o.checkpoint);
   const bool use_engine = o.optimizer == "engine";
+  // The plain loops: built on the host (the constructor initialises there),
+  // then moved. The engine: built on meta and filled on the device bucket by
+  // bucket (EngineOptions), so that no full fp32 copy ever lands there.
+  auto model = std::make_shared<models::Gpt>(r.config, /*on_meta=*/use_engine);
+  if (!use_engine) model->to(d.device);
+  model->set_activation_checkpointing(o.checkpoint);
   std::unique_ptr<comm::Communicator> single;
   std::unique_ptr<Engine> engine;
   std::optional<PlainAdamW> opt;
@@ -336,8 +341,15 @@ void train_size(const FitOptions& o, const Dev& d, SizeResult& r) {
                                                             {"delayed_param_update_warmup_steps", 1},
                                                             {"cpu_threads", o.cpu_threads}}}}},
               {"steps_per_print", 1000000}};
+    if (o.offload_param) c["zero_optimization"]["offload_param"] = {{"device", "cpu"}};
     single = comm::make_single_process_communicator();
-    engine = std::make_unique<Engine>(model, config::parse_config(c.dump(), 1, "<fit-plain engine config>"), *single);
+    EngineOptions build;
+    build.device = d.device;
+    build.init = [gpt = model.get()](const std::string& name, const at::Tensor& value) {
+      gpt->init_parameter(name, value);
+    };
+    engine = std::make_unique<Engine>(model, config::parse_config(c.dump(), 1, "<fit-plain engine config>"), *single,
+                                      std::move(build));
   } else {
     opt.emplace(model->parameters(), o.optimizer);
   }
@@ -415,7 +427,7 @@ void train_size(const FitOptions& o, const Dev& d, SizeResult& r) {
     const std::string path = o.timeline + "-" + r.size + ".json";
     std::ofstream out(path);
     out << Json{{"size", r.size}, {"params", r.config.num_parameters()}, {"device", o.device},
-                {"stage", o.stage}, {"offload", o.offload}, {"dpu", o.dpu}, {"median_step_ms", r.step_s * 1e3},
+                {"stage", o.stage}, {"offload", o.offload}, {"dpu", o.dpu}, {"offload_param", o.offload_param}, {"median_step_ms", r.step_s * 1e3},
                 {"steps_ms", bounds}, {"intervals", iv}}
                .dump();
     ZERO_CHECK(out.good(), "could not write the timeline to ", path);
@@ -494,8 +506,10 @@ void run_fit_plain(const FitOptions& o) {
   ZERO_CHECK(o.optimizer == "torch" || o.optimizer == "fused" || o.optimizer == "zero" || o.optimizer == "engine",
              "--optimizer must be torch, fused, zero or engine, not '", o.optimizer, "'");
   ZERO_CHECK(o.optimizer == "engine" ||
-                 (o.stage == 0 && o.offload == "none" && !o.dpu && o.cpu_threads == 0 && o.timeline.empty()),
-             "--stage, --offload, --dpu, --cpu-threads and --timeline configure --optimizer engine");
+                 (o.stage == 0 && o.offload == "none" && !o.dpu && !o.offload_param && o.cpu_threads == 0 &&
+                  o.timeline.empty()),
+             "--stage, --offload, --dpu, --offload-param, --cpu-threads and --timeline configure --optimizer engine");
+  ZERO_CHECK(!o.offload_param || o.stage == 3, "--offload-param offloads stage 3's parameter partition: add --stage 3");
   ZERO_CHECK(o.cpu_threads >= 0, "--cpu-threads must be 0 (the engine's choice) or positive");
   ZERO_CHECK(o.optimizer != "zero" || o.device == "cuda",
              "--optimizer zero is zerocpp's device Adam: it needs --device cuda");
@@ -530,7 +544,8 @@ void run_fit_plain(const FitOptions& o) {
       : o.optimizer == "fused" ? "at::_fused_adamw_"
       : o.optimizer == "zero"  ? "zero::cuda::fused_adam_device"
                                : "zero::Engine stage " + std::to_string(o.stage) +
-                                    (o.offload == "cpu" ? (o.dpu ? " + CPU offload + DPU" : " + CPU offload") : "");
+                                    (o.offload == "cpu" ? (o.dpu ? " + CPU offload + DPU" : " + CPU offload") : "") +
+                                    (o.offload_param ? " + offload_param" : "");
   const char* precision = o.optimizer == "engine" ? (o.dtype == "bf16" ? ", bf16 params + fp32 masters" : ", fp32")
                                                   : (o.dtype == "bf16" ? ", fp32 params, bf16 autocast" : ", fp32");
   std::printf("zero-bench fit-plain: %s loop (%s%s%s) on %s, "
@@ -632,6 +647,8 @@ void add_fit_plain_command(CLI::App& app) {
   cmd->add_option("--offload", o->offload, "--optimizer engine: none or cpu (offload_optimizer.device)")
       ->capture_default_str();
   cmd->add_flag("--dpu", o->dpu, "--optimizer engine with --offload cpu: the delayed parameter update");
+  cmd->add_flag("--offload-param", o->offload_param,
+                "--optimizer engine --stage 3: the parameter partition in (pinned) host memory (offload_param)");
   cmd->add_option("--cpu-threads", o->cpu_threads,
                   "--optimizer engine --offload cpu: CPU Adam threads (0: the engine's choice, all cores but one "
                   "on a GPU)")

@@ -54,6 +54,23 @@ assert j["dpu"] is True and len(j["steps_ms"]) == 2, j
 svg = open(sys.argv[2]).read()
 assert svg.startswith("<svg") and svg.count("<rect") > len(j["intervals"]), svg[:200]
 PY
+# Stage 3 with the parameter partition and the optimizer offloaded, built on
+# meta, traced (on the CPU the gathers run on the compute stream: no lane).
+"$bench" fit-plain --device cpu --dtype fp32 --optimizer engine --stage 3 --offload cpu --dpu --offload-param \
+  --cpu-threads 1 --timeline "$dir/s3" --matmul none "${tiny[@]}" >"$dir/cpp-engine-stage3-param-$st.log"
+"$python" - "$dir/s3-gpt2-tiny.json" "$dir/cpp-engine-stage3-param-$st.log" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["stage"] == 3 and j["offload_param"] is True and j["dpu"] is True, j
+sizes = [json.loads(l) for l in open(sys.argv[2]) if l.startswith("{") and '"sizes"' in l][0]["sizes"]
+assert sizes[0]["status"] == "ok" and sizes[0]["params"] == 120576, sizes
+PY
+out=$("$python" "$root/bench/gpu_report.py" --dir "$dir" --stamp "$st" --out "$dir/gpu.json")
+grep -qF "zerocpp Z3 + offload_param + DPU" <<<"$out" || fail "the report lacks the stage-3 row"
+if "$bench" fit-plain --device cpu --optimizer engine --offload-param "${tiny[@]}" 2>"$dir/err"; then
+  fail "--offload-param without --stage 3 ran"
+fi
+grep -q "add --stage 3" "$dir/err" || fail "--offload-param refusal: $(cat "$dir/err")"
 if "$bench" fit-plain --device cpu --optimizer torch --timeline "$dir/x" "${tiny[@]}" 2>"$dir/err"; then
   fail "--timeline without --optimizer engine ran"
 fi
