@@ -20,6 +20,9 @@ class TrackedWork final : public Work {
 
   void wait(std::chrono::milliseconds timeout) override;
   bool is_completed() override;
+  // The backend's; the op stays pending in the flight recorder until a
+  // wait() or is_completed() sees it done.
+  bool wait_on_device(void* stream) override { return inner_->wait_on_device(stream); }
   Work* wrapped() override { return inner_.get(); }
 
  private:

@@ -204,11 +204,7 @@ std::unique_ptr<NcclCommunicator> make_nccl_communicator(comm::Communicator& boo
 }
 
 void wait_on_stream(comm::Work& work, void* stream) {
-  comm::Work* inner = work.wrapped() != nullptr ? work.wrapped() : &work;
-  if (auto* nccl = dynamic_cast<detail::NcclWork*>(inner)) {
-    nccl->wait_on_stream(static_cast<cudaStream_t>(stream));
-    return;
-  }
+  if (work.wait_on_device(stream)) return;
   ZERO_CHECK(work.is_completed(),
              "wait_on_stream: the Work is not from an NcclCommunicator and not complete; wait() "
              "on it instead");

@@ -73,6 +73,10 @@ class NcclWork final : public comm::Work {
   // cudaStreamWaitEvent(stream, done): orders `stream` after the op on the
   // device, without blocking the host.
   void wait_on_stream(cudaStream_t stream);
+  bool wait_on_device(void* stream) override {
+    wait_on_stream(static_cast<cudaStream_t>(stream));
+    return true;
+  }
 
  private:
   // Needs mutex_. Queries the event (and NCCL's asynchronous error); true

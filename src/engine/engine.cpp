@@ -409,6 +409,7 @@ void Engine::backward(const at::Tensor& loss) {
     at::NoGradGuard no_grad;
     m.grads->end_backward();
     if (m.units) m.units->end_backward();
+    m.params->confirm_collectives();
     m.trace_compute("backward");
   } catch (...) {
     // Part of this micro-batch's gradients may be in the buffers: the whole
@@ -416,6 +417,7 @@ void Engine::backward(const at::Tensor& loss) {
     at::NoGradGuard no_grad;
     m.grads->abort();
     if (m.units) m.units->abort();
+    m.params->confirm_collectives(/*quiet=*/true);
     for (const auto& p : m.params->params()) p.mutable_grad().reset();
     m.micro_step -= m.micro_step % config_.gradient_accumulation_steps;
     try {

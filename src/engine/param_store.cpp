@@ -12,6 +12,7 @@
 #include "planned_tensor.h"
 #include "zero/core/error.h"
 #include "zero/zero/deferred_init.h"
+#include "zero/zero/device_wait.h"
 #include "zero/zero/torch_dtype.h"
 
 namespace zero::detail {
@@ -242,7 +243,15 @@ void ParamStore::all_gather(comm::Communicator& comm) {
     auto* mine = base + static_cast<std::size_t>(rank_) * b.chunk * es;
     works.push_back(comm.all_gather(mine, base, b.chunk, to_dtype(dtype_)));
   }
-  for (auto& w : works) w->wait();
+  // The next forward reads the parameters on the current stream: on a
+  // device backend that stream waits, and the host confirms after backward.
+  for (auto& w : works) {
+    if (wait_on_current_stream(*w, device_)) {
+      unconfirmed_.push_back(std::move(w));
+    } else {
+      w->wait();
+    }
+  }
 }
 
 std::vector<at::Tensor> ParamStore::gather(const at::Tensor& master_partition, comm::Communicator& comm) const {

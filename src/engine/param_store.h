@@ -98,6 +98,11 @@ class ParamStore {
   // Before the host writes the partition: the gather lane's copies that may
   // still read it are done.
   void settle_gathers();
+  // The all-gathers (stage 3's, and publish()'s) that only the device
+  // waited for (a device backend), waited for on the host: once per
+  // backward, where a failure or comm_timeout shows. `quiet`: their errors
+  // are dropped (after another error).
+  void confirm_collectives(bool quiet = false);
   void release(int b);
   bool gathered(int b) const { return buckets_[static_cast<std::size_t>(b)].held(); }
   // Stage 3, when the engine goes while unwinding (no collective then):
@@ -186,6 +191,7 @@ class ParamStore {
   // stream (a host partition on a GPU; the deferred lane in tests). After
   // partition_: destroyed first, waiting for the copies that read it.
   std::unique_ptr<GatherLane> lane_;
+  std::vector<comm::WorkPtr> unconfirmed_;  // all-gathers ordered on the device only
 };
 
 }  // namespace zero::detail

@@ -7,6 +7,7 @@
 #include "planned_tensor.h"
 #include "zero/core/error.h"
 #include "zero/zero/deferred_init.h"
+#include "zero/zero/device_wait.h"
 #include "zero/zero/torch_dtype.h"
 
 namespace zero::detail {
@@ -93,13 +94,31 @@ ParamStore::PendingGather ParamStore::start_gather(int bi, comm::Communicator& c
 }
 
 void ParamStore::finish_gather(PendingGather& g) {
-  if (g.work) g.work->wait();
+  if (g.work) {
+    if (wait_on_current_stream(*g.work, device_)) {
+      unconfirmed_.push_back(std::move(g.work));
+    } else {
+      g.work->wait();
+    }
+  }
   if (g.ready) lane_->compute_waits(*g.ready);
   g = PendingGather{};
 }
 
 void ParamStore::settle_gathers() {
   if (lane_) lane_->host_waits();
+}
+
+void ParamStore::confirm_collectives(bool quiet) {
+  std::vector<comm::WorkPtr> works;
+  works.swap(unconfirmed_);
+  for (const comm::WorkPtr& w : works) {
+    try {
+      w->wait();
+    } catch (...) {
+      if (!quiet) throw;
+    }
+  }
 }
 
 void ParamStore::register_bucket(std::size_t bi, const char* what) {

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <functional>
+#include <vector>
 
 #include <ATen/ops/zeros.h>
 
 #include "zero/core/error.h"
+#include "zero/zero/device_wait.h"
 #include "zero/zero/torch_dtype.h"
 
 namespace zero {
@@ -116,7 +118,12 @@ void GradReducer::launch(int b) {
 void GradReducer::finish_oldest() {
   InFlight f = std::move(in_flight_.front());
   in_flight_.pop_front();
-  f.work->wait();
+  // The consumer's work and the bucket's free follow on the current stream.
+  if (wait_on_current_stream(*f.work, like_.device())) {
+    unconfirmed_.push_back(std::move(f.work));
+  } else {
+    f.work->wait();
+  }
   if (opts_.mode == GradReduceMode::kReduceScatter) {
     const Bucket& bucket = layout_.buckets()[static_cast<std::size_t>(f.bucket)];
     at::Tensor& s = storage_[static_cast<std::size_t>(f.bucket)];
@@ -140,15 +147,27 @@ void GradReducer::end_backward() {
     while (next_launch_ < n) launch(next_launch_++);
     while (!in_flight_.empty()) finish_oldest();
   }
+  confirm();
   reducing_ = false;
 }
 
+void GradReducer::confirm() {
+  while (!unconfirmed_.empty()) {
+    comm::WorkPtr w = unconfirmed_.front();
+    w->wait();
+    unconfirmed_.pop_front();
+  }
+}
+
 void GradReducer::abort() {
-  while (!in_flight_.empty()) {
-    InFlight f = std::move(in_flight_.front());
-    in_flight_.pop_front();
+  std::vector<comm::WorkPtr> started;  // oldest first
+  for (comm::WorkPtr& w : unconfirmed_) started.push_back(std::move(w));
+  for (InFlight& f : in_flight_) started.push_back(std::move(f.work));
+  in_flight_.clear();
+  unconfirmed_.clear();
+  for (const comm::WorkPtr& w : started) {
     try {
-      f.work->wait();
+      w->wait();
     } catch (...) {
       // The backward's own error is the one the caller reports.
     }

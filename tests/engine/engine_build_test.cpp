@@ -254,7 +254,9 @@ TEST(BuildOnMetaMemory, Stage3HoldsItsPartitionAndOneBucketAtMost) {
                 static_cast<long long>(N), static_cast<long long>(4 * psi), static_cast<long long>(peak),
                 static_cast<long long>(bound));
     EXPECT_LE(peak, bound);
-    if (N >= 4) EXPECT_LT(peak, 4 * psi / 2) << "far below the full model in fp32";
+    if (N >= 4) {
+      EXPECT_LT(peak, 4 * psi / 2) << "far below the full model in fp32";
+    }
   }
 }
 

@@ -26,6 +26,17 @@ class Work {
   // (that thread will see the completion).
   virtual bool is_completed() = 0;
 
+  // Device backends (NCCL): makes `stream` (a cudaStream_t as void*) wait
+  // for the op on the device, without blocking the host, and returns true:
+  // what that stream runs next sees the op's results. The host must still
+  // wait() (or see is_completed()) before it reads or frees the buffers
+  // itself, and that wait is where a failure or a timeout shows. Host
+  // backends have nothing to order and return false: wait() then.
+  virtual bool wait_on_device(void* stream) {
+    (void)stream;
+    return false;
+  }
+
   // The backend's Work inside a wrapper (every Communicator op returns its
   // backend's Work wrapped, see communicator.h), or nullptr for a backend's
   // own Work. For backend-specific calls such as cuda::wait_on_stream.

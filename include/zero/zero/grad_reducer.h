@@ -29,6 +29,14 @@
 // Without overlap_comm a bucket is reduced, blocking, as soon as it is full.
 // Sums, not means: the engine folds 1/(world * accumulation) into the
 // optimizer's grad_scale.
+//
+// On a device backend (NCCL) the host does not wait for a reduction during
+// backward: the current stream waits for it on the device
+// (Work::wait_on_device) before the chunk is consumed and the bucket freed,
+// both in that stream's order; end_backward() then waits on the host for
+// every reduction of the backward, once (where a failure or comm_timeout
+// shows). On a host backend each reduction is waited for on the host, as
+// the buffers are the host's.
 #pragma once
 
 #include <deque>
@@ -85,6 +93,8 @@ class GradReducer {
   void launch(int b);
   void finish_oldest();
   void poll();
+  // The reductions only the device waited for, waited for on the host.
+  void confirm();
 
   const FlatLayout& layout_;
   comm::Communicator& comm_;
@@ -99,6 +109,7 @@ class GradReducer {
   std::vector<at::Tensor> storage_;
   std::vector<memory::MemoryLedger::Registration> storage_reg_;
   std::deque<InFlight> in_flight_;
+  std::deque<comm::WorkPtr> unconfirmed_;  // ordered on the device, not yet waited for on the host
   int live_buckets_ = 0;  // kReduceScatter: bucket buffers allocated now
 };
 

@@ -1,0 +1,22 @@
+// Waiting for a collective where its results are used: on a device backend
+// (NCCL) the stream that uses them waits on the device, and the host waits
+// later, once, for failures and timeouts (comm::Work::wait_on_device).
+#pragma once
+
+#include <c10/core/Device.h>
+
+#include "zero/comm/work.h"
+
+namespace zero {
+
+// The native handle of `device`'s current stream (a cudaStream_t as void*
+// on CUDA); nullptr on the CPU, which has no streams.
+void* current_stream_handle(const c10::Device& device);
+
+// Makes `device`'s current stream wait for `work` on the device and returns
+// true; false where the backend cannot (a host backend): wait() then.
+inline bool wait_on_current_stream(comm::Work& work, const c10::Device& device) {
+  return work.wait_on_device(current_stream_handle(device));
+}
+
+}  // namespace zero
