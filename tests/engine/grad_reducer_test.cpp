@@ -88,6 +88,9 @@ struct Rig {
       : log(std::make_shared<Log>()),
         comm(device, log),
         layout({8, 8, 8, 8, 8, 8}, 16, /*pad_world=*/2, /*shard_world=*/2, /*align=*/1) {
+    // A host wait for an op the device never gets to fails in 2 s, not 600.
+    comm.set_timeout(std::chrono::seconds(2));
+    comm.set_flight_recorder(16, testing::TempDir());
     zero::GradReducer::Options o;
     o.mode = zero::GradReduceMode::kReduceScatter;
     o.max_in_flight = max_in_flight;
