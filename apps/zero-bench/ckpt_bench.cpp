@@ -27,6 +27,7 @@
 #include "commands.h"
 #include "zero/ckpt/checkpoint_dir.h"
 #include "zero/comm/communicator.h"
+#include "zero/comm/fail_job.h"
 #include "zero/core/error.h"
 #include "zero/engine/engine.h"
 #include "zero/models/gpt.h"
@@ -103,8 +104,8 @@ DiskSpeed disk_speed(const fs::path& file, std::uint64_t bytes, bool direct, com
   return d;
 }
 
-void run_ckpt(const CkptOptions& o) {
-  auto comm = comm::make_communicator();
+void run_ckpt_on(const CkptOptions& o, comm::Communicator& job) {
+  comm::Communicator* const comm = &job;
   const int world = comm->world_size();
   const bool root = comm->rank() == 0;
   models::GptConfig g = models::gpt_preset("gpt2-tiny");
@@ -221,6 +222,18 @@ void run_ckpt(const CkptOptions& o) {
                         {"async_write_s", behind_s},
                         {"load_s", load_s}};
     std::printf("%s\n", j.dump().c_str());
+  }
+}
+
+// An error is printed once, by the rank that raised it, and the job ends
+// (comm/fail_job.h).
+void run_ckpt(const CkptOptions& o) {
+  std::unique_ptr<comm::Communicator> job;
+  try {
+    job = comm::make_communicator();
+    run_ckpt_on(o, *job);
+  } catch (const std::exception& e) {
+    comm::fail_job(job.get(), e, "zero-bench ckpt");
   }
 }
 

@@ -17,6 +17,7 @@
 #include <chrono>
 #include <functional>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,7 @@
 #include <torch/utils.h>
 
 #include "zero/comm/communicator.h"
+#include "zero/comm/fail_job.h"
 #include "zero/engine/engine.h"
 #include "commands.h"
 #include "zero/models/gpt.h"
@@ -146,6 +148,7 @@ Variant make_engine(const StepOptions& o, const std::string& name, int stage, bo
 }  // namespace
 
 void run_step(const StepOptions& o);
+void run_step_on(const StepOptions& o, comm::Communicator& job);
 
 void add_step_command(CLI::App& app) {
   auto o = std::make_shared<StepOptions>();
@@ -166,8 +169,8 @@ void add_step_command(CLI::App& app) {
   cmd->callback([o] { run_step(*o); });
 }
 
-void run_step(const StepOptions& o) {
-  auto comm = comm::make_communicator();
+void run_step_on(const StepOptions& o, comm::Communicator& job) {
+  comm::Communicator* const comm = &job;
   const bool root = comm->rank() == 0;
   models::GptConfig gc = make_gpt(o)->config();
   if (root) {
@@ -234,6 +237,19 @@ void run_step(const StepOptions& o) {
     std::printf("{\"params\":%lld,\"world\":%d", (long long)gc.num_parameters(), comm->world_size());
     for (const Row& r : rows) std::printf(",\"%s_ms\":%.3f", r.name.c_str(), r.seconds * 1e3);
     std::printf("}\n");
+  }
+}
+
+// Several ranks under mpirun: an error is printed once, by the rank that
+// raised it, and the job ends (comm/fail_job.h) instead of each rank
+// printing it or the others waiting for ever.
+void run_step(const StepOptions& o) {
+  std::unique_ptr<comm::Communicator> job;
+  try {
+    job = comm::make_communicator();
+    run_step_on(o, *job);
+  } catch (const std::exception& e) {
+    comm::fail_job(job.get(), e, "zero-bench step");
   }
 }
 
