@@ -1,7 +1,10 @@
 #include "checkpoint_save.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdlib>
 #include <exception>
+#include <thread>
 
 #include <ATen/ops/empty.h>
 
@@ -21,7 +24,15 @@ CheckpointSave::CheckpointSave(std::filesystem::path dir, std::string tag, std::
       snapshot_(std::move(snapshot)) {
   if (async) {
     worker_ = std::make_unique<offload::BackgroundWorker>();
-    worker_->submit([this] { write(); });
+    // Tests: ZERO_TEST_CKPT_WRITE_DELAY_MS holds the write back, so that the
+    // training steps taken meanwhile would show in a file that was written
+    // from the live state instead of the snapshot (docs/testing.md).
+    const char* delay = std::getenv("ZERO_TEST_CKPT_WRITE_DELAY_MS");
+    const long delay_ms = delay != nullptr ? std::strtol(delay, nullptr, 10) : 0;
+    worker_->submit([this, delay_ms] {
+      if (delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+      write();
+    });
   } else {
     write();
   }

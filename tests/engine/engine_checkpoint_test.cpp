@@ -144,10 +144,16 @@ TEST_P(Resume, ContinuesBitwiseLikeAnUnbrokenRun) {
   {
     Trainer t{kind, cfg};
     t.steps(0, kSave, resumed);
+    if (c.async) setenv("ZERO_TEST_CKPT_WRITE_DELAY_MS", "1500", 1);
     t.engine->save_checkpoint(dir.string(), "step-3", {{"step", kSave}}, c.async);
     if (c.async) {
-      // Training goes on while the files are written; the commit comes at a
-      // later step or here.
+      unsetenv("ZERO_TEST_CKPT_WRITE_DELAY_MS");
+      // Training goes on while the files are written (held back 1.5 s: a
+      // file written from the live state instead of the snapshot would hold
+      // these steps); the commit comes at a later step or here.
+      std::vector<float> after;
+      t.steps(kSave, kSave + 2, after);
+      EXPECT_TRUE(t.engine->checkpoint_in_flight()) << "the write was not held back";
       t.engine->wait_checkpoint();
     }
   }  // the engine and its module are gone, the DPU update pending at the save dropped
