@@ -48,16 +48,23 @@ ParamStore::ParamStore(std::shared_ptr<torch::nn::Module> module, c10::ScalarTyp
     device_ = *target;
     return;
   }
-  const c10::Device d = params_.front().device();
-  ZERO_CHECK(!d.is_meta(), "the module's parameters are on the meta device: name the device to train on in "
-             "zero::EngineOptions::device (cpu or cuda:<local rank>)");
+  // Where the parameters with memory are (those on meta are filled there).
+  std::optional<c10::Device> d;
+  std::size_t first = 0;
   for (std::size_t i = 0; i < params_.size(); ++i) {
-    ZERO_CHECK(params_[i].device() == d, "parameter ", i, " is on ", params_[i].device().str(),
-               " but parameter 0 is on ", d.str(),
+    const c10::Device here = params_[i].device();
+    if (here.is_meta()) continue;
+    if (!d) {
+      d = here;
+      first = i;
+    }
+    ZERO_CHECK(here == *d, "parameter ", i, " is on ", here.str(), " but parameter ", first, " is on ", d->str(),
                ": zero::Engine trains a module on one device. Move it there first (module->to(device)), or "
                "name the device in zero::EngineOptions::device and the engine moves each parameter there.");
   }
-  device_ = d;
+  ZERO_CHECK(d.has_value(), "the module's parameters are on the meta device: name the device to train on in "
+             "zero::EngineOptions::device (cpu or cuda:<local rank>)");
+  device_ = *d;
 }
 
 void ParamStore::run_init(const std::string& name, const at::Tensor& value) const {

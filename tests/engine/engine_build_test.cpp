@@ -273,6 +273,32 @@ void expect_error(const std::function<void()>& fn, const std::string& needle) {
   }
 }
 
+// Part of a model on meta, the rest built on the CPU, and no device named:
+// the engine trains where the rest is, filling the meta part there, bit for
+// bit as the model built whole on the CPU.
+TEST(BuildOnMeta, APartlyMetaModelTrainsWhereTheRestIs) {
+  comm::Communicator& comm = world_comm();
+  const config::Config cfg = make_config(2, false, /*bf16=*/false, comm.world_size(), 2, 1);
+  torch::manual_seed(21);
+  auto whole = std::make_shared<models::Gpt>(gpt_shape());
+  const Trained expected = train_gpt(whole, cfg, EngineOptions{}, comm);
+  torch::manual_seed(21);
+  auto part = std::make_shared<models::Gpt>(gpt_shape());
+  for (const auto& child : part->named_children()) {
+    if (child.key() == "h1") to_meta(*child.value());
+  }
+  ASSERT_TRUE(has_meta_tensors(*part));
+  EngineOptions o = gpt_build(part);
+  o.device.reset();
+  const Trained got = train_gpt(part, cfg, o, comm);
+  ASSERT_EQ(got.losses.size(), expected.losses.size());
+  for (std::size_t s = 0; s < got.losses.size(); ++s) EXPECT_EQ(got.losses[s], expected.losses[s]) << "step " << s;
+  for (std::size_t i = 0; i < got.module_after.size(); ++i) {
+    EXPECT_TRUE(got.module_after[i].is_cpu());
+    EXPECT_TRUE(at::equal(got.module_after[i], expected.module_after[i])) << "module parameter " << i;
+  }
+}
+
 TEST(BuildOnMetaErrors, EachMisuseIsNamed) {
   comm::Communicator& comm = world_comm();
   const config::Config cfg = make_config(3, false, /*bf16=*/true, comm.world_size(), 2, 1);

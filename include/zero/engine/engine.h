@@ -113,7 +113,8 @@ struct StepStats {
 // (docs/engine.md, "A model larger than one device").
 struct EngineOptions {
   // The device to train on: the CPU or cuda:<local rank>. Default: where the
-  // module's parameters are (then all must be on one device). Given, the
+  // module's parameters are (then all those not on meta must be on one
+  // device; a module all on meta needs it named). Given, the
   // module may be elsewhere (built on the CPU for a GPU, or on the meta
   // device): the engine copies each parameter to it bucket by bucket, so at
   // stage 3 the device never holds more than this rank's partition, one
