@@ -4,7 +4,6 @@
 // memory is really freed, a module brought back trains as LibTorch trains
 // it, and a GPT built on meta holds one block at most while it is built and
 // gets GPT-2's initialisation, equal to the CPU build's, from init_parameter.
-#include <malloc.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -18,6 +17,7 @@
 #include <torch/optim/sgd.h>
 #include <torch/utils.h>
 
+#include "../support/heap_bytes.h"
 #include "zero/core/error.h"
 #include "zero/models/gpt.h"
 #include "zero/zero/deferred_init.h"
@@ -25,13 +25,10 @@
 namespace zero {
 namespace {
 
+using test::heap_bytes;
+
 // Bytes malloc holds for the program now (the main arena and mmapped chunks:
 // LibTorch's CPU tensors come from there).
-std::int64_t heap_bytes() {
-  const struct mallinfo2 mi = mallinfo2();
-  return static_cast<std::int64_t>(mi.uordblks + mi.hblkhd);
-}
-
 struct Net : torch::nn::Module {
   Net() {
     a = register_module("a", torch::nn::Linear(64, 256));

@@ -6,7 +6,6 @@
 // built (measured from malloc, with the bound computed here from the model's
 // sizes, not from the engine's plan); and bad uses are clear errors that
 // leave the module as it was.
-#include <malloc.h>
 
 #include <algorithm>
 #include <cmath>
@@ -24,6 +23,7 @@
 #include <gtest/gtest.h>
 #include <torch/utils.h>
 
+#include "../support/heap_bytes.h"
 #include "train_loop.h"
 #include "zero/core/error.h"
 #include "zero/models/gpt.h"
@@ -204,11 +204,6 @@ TEST(BuildOnMetaState, FrozenParametersAndBuffersAreFilledOnTheDevice) {
 }
 
 // ---- memory: a rank never holds the model while the engine is built -------
-
-std::int64_t heap_bytes() {
-  const struct mallinfo2 mi = mallinfo2();
-  return static_cast<std::int64_t>(mi.uordblks + mi.hblkhd);
-}
 
 TEST(BuildOnMetaMemory, Stage3HoldsItsPartitionAndOneBucketAtMost) {
   comm::Communicator& comm = world_comm();
