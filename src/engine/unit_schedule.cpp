@@ -180,6 +180,7 @@ void UnitSchedule::gather_everything() {
     ++units_[u].refs;  // kept: nothing releases it any more
   }
   for (std::size_t u = 0; u < units_.size(); ++u) finish(static_cast<int>(u));
+  store_.confirm_collectives();
 }
 
 std::string UnitSchedule::describe(std::int64_t persistence_threshold, c10::ScalarType dtype) const {
