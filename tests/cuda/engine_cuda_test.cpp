@@ -323,6 +323,25 @@ TEST_P(EngineCudaBuild, DeviceHoldsThePartitionNotTheModel) {
 INSTANTIATE_TEST_SUITE_P(Cases, EngineCudaBuild, ::testing::Values(BuiltElsewhere{false}, BuiltElsewhere{true}),
                          [](const auto& info) { return info.param.offload_param ? "offload_param" : "partition"; });
 
+// Without EngineOptions::device the module must be on one device.
+TEST(EngineCudaErrors, ModuleOnTwoDevicesIsRefused) {
+  ZERO_SKIP_WITHOUT_CUDA_DEVICE();
+  auto model = std::make_shared<models::Gpt>(tiny());
+  model->to(at::Device(at::kCUDA, 0));
+  for (const auto& child : model->named_children()) {
+    if (child.key() == "ln_f") child.value()->to(at::kCPU);  // the final LayerNorm left on the host
+  }
+  auto single = comm::make_single_process_communicator();
+  try {
+    Engine engine(model, make_config(Case{}), *single);
+    FAIL() << "a module on the GPU and the CPU was accepted";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("is on cpu but parameter"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("EngineOptions::device"), std::string::npos) << msg;
+  }
+}
+
 #if ZERO_HAVE_NCCL
 TEST(EngineCudaErrors, NcclWithACpuModuleIsRefused) {
   ZERO_SKIP_WITHOUT_CUDA_DEVICE();
