@@ -427,7 +427,8 @@ void train_size(const FitOptions& o, const Dev& d, SizeResult& r) {
     const std::string path = o.timeline + "-" + r.size + ".json";
     std::ofstream out(path);
     out << Json{{"size", r.size}, {"params", r.config.num_parameters()}, {"device", o.device},
-                {"stage", o.stage}, {"offload", o.offload}, {"dpu", o.dpu}, {"offload_param", o.offload_param}, {"median_step_ms", r.step_s * 1e3},
+                {"stage", o.stage}, {"offload", o.offload}, {"dpu", o.dpu}, {"offload_param", o.offload_param},
+                {"median_step_ms", r.step_s * 1e3},
                 {"steps_ms", bounds}, {"intervals", iv}}
                .dump();
     ZERO_CHECK(out.good(), "could not write the timeline to ", path);
