@@ -25,9 +25,9 @@
 #include <torch/utils.h>
 
 #include "commands.h"
+#include "job.h"
 #include "zero/ckpt/checkpoint_dir.h"
 #include "zero/comm/communicator.h"
-#include "zero/comm/fail_job.h"
 #include "zero/core/error.h"
 #include "zero/engine/engine.h"
 #include "zero/models/gpt.h"
@@ -225,18 +225,6 @@ void run_ckpt_on(const CkptOptions& o, comm::Communicator& job) {
   }
 }
 
-// An error is printed once, by the rank that raised it, and the job ends
-// (comm/fail_job.h).
-void run_ckpt(const CkptOptions& o) {
-  std::unique_ptr<comm::Communicator> job;
-  try {
-    job = comm::make_communicator();
-    run_ckpt_on(o, *job);
-  } catch (const std::exception& e) {
-    comm::fail_job(job.get(), e, "zero-bench ckpt");
-  }
-}
-
 }  // namespace
 
 void add_ckpt_command(CLI::App& app) {
@@ -251,7 +239,7 @@ void add_ckpt_command(CLI::App& app) {
   cmd->add_option("--rounds", o->rounds, "rounds (medians are reported)")->capture_default_str();
   cmd->add_option("--dir", o->dir, "folder to save to (the disk measured)")->capture_default_str();
   cmd->add_flag("--json", o->json, "print one JSON object as the last line");
-  cmd->callback([o] { run_ckpt(*o); });
+  cmd->callback([o] { run_as_job("zero-bench ckpt", [&](comm::Communicator& job) { run_ckpt_on(*o, job); }); });
 }
 
 }  // namespace zero::bench

@@ -28,9 +28,9 @@
 #include <torch/utils.h>
 
 #include "zero/comm/communicator.h"
-#include "zero/comm/fail_job.h"
 #include "zero/engine/engine.h"
 #include "commands.h"
+#include "job.h"
 #include "zero/models/gpt.h"
 
 namespace zero::bench {
@@ -147,7 +147,6 @@ Variant make_engine(const StepOptions& o, const std::string& name, int stage, bo
 
 }  // namespace
 
-void run_step(const StepOptions& o);
 void run_step_on(const StepOptions& o, comm::Communicator& job);
 
 void add_step_command(CLI::App& app) {
@@ -166,7 +165,7 @@ void add_step_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--summaries", o->summaries, "print every engine variant's memory/comm summary");
   cmd->add_flag("--json", o->json, "print one JSON object as the last line");
-  cmd->callback([o] { run_step(*o); });
+  cmd->callback([o] { run_as_job("zero-bench step", [&](comm::Communicator& job) { run_step_on(*o, job); }); });
 }
 
 void run_step_on(const StepOptions& o, comm::Communicator& job) {
@@ -237,19 +236,6 @@ void run_step_on(const StepOptions& o, comm::Communicator& job) {
     std::printf("{\"params\":%lld,\"world\":%d", (long long)gc.num_parameters(), comm->world_size());
     for (const Row& r : rows) std::printf(",\"%s_ms\":%.3f", r.name.c_str(), r.seconds * 1e3);
     std::printf("}\n");
-  }
-}
-
-// Several ranks under mpirun: an error is printed once, by the rank that
-// raised it, and the job ends (comm/fail_job.h) instead of each rank
-// printing it or the others waiting for ever.
-void run_step(const StepOptions& o) {
-  std::unique_ptr<comm::Communicator> job;
-  try {
-    job = comm::make_communicator();
-    run_step_on(o, *job);
-  } catch (const std::exception& e) {
-    comm::fail_job(job.get(), e, "zero-bench step");
   }
 }
 

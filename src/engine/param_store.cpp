@@ -252,13 +252,7 @@ void ParamStore::all_gather(comm::Communicator& comm) {
   }
   // The next forward reads the parameters on the current stream: on a
   // device backend that stream waits, and the host confirms after backward.
-  for (auto& w : works) {
-    if (wait_on_current_stream(*w, device_)) {
-      unconfirmed_.push_back(std::move(w));
-    } else {
-      w->wait();
-    }
-  }
+  for (auto& w : works) wait_for_use(std::move(w), device_, unconfirmed_);
 }
 
 std::vector<at::Tensor> ParamStore::gather(const at::Tensor& master_partition, comm::Communicator& comm) const {

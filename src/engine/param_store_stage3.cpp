@@ -94,13 +94,7 @@ ParamStore::PendingGather ParamStore::start_gather(int bi, comm::Communicator& c
 }
 
 void ParamStore::finish_gather(PendingGather& g) {
-  if (g.work) {
-    if (wait_on_current_stream(*g.work, device_)) {
-      unconfirmed_.push_back(std::move(g.work));
-    } else {
-      g.work->wait();
-    }
-  }
+  if (g.work) wait_for_use(std::move(g.work), device_, unconfirmed_);
   if (g.ready) lane_->compute_waits(*g.ready);
   g = PendingGather{};
 }

@@ -119,11 +119,7 @@ void GradReducer::finish_oldest() {
   InFlight f = std::move(in_flight_.front());
   in_flight_.pop_front();
   // The consumer's work and the bucket's free follow on the current stream.
-  if (wait_on_current_stream(*f.work, like_.device())) {
-    unconfirmed_.push_back(std::move(f.work));
-  } else {
-    f.work->wait();
-  }
+  wait_for_use(std::move(f.work), like_.device(), unconfirmed_);
   if (opts_.mode == GradReduceMode::kReduceScatter) {
     const Bucket& bucket = layout_.buckets()[static_cast<std::size_t>(f.bucket)];
     at::Tensor& s = storage_[static_cast<std::size_t>(f.bucket)];
