@@ -15,13 +15,14 @@ import html
 import json
 import sys
 
-LANES = ["compute", "gather", "copy down", "copy up", "cpu step", "host wait"]
+LANES = ["compute", "gather", "copy down", "copy up", "cpu step", "device step", "host wait"]
 LANE_NAMES = {
     "compute": "compute stream",
     "gather": "gathers (params up)",
     "copy down": "copy down (grads)",
     "copy up": "copy up (params)",
     "cpu step": "CPU Adam",
+    "device step": "device Adam (device share)",
     "host wait": "host waits for DPU",
 }
 COLOURS = {
@@ -32,6 +33,7 @@ COLOURS = {
     "copy up": "#b07aa1",
     "gather": "#edc948",
     "cpu step": "#e15759",
+    "device step": "#ff9da7",
     "host wait": "#9c755f",
 }
 

@@ -62,6 +62,7 @@ int main(int argc, char** argv) {
   bool offload = false, dpu = false, json = false, checkpoint = false, cpu_checkpoint = false, on_gpu = false;
   bool offload_param = false;
   std::int64_t prefetch = 50'000'000, persistence = 100'000;
+  double offload_ratio = 1.0;
   std::int64_t micro = 1, seq = 0, bucket = 500'000'000, n_layer = 0, n_head = 0, n_embd = 0, block_size = 0;
   CLI::App app{"zero-estimate: memory per rank per tier for a ZeRO configuration, and what fits"};
   auto* model_opt = app.add_option("--model", model, "GPT preset: gpt2-tiny, gpt2-small-test, gpt2, gpt2-medium, "
@@ -82,6 +83,8 @@ int main(int argc, char** argv) {
   app.add_option("--persistence-threshold", persistence, "stage3_param_persistence_threshold: parameters with "
                  "fewer elements stay gathered")->capture_default_str();
   app.add_flag("--dpu", dpu, "delayed parameter update (needs --offload)");
+  app.add_option("--offload-ratio", offload_ratio, "offload_optimizer.ratio: the share of the optimizer state "
+                 "offloaded (needs --offload); the rest stays on the device, stepped there")->capture_default_str();
   app.add_option("--precision", precision, "bf16, fp16 or fp32")->capture_default_str();
   app.add_option("--optimizer", optimizer, "AdamW, Adam (two moments) or Adagrad (one)")->capture_default_str();
   app.add_flag("--gpu", on_gpu, "the model on a GPU: with --offload, host gradients as they come down "
@@ -114,6 +117,10 @@ int main(int argc, char** argv) {
                "at stage 0 (ZeRO-Offload offloads the rank's optimizer partition): use --stage 1, 2 or 3");
     ZERO_CHECK(!dpu || offload, "--dpu (delayed parameter update) needs --offload: the delayed step is the CPU "
                "optimizer's");
+    ZERO_CHECK(offload_ratio >= 0.0 && offload_ratio <= 1.0, "--offload-ratio must be in [0, 1], got ",
+               offload_ratio);
+    ZERO_CHECK(offload_ratio == 1.0 || offload, "--offload-ratio is the offloaded share of the optimizer state: "
+               "it needs --offload");
     ZERO_CHECK(world >= 1, "--world must be at least 1, got ", world);
     ZERO_CHECK(bucket > 0, "--bucket (reduce_bucket_size) must be positive, got ", bucket);
     ZERO_CHECK(micro >= 1, "--micro must be at least 1, got ", micro);
@@ -189,6 +196,7 @@ int main(int argc, char** argv) {
       in.stage = s;
       in.offload = off;
       in.dpu = off && dpu;
+      in.offload_ratio = off ? offload_ratio : 1.0;
       in.offload_param = offload_param && s == 3;
       MemoryEstimate e = estimate_memory(in);
       const bool fits = (device_mem == 0 || e.device_total() <= device_mem) && (host_mem == 0 || e.host_total() <= host_mem);
@@ -206,13 +214,13 @@ int main(int argc, char** argv) {
       for (std::size_t i = 0; i < rows.size(); ++i) {
         const MemoryEstimate& e = rows[i].e;
         std::printf("%s{\"stage\":%d,\"offload\":%s,\"device_model_states\":%lld,\"host_model_states\":%lld,"
-                    "\"device_buckets\":%lld,\"device_gathered\":%lld,\"device_padding\":%lld,"
+                    "\"device_buckets\":%lld,\"device_gathered\":%lld,\"device_padding\":%lld,\"device_staging\":%lld,"
                     "\"device_activations\":%lld,\"host_activations\":%lld,"
                     "\"device_total\":%lld,\"host_total\":%lld,\"fits\":%s}",
                     i ? "," : "", rows[i].stage, rows[i].offload ? "true" : "false",
                     (long long)e.device_model_states(), (long long)e.host_model_states(), (long long)e.device_buckets,
                     (long long)e.device_gathered,
-                    (long long)e.device_padding, (long long)e.device_activations, (long long)e.host_activations,
+                    (long long)e.device_padding, (long long)e.device_staging, (long long)e.device_activations, (long long)e.host_activations,
                     (long long)e.device_total(),
                     (long long)e.host_total(), rows[i].fits ? "true" : "false");
       }

@@ -186,6 +186,13 @@ void read_offload_optimizer(SectionReader& zero, OffloadOptimizerConfig& off) {
     off.delayed_param_update_warmup_steps = *v;
   }
   if (auto v = r.read_int32("cpu_threads", kNonNegative)) off.cpu_threads = *v;
+  if (auto v = r.read_float("ratio", kUnitInterval)) {
+    if (off.device == "cpu") {
+      off.ratio = *v;
+    } else if (*v != 1.0f) {
+      r.note_ignored("ratio", "it is the share of an offloaded optimizer (device \"cpu\")");
+    }
+  }
 }
 
 void read_offload_param(SectionReader& zero, OffloadParamConfig& off) {

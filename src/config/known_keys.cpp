@@ -171,7 +171,7 @@ constexpr KnownKey kKeys[] = {
     {"zero_optimization.offload_optimizer", "pipeline_write", I, "the NVMe tier schedules its own I/O"},
     {"zero_optimization.offload_optimizer", "pipeline", I, "the NVMe tier schedules its own I/O"},
     {"zero_optimization.offload_optimizer", "fast_init", I, "it tunes DeepSpeed's NVMe initialisation"},
-    {"zero_optimization.offload_optimizer", "ratio", U, "partial optimizer offload", "1"},
+    {"zero_optimization.offload_optimizer", "ratio", R},
 
     {"zero_optimization.offload_param", "device", R},
     {"zero_optimization.offload_param", "pin_memory", R},

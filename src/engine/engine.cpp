@@ -83,28 +83,49 @@ void check_host_memory(const MemoryPlan& plan, bool on_gpu, comm::Communicator& 
              "(its message says by how much); nothing was allocated");
 }
 
+// ", offload cpu", with the device share when offload_optimizer.ratio < 1.
+std::string offload_text(const MemoryPlan& plan) {
+  const std::size_t part = plan.layout.partition_numel();
+  if (plan.offload_split >= part) return ", offload cpu";
+  char buf[160];
+  std::snprintf(buf, sizeof buf, ", offload cpu (%.1f%% of the optimizer state; %zu elements per rank stepped on the device)",
+                100.0 * static_cast<double>(plan.offload_split) / static_cast<double>(part), part - plan.offload_split);
+  return buf;
+}
+
 }  // namespace
 
 void Engine::Impl::run_optimizer(int buf, float grad_scale, float lr, std::int64_t step,
-                                 const std::function<void(const Piece&)>& after_piece) {
-  if (offload && ctx.on_accelerator()) {
+                                 const std::function<void(const Piece&)>& after_piece, Share share) {
+  const bool main = share == Share::kMain;
+  if (optimizer->pieces(share).empty()) return;
+  if (main && offload && ctx.on_accelerator()) {
     // The CPU reads the gradients the copy stream brought down, and rewrites
     // the staging (or, in fp32, master) memory that the last upload read from.
+    // (The device share's step is ordered on the device: the compute stream
+    // waits for the last upload.)
     grads->wait_down(buf);
     if (!grads->update_in_grads()) params->wait_up();
   }
-  auto grad_of = [&](const Bucket& b) { return grads->chunk(b, buf); };
-  // Where the updated training-precision chunk goes: over the gradients
-  // (GPU offload), the host staging buffer (offload), or the rank's chunk of
-  // the flat parameters themselves.
-  auto half_of = [&](const Bucket& b, const at::Tensor& g) -> void* {
-    if (grads->update_in_grads()) return g.data_ptr();
-    if (offload) {
-      return static_cast<char*>(optimizer->staging().data_ptr()) +
-             b.partition_offset * optimizer->staging().element_size();
+  auto grad_of = [&](const Piece& pc) { return grads->piece(*pc.bucket, pc.offset, pc.n, buf); };
+  // Where the updated training-precision values go: the device share's
+  // staging; over the gradients (GPU offload), the host staging buffer
+  // (offload), or the rank's chunk of the flat parameters themselves.
+  const std::size_t es = c10::elementSize(precision.dtype());
+  auto half_of = [&](const Piece& pc, const at::Tensor& g) -> void* {
+    if (!main) {
+      return static_cast<char*>(optimizer->device_staging().data_ptr()) + (pc.at() - optimizer->split()) * es;
     }
-    return params->rank_chunk(b).data_ptr();
+    if (grads->update_in_grads()) return g.data_ptr();
+    if (offload) return static_cast<char*>(optimizer->staging().data_ptr()) + pc.at() * es;
+    return static_cast<char*>(params->rank_chunk(*pc.bucket).data_ptr()) + pc.offset * es;
   };
+  if (!main) {
+    detail::StepTimeline::on_stream(&timeline, ctx.current_stream(), "device step", "share", 0, [&] {
+      optimizer->step(share, grad_of, half_of, grad_scale, lr, step, after_piece);
+    });
+    return;
+  }
   Clock::time_point began = Clock::now();
   auto done = [&](const Impl::Piece& pc) {
     if (timeline.on()) {
@@ -114,18 +135,43 @@ void Engine::Impl::run_optimizer(int buf, float grad_scale, float lr, std::int64
     }
     if (after_piece) after_piece(pc);
   };
-  optimizer->step(grad_of, half_of, grad_scale, lr, step, done);
+  optimizer->step(share, grad_of, half_of, grad_scale, lr, step, done);
 }
 
-at::Tensor Engine::Impl::update_source(int buf) const {
-  if (grads->update_in_grads()) return grads->host(buf);
-  if (precision.dtype() == at::kFloat) return optimizer->master();
-  if (offload) return optimizer->staging();
-  return {};
+detail::ParamStore::UpdateSource Engine::Impl::update_source(int buf, Share share) const {
+  const bool fp32 = precision.dtype() == at::kFloat;
+  if (share == Share::kDevice) {
+    return {fp32 ? optimizer->device_master() : optimizer->device_staging(), optimizer->split(), false};
+  }
+  at::Tensor values;
+  if (grads->update_in_grads()) {
+    values = grads->host(buf);
+  } else if (fp32) {
+    values = optimizer->master();
+  } else if (offload) {
+    values = optimizer->staging();
+  }
+  return {values, 0, offload};
+}
+
+std::vector<at::Tensor> Engine::Impl::update_parts(int buf) const {
+  if (precision.dtype() == at::kFloat) return {};
+  const at::Tensor main = update_source(buf, Share::kMain).values;
+  if (!main.defined()) return {};
+  std::vector<at::Tensor> parts{main.narrow(0, 0, static_cast<std::int64_t>(optimizer->split()))};
+  if (optimizer->has_device_share()) parts.push_back(optimizer->device_staging());
+  return parts;
+}
+
+void Engine::Impl::publish_piece(const Piece& pc, int buf, const char* kind) {
+  params->publish_piece(update_source(buf, pc.share), *pc.bucket, pc.offset, pc.n, kind, pc.index);
 }
 
 void Engine::Impl::apply_update(int buf, comm::Communicator& comm) {
-  params->publish(update_source(buf), offload, comm, ctx);
+  params->begin_publish(offload, ctx);
+  for (const Piece& pc : optimizer->pieces(Share::kDevice)) publish_piece(pc, buf, "share");
+  for (const Piece& pc : optimizer->pieces(Share::kMain)) publish_piece(pc, buf, "piece");
+  params->end_publish(comm);
 }
 
 void Engine::Impl::check_not_damaged(const char* what) const {
@@ -137,11 +183,12 @@ void Engine::Impl::finish_delayed(comm::Communicator& comm) {
   const Clock::time_point began = Clock::now();
   const bool early = delayed->pending() && offload && ctx.copy_stream.has_value();
   if (early) {
-    const at::Tensor src = update_source(update_index);
     params->begin_publish(/*offloaded=*/true, ctx);
-    for (const Piece& pc : optimizer->pieces()) {
+    // The device share was stepped when the update was submitted.
+    for (const Piece& pc : optimizer->pieces(Share::kDevice)) publish_piece(pc, update_index, "share");
+    for (const Piece& pc : optimizer->pieces(Share::kMain)) {
       if (!delayed->wait_for(pc.index + 1)) break;  // the job failed: wait() says why
-      params->publish_piece(src, *pc.bucket, pc.offset, pc.n, "piece", pc.index);
+      publish_piece(pc, update_index, "piece");
     }
   }
   delayed->wait();  // rethrows the job's failure
@@ -231,6 +278,7 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
     pi.stage = m.stage;
     pi.offload = m.offload;
     pi.dpu = dpu;
+    pi.offload_ratio = m.offload ? z.offload_optimizer.ratio : 1.0;
     pi.on_gpu = m.ctx.on_accelerator();
     pi.accumulation = accumulation;
     pi.element_bytes = static_cast<int>(c10::elementSize(dtype));
@@ -337,7 +385,7 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
                    "optimizer %s%s%s\n",
                    m.stage, c10::toString(dtype), device.str().c_str(), m.world, m.world == 1 ? "" : "s", L.numel(), nb,
                    nb == 1 ? "" : "s", static_cast<std::size_t>(P.frozen_count()), config_.optimizer.type.c_str(),
-                   m.offload ? ", offload cpu" : "",
+                   m.offload ? offload_text(m.plan).c_str() : "",
                    dpu ? (", delayed update after " + std::to_string(m.delayed->warmup()) + " steps").c_str() : "");
     }
     m.guard.commit();
@@ -500,6 +548,10 @@ bool Engine::step() {
   const std::int64_t opt_step = ++m.optimizer_step;
   const float lr = lr_;
   m.update_index = buf;
+  // The device share (offload_optimizer.ratio < 1) first, on the main
+  // thread: on a GPU its kernels are queued on the compute stream before the
+  // next backward's, and their update waits in its staging for the publish.
+  m.run_optimizer(buf, grad_scale, lr, opt_step, {}, Impl::Share::kDevice);
   if (m.delayed->should_delay(stats_.step)) {
     m.delayed->submit([impl = impl_.get(), buf, grad_scale, lr, opt_step] {
       impl->run_optimizer(buf, grad_scale, lr, opt_step, [impl](const Impl::Piece&) { impl->delayed->advance(); });
@@ -508,12 +560,12 @@ bool Engine::step() {
     m.grads->zero(m.grads->current());
   } else {
     if (m.offload && m.ctx.copy_stream) {
-      // Each piece goes up as soon as the CPU step has written it.
-      const at::Tensor src = m.update_source(buf);
+      // Each piece goes up as soon as the CPU step has written it (after
+      // the device share's, which the copy stream waits for on the device).
       m.params->begin_publish(/*offloaded=*/true, m.ctx);
-      m.run_optimizer(buf, grad_scale, lr, opt_step, [&](const Impl::Piece& pc) {
-        m.params->publish_piece(src, *pc.bucket, pc.offset, pc.n, "piece", pc.index);
-      });
+      for (const Impl::Piece& pc : m.optimizer->pieces(Impl::Share::kDevice)) m.publish_piece(pc, buf, "share");
+      m.run_optimizer(buf, grad_scale, lr, opt_step,
+                      [&](const Impl::Piece& pc) { m.publish_piece(pc, buf, "piece"); });
       m.params->end_publish(comm_);
     } else {
       m.run_optimizer(buf, grad_scale, lr, opt_step);
@@ -570,7 +622,7 @@ std::vector<at::Tensor> Engine::gather_master_params() {
   Impl& m = *impl_;
   at::NoGradGuard no_grad;
   m.delayed->wait();
-  return m.params->gather(m.optimizer->master(), comm_);
+  return m.params->gather(m.optimizer->full_master(), comm_);
 }
 
 std::string Engine::summary() const {

@@ -207,21 +207,28 @@ void Engine::save_checkpoint(const std::string& dir, const std::string& tag, con
   const char* tdtype = dtype_name_of(m.precision.dtype());
   if (m.rank < L.shard_world()) {
     man.partition_sections = {"master", "exp_avg"};
-    sections.push_back({"master", "fp32", {}, {host(m.optimizer->master())}});
-    sections.push_back({"exp_avg", "fp32", {}, {host(m.optimizer->exp_avg())}});
+    // Each state in partition order, its shares (offload_optimizer.ratio
+    // < 1: host and device) one after the other: the file does not depend
+    // on the split.
+    auto hosts = [&](const std::vector<at::Tensor>& parts) {
+      std::vector<at::Tensor> v;
+      for (const at::Tensor& t : parts) v.push_back(host(t));
+      return v;
+    };
+    sections.push_back({"master", "fp32", {}, hosts(m.optimizer->master_parts())});
+    sections.push_back({"exp_avg", "fp32", {}, hosts(m.optimizer->exp_avg_parts())});
     if (man.moments == 2) {
       man.partition_sections.push_back("exp_avg_sq");
-      sections.push_back({"exp_avg_sq", "fp32", {}, {host(m.optimizer->exp_avg_sq())}});
+      sections.push_back({"exp_avg_sq", "fp32", {}, hosts(m.optimizer->exp_avg_sq_parts())});
     }
     detail::SaveSection params{"params", tdtype, {}, {}};
     for (const Bucket& b : L.buckets()) params.pieces.push_back(host(P.rank_chunk(b)));
     sections.push_back(std::move(params));
     man.partition_sections.push_back("params");
     if (man.engine.update_pending) {
-      const at::Tensor src = m.update_source(m.update_index);
-      if (src.defined() && !src.is_same(m.optimizer->master())) {
-        ZERO_INTERNAL_ASSERT(static_cast<std::size_t>(src.numel()) >= L.partition_numel(), "update source too small");
-        sections.push_back({"update", tdtype, {}, {host(src.narrow(0, 0, static_cast<std::int64_t>(L.partition_numel())))}});
+      const std::vector<at::Tensor> parts = m.update_parts(m.update_index);
+      if (!parts.empty()) {
+        sections.push_back({"update", tdtype, {}, hosts(parts)});
         man.partition_sections.push_back("update");
       }
     }
@@ -328,20 +335,22 @@ namespace {
 struct LoadTarget {
   const char* section = nullptr;
   std::vector<std::pair<std::uint64_t, at::Tensor>> segments;  // (partition offset, contiguous 1-D host tensor)
-  std::vector<at::Tensor> device;  // the device tensors the segments are copies of (empty: in place)
+  // The device tensors that segments are host copies of, with the
+  // segment's index (a target may mix host and device segments).
+  std::vector<std::pair<at::Tensor, std::size_t>> device;
 
   void add(std::uint64_t offset, const at::Tensor& engine) {
     if (engine.device().is_cpu()) {
       ZERO_INTERNAL_ASSERT(engine.is_contiguous(), "checkpoint target ", section, " is not contiguous");
       segments.emplace_back(offset, engine);
     } else {
+      device.emplace_back(engine, segments.size());
       segments.emplace_back(offset, engine.to(at::kCPU));
-      device.push_back(engine);
     }
   }
   // The staged values into the device tensors.
   void copy_up() const {
-    for (std::size_t i = 0; i < device.size(); ++i) device[i].copy_(segments[i].second);
+    for (const auto& [t, i] : device) t.copy_(segments[i].second);
   }
 };
 
@@ -425,9 +434,18 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
       targets.back().section = section;
       return targets.back();
     };
-    target("master").add(0, m.optimizer->master());
-    target("exp_avg").add(0, m.optimizer->exp_avg());
-    if (man.moments == 2) target("exp_avg_sq").add(0, m.optimizer->exp_avg_sq());
+    // Each state's shares at their places in the partition.
+    auto shares = [&](const char* section, const std::vector<at::Tensor>& parts) {
+      LoadTarget& t = target(section);
+      std::size_t at = 0;
+      for (const at::Tensor& part : parts) {
+        t.add(at, part);
+        at += static_cast<std::size_t>(part.numel());
+      }
+    };
+    shares("master", m.optimizer->master_parts());
+    shares("exp_avg", m.optimizer->exp_avg_parts());
+    if (man.moments == 2) shares("exp_avg_sq", m.optimizer->exp_avg_sq_parts());
     if (same_dtype) {
       params_target = &target("params");
       for (const Bucket& b : L.buckets()) params_target->add(b.partition_offset, P.rank_chunk(b).contiguous());
@@ -505,7 +523,7 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
       P.rank_chunk(b).copy_(values.narrow(0, static_cast<std::int64_t>(b.partition_offset), static_cast<std::int64_t>(b.chunk)));
     }
   };
-  const at::Tensor master = m.optimizer->master();
+  const at::Tensor master = m.optimizer->full_master();
   auto set_params_from_master = [&] { set_params(master.narrow(0, 0, static_cast<std::int64_t>(L.partition_numel())).to(dtype)); };
   const bool keep_pending = man.engine.update_pending && m.delayed->enabled() && same_dtype;
   if (keep_pending) {
@@ -513,10 +531,14 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
     // waits in the update buffer, as when the run was saved.
     params_target->copy_up();
     m.update_index = m.grads->current() ^ 1;
-    const at::Tensor src = m.update_source(m.update_index);
-    if (src.defined() && !src.is_same(m.optimizer->master())) {
+    const std::vector<at::Tensor> parts = m.update_parts(m.update_index);
+    if (!parts.empty()) {
       ZERO_CHECK(update.defined(), "checkpoint ", where, " has a pending delayed update but not its values");
-      src.narrow(0, 0, update.numel()).copy_(update);
+      std::int64_t at = 0;
+      for (const at::Tensor& part : parts) {
+        part.copy_(update.narrow(0, at, part.numel()));
+        at += part.numel();
+      }
     }
     m.delayed->restore_pending(man.engine.steps);
   } else if (man.engine.update_pending) {

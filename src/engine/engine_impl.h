@@ -68,15 +68,27 @@ struct Engine::Impl {
     int index_;
   };
 
-  // The optimizer step on gradient buffer `buf` (main thread or DPU worker;
-  // no collectives). after_piece (optional): each piece of the partition as
-  // it is done (the DPU worker reports it; without DPU it goes up at once).
+  // The optimizer step of one share of the partition on gradient buffer
+  // `buf` (no collectives). The main share runs on the main thread or the
+  // DPU worker; the device share (offload_optimizer.ratio < 1) always on
+  // the main thread, before the next backward can write its gradients, its
+  // update kept in its staging until published. after_piece (optional):
+  // each piece as it is done (the DPU worker reports it; without DPU it goes
+  // up at once).
   using Piece = detail::OptimizerPartition::Piece;
+  using Share = detail::OptimizerPartition::Share;
   void run_optimizer(int buf, float grad_scale, float lr, std::int64_t step,
-                     const std::function<void(const Piece&)>& after_piece = {});
-  // Where the updated training-precision partition of buffer `buf` is read
-  // from for the model (undefined: the optimizer wrote the flat buffer).
-  at::Tensor update_source(int buf) const;
+                     const std::function<void(const Piece&)>& after_piece = {}, Share share = Share::kMain);
+  // Where the updated training-precision values of a share (of gradient
+  // buffer `buf`) are read from for the model (values undefined: the
+  // optimizer wrote the flat buffer itself).
+  detail::ParamStore::UpdateSource update_source(int buf, Share share) const;
+  // The pending update's values in partition order (for a checkpoint), one
+  // tensor per share; empty when they are the fp32 master weights themselves.
+  std::vector<at::Tensor> update_parts(int buf) const;
+  // One piece of the update of buffer `buf` into the model, in a publish
+  // begun by the caller.
+  void publish_piece(const Piece& pc, int buf, const char* kind);
   // The update of gradient buffer `buf` into the model: copies and all-gather.
   void apply_update(int buf, comm::Communicator& comm);
   // Waits for the delayed update, if any, and applies it to the model: on a

@@ -14,7 +14,8 @@ using memory::Tier;
 
 GradPath::GradPath(const MemoryPlan& plan, const DeviceContext& ctx, Options options, comm::Communicator& comm,
                    memory::MemoryLedger& ledger, const at::Tensor& like)
-    : layout_(plan.layout), ctx_(ctx), o_(options), gpu_offload_(options.offload && ctx.on_accelerator()) {
+    : layout_(plan.layout), ctx_(ctx), o_(options), gpu_offload_(options.offload && ctx.on_accelerator()),
+      split_(options.offload ? plan.offload_split : plan.layout.partition_numel()) {
   // Each buffer as the plan has it (zero/zero/memory_plan.h), registered as allocated.
   auto allocate = [&](Buffer id, at::Tensor& t) {
     const PlannedBuffer& b = plan[id];
@@ -29,6 +30,7 @@ GradPath::GradPath(const MemoryPlan& plan, const DeviceContext& ctx, Options opt
   allocate(Buffer::kHostGrads0, host_grads_[0]);
   allocate(Buffer::kHostGrads1, host_grads_[1]);
   allocate(Buffer::kDevAccum, dev_accum_);
+  allocate(Buffer::kDevGrads, dev_grads_);
   GradReducer::Options ro;
   ro.overlap_comm = o_.overlap_comm;
   ro.max_in_flight = kPlanLiveBuckets - 1;  // the plan budgets this many buckets at once
@@ -59,6 +61,7 @@ void GradPath::abort() {
   if (host_grads_[static_cast<std::size_t>(cur_)].defined() && !gpu_offload_) {
     host_grads_[static_cast<std::size_t>(cur_)].zero_();
   }
+  if (dev_grads_.defined() && !gpu_offload_) dev_grads_.zero_();
 }
 
 // Accumulates this rank's reduced chunk of bucket b into the partition.
@@ -67,10 +70,18 @@ void GradPath::consume(int b, const at::Tensor& chunk) {
   if (gpu_offload_) return consume_gpu_offload(bucket, chunk);
   if (o_.offload) {
     // D2H in the training precision (docs/design.md's 2 Psi/N bytes for bf16);
-    // the host widens to fp32 as it accumulates.
-    const at::Tensor src = chunk.is_cpu() ? chunk : chunk.to(at::kCPU);
-    host_grads_[static_cast<std::size_t>(cur_)].narrow(0, i64(bucket.partition_offset), i64(bucket.chunk)).add_(src);
-    copied_ += src.nbytes();  // D2H
+    // the host widens to fp32 as it accumulates. The device share stays.
+    const std::size_t host = host_part(bucket);
+    if (host > 0) {
+      const at::Tensor part = chunk.narrow(0, 0, i64(host));
+      const at::Tensor src = part.is_cpu() ? part : part.to(at::kCPU);
+      host_grads_[static_cast<std::size_t>(cur_)].narrow(0, i64(bucket.partition_offset), i64(host)).add_(src);
+      copied_ += src.nbytes();  // D2H
+    }
+    if (host < bucket.chunk) {
+      dev_grads_.narrow(0, i64(bucket.partition_offset + host - split_), i64(bucket.chunk - host))
+          .add_(chunk.narrow(0, i64(host), i64(bucket.chunk - host)));
+    }
   } else {
     part_grads_.narrow(0, i64(bucket.partition_offset), i64(bucket.chunk)).add_(chunk);
   }
@@ -90,33 +101,55 @@ void GradPath::consume_gpu_offload(const Bucket& bucket, const at::Tensor& chunk
     g = acc;
   }
   bucket_norms_.push_back(at::linalg_vector_norm(g, 2, c10::nullopt, false, at::kFloat));
+  const std::int64_t host = i64(host_part(bucket));
+  if (host < n && !dev_accum_.defined()) {
+    // The device share stays on the device (with accumulation the sum is there already).
+    dev_grads_.narrow(0, off + host - i64(split_), n - host).copy_(g.narrow(0, host, n - host));
+  }
+  if (host == 0) return;
   // Down on the copy stream, after the compute stream has produced g.
   ctx_.record_on(ctx_.current_stream())->block(*ctx_.copy_stream);
+  const at::Tensor down = g.narrow(0, 0, host);
   {
     const c10::StreamGuard on_copy(*ctx_.copy_stream);
     StepTimeline::on_stream(timeline_, *ctx_.copy_stream, "copy down", "bucket",
                             static_cast<std::size_t>(&bucket - layout_.buckets().data()), [&] {
-                              host_grads_[static_cast<std::size_t>(cur_)].narrow(0, off, n).copy_(g, /*non_blocking=*/true);
+                              host_grads_[static_cast<std::size_t>(cur_)].narrow(0, off, host).copy_(down, /*non_blocking=*/true);
                             });
   }
   // The reducer frees its bucket when this returns: the allocator must not
   // hand the memory out again before the copy stream has read it.
   if (!dev_accum_.defined()) g.record_stream(*ctx_.copy_stream);
-  copied_ += g.nbytes();  // D2H
+  copied_ += down.nbytes();  // D2H
 }
 
-at::Tensor GradPath::chunk(const Bucket& b, int buf) const {
-  if (o_.offload) return host_grads_[static_cast<std::size_t>(buf)].narrow(0, i64(b.partition_offset), i64(b.chunk));
-  if (full_grads_.defined()) return full_grads_.narrow(0, i64(chunk_flat_offset(b)), i64(b.chunk));
-  return part_grads_.narrow(0, i64(b.partition_offset), i64(b.chunk));
+at::Tensor GradPath::device_share(std::size_t at, std::size_t n) const {
+  if (dev_accum_.defined()) return dev_accum_.narrow(0, i64(at), i64(n));
+  return dev_grads_.narrow(0, i64(at - split_), i64(n));
+}
+
+at::Tensor GradPath::piece(const Bucket& b, std::size_t offset, std::size_t n, int buf) const {
+  const std::size_t at = b.partition_offset + offset;
+  if (o_.offload) {
+    if (at >= split_) return device_share(at, n);
+    return host_grads_[static_cast<std::size_t>(buf)].narrow(0, i64(at), i64(n));
+  }
+  if (full_grads_.defined()) return full_grads_.narrow(0, i64(chunk_flat_offset(b) + offset), i64(n));
+  return part_grads_.narrow(0, i64(at), i64(n));
 }
 
 at::Tensor GradPath::local_sq_norm(int buf) const {
   if (gpu_offload_) return at::stack(bucket_norms_).to(at::kDouble).square().sum();
   std::vector<at::Tensor> norms;
-  norms.reserve(layout_.buckets().size());
+  norms.reserve(layout_.buckets().size() + 1);
+  auto add = [&](const at::Tensor& t) {
+    norms.push_back(at::linalg_vector_norm(t, 2, c10::nullopt, false, at::kFloat));
+  };
   for (const Bucket& b : layout_.buckets()) {
-    norms.push_back(at::linalg_vector_norm(chunk(b, buf), 2, c10::nullopt, false, at::kFloat));
+    // A bucket across the split: each side's norm (their squares add up).
+    const std::size_t host = o_.offload ? host_part(b) : b.chunk;
+    if (host > 0) add(piece(b, 0, host, buf));
+    if (host < b.chunk) add(piece(b, host, b.chunk - host, buf));
   }
   return at::stack(norms).to(at::kDouble).square().sum();
 }
@@ -134,6 +167,7 @@ void GradPath::zero(int buf) {
   window_first_ = true;
   // On a GPU the host gradients are overwritten by each window's copies.
   if (o_.offload && !gpu_offload_) host_grads_[static_cast<std::size_t>(buf)].zero_();
+  if (dev_grads_.defined() && !gpu_offload_) dev_grads_.zero_();
   if (full_grads_.defined()) full_grads_.zero_();
   if (part_grads_.defined()) part_grads_.zero_();
 }

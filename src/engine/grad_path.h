@@ -1,7 +1,7 @@
 // Where gradients go: from autograd's hooks into the reducer's buckets, over
 // the communicator, into this rank's gradient buffer — the full flat buffer
 // (stages 0/1), a device partition (stage 2), or host memory (offload) —
-// and how the optimizer then reads them (chunk()) and their norm.
+// and how the optimizer then reads them (piece()) and their norm.
 //
 // ZeRO-Offload on a GPU: each reduced chunk of the micro-batch that ends the
 // accumulation window goes down to pinned host memory on the copy stream
@@ -12,6 +12,10 @@
 // when the copies of a window are done; wait_down() waits for it on the
 // host (before the CPU step reads them). With DPU two host buffers
 // alternate (flip()).
+//
+// Offload with a device share (offload_optimizer.ratio < 1): the part of
+// each chunk past MemoryPlan::offload_split stays on the device (a device
+// gradient buffer, or the accumulation sum), and only the rest goes down.
 #pragma once
 
 #include <array>
@@ -59,9 +63,10 @@ class GradPath {
   // the window's gradients (the caller resets the parameters' .grad).
   void abort();
 
-  // This rank's gradient chunk of bucket b in buffer `buf` (host buffers
-  // alternate under DPU; 0 otherwise), as the optimizer reads it.
-  at::Tensor chunk(const Bucket& b, int buf) const;
+  // This rank's gradients of bucket b's chunk, elements [offset, offset + n),
+  // in buffer `buf` (host buffers alternate under DPU; 0 otherwise), as the
+  // optimizer reads them. The range lies on one side of the split.
+  at::Tensor piece(const Bucket& b, std::size_t offset, std::size_t n, int buf) const;
   // The squared L2 norm of this rank's (summed, still scaled) gradients, a
   // one-element fp64 tensor where they are (no host read on a GPU); inf or
   // NaN when any element is not finite. Each bucket's norm is fp32, their
@@ -88,6 +93,13 @@ class GradPath {
  private:
   void consume(int b, const at::Tensor& chunk);
   void consume_gpu_offload(const Bucket& bucket, const at::Tensor& chunk);
+  // Bucket b's chunk as the host share's elements (the first `host`) and
+  // the device share's (the rest).
+  std::size_t host_part(const Bucket& b) const {
+    return b.partition_offset >= split_ ? 0 : std::min(b.chunk, split_ - b.partition_offset);
+  }
+  // The device share's gradients of [at, at + n) of the partition.
+  at::Tensor device_share(std::size_t at, std::size_t n) const;
   std::size_t chunk_flat_offset(const Bucket& b) const {
     return b.offset + static_cast<std::size_t>(o_.shard_rank) * b.chunk;
   }
@@ -100,6 +112,8 @@ class GradPath {
   at::Tensor part_grads_;                 // stage 2 without offload: device partition
   std::array<at::Tensor, 2> host_grads_;  // offload: host partition (two with DPU)
   at::Tensor dev_accum_;                  // GPU offload with accumulation: fp32 device partition
+  at::Tensor dev_grads_;                  // offload: the device share's gradients (unless dev_accum_ has them)
+  std::size_t split_ = 0;                 // where the device share begins
   int cur_ = 0;
   bool boundary_ = false;      // the backward now running ends the window
   bool window_first_ = true;   // ...and is its first (dev_accum_ is overwritten)

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <thread>
 
+#include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
 #include <c10/core/DeviceGuard.h>
@@ -20,14 +21,16 @@ OptimizerPartition::OptimizerPartition(const config::Config& config, const Memor
                                        const DeviceContext& ctx, Options options, memory::MemoryLedger& ledger)
     : opt_(config.optimizer), plan_(plan), layout_(plan.layout), ctx_(ctx), o_(options), ledger_(ledger),
       adagrad_(config.optimizer.is_adagrad()) {
-  if (ctx_.on_accelerator() && !o_.offload) {
+  split_ = o_.offload ? plan.offload_split : layout_.partition_numel();
+  const bool device_share = split_ < layout_.partition_numel();
+  if (ctx_.on_accelerator() && (!o_.offload || device_share)) {
     device_adam_ = optim::device_adam();
     ZERO_CHECK(device_adam_ != nullptr, "the module is on ", ctx_.device.str(),
                " but no device Adam is linked into this program: link zero_cuda (the zerocpp "
-               "target does), or offload the optimizer (offload_optimizer.device=\"cpu\").");
+               "target does), or offload the optimizer, all of it (offload_optimizer.device=\"cpu\", ratio 1).");
     ZERO_CHECK(!adagrad_, "optimizer ", opt_.type, " has no kernel on ", ctx_.device.str(),
-               ": use Adam/AdamW there, or offload the optimizer to the CPU "
-               "(offload_optimizer.device=\"cpu\"), where Adagrad runs.");
+               ": use Adam/AdamW there, or offload the optimizer to the CPU, all of it "
+               "(offload_optimizer.device=\"cpu\", ratio 1), where Adagrad runs.");
   }
   // On a GPU the CPU step leaves one core to the thread that feeds the GPU
   // (a fully busy CPU slowed the GPU's steps by up to 40% on the H100
@@ -40,8 +43,13 @@ OptimizerPartition::OptimizerPartition(const config::Config& config, const Memor
   for (const Bucket& b : layout_.buckets()) {
     const std::size_t eighth = (b.chunk / 8 + kPieceAlign - 1) / kPieceAlign * kPieceAlign;
     const std::size_t piece = std::clamp(eighth, kPieceAlign, kMaxPieceElements);
-    for (std::size_t off = 0; off < b.chunk; off += piece) {
-      pieces_.push_back(Piece{&b, off, std::min(piece, b.chunk - off), pieces_.size()});
+    for (std::size_t off = 0; off < b.chunk;) {
+      std::size_t n = std::min(piece, b.chunk - off);
+      const std::size_t at = b.partition_offset + off;
+      if (at < split_) n = std::min(n, split_ - at);  // a piece ends at the split
+      std::vector<Piece>& list = at < split_ ? pieces_ : device_pieces_;
+      list.push_back(Piece{&b, off, n, list.size(), at < split_ ? Share::kMain : Share::kDevice});
+      off += n;
     }
   }
 }
@@ -57,6 +65,11 @@ at::Tensor OptimizerPartition::allocate(Buffer id, c10::ScalarType dtype, bool z
   return t;
 }
 
+at::Tensor OptimizerPartition::full_master() const {
+  if (!dev_master_.defined()) return master_;
+  return at::cat({master_, dev_master_.to(master_.device())});
+}
+
 void OptimizerPartition::seed_master(const at::Tensor& flat32) {
   allocate_master();
   for (const Bucket& b : layout_.buckets()) {
@@ -65,10 +78,21 @@ void OptimizerPartition::seed_master(const at::Tensor& flat32) {
   }
 }
 
-void OptimizerPartition::allocate_master() { master_ = allocate(Buffer::kMaster, at::kFloat, /*zero=*/false); }
+void OptimizerPartition::allocate_master() {
+  master_ = allocate(Buffer::kMaster, at::kFloat, /*zero=*/false);
+  if (plan_[Buffer::kDevMaster].present) dev_master_ = allocate(Buffer::kDevMaster, at::kFloat, /*zero=*/false);
+}
 
 void OptimizerPartition::seed_master_chunk(const Bucket& b, const at::Tensor& chunk32) {
-  master_.narrow(0, i64(b.partition_offset), i64(b.chunk)).copy_(chunk32);
+  const std::size_t begin = b.partition_offset, end = begin + b.chunk;
+  if (begin < split_) {
+    const std::size_t n = std::min(end, split_) - begin;
+    master_.narrow(0, i64(begin), i64(n)).copy_(chunk32.narrow(0, 0, i64(n)));
+  }
+  if (end > split_) {
+    const std::size_t from = std::max(begin, split_);
+    dev_master_.narrow(0, i64(from - split_), i64(end - from)).copy_(chunk32.narrow(0, i64(from - begin), i64(end - from)));
+  }
 }
 
 void OptimizerPartition::allocate_moments() {
@@ -79,28 +103,40 @@ void OptimizerPartition::allocate_moments() {
     exp_avg_sq_ = allocate(Buffer::kExpAvgSq, at::kFloat, /*zero=*/true);
   }
   if (plan_[Buffer::kStaging].present) staging_ = allocate(Buffer::kStaging, o_.dtype, /*zero=*/false);
+  if (plan_[Buffer::kDevExpAvg].present) {
+    dev_exp_avg_ = allocate(Buffer::kDevExpAvg, at::kFloat, /*zero=*/true);
+    if (adagrad_) {
+      dev_exp_avg_.fill_(opt_.initial_accumulator_value);
+    } else {
+      dev_exp_avg_sq_ = allocate(Buffer::kDevExpAvgSq, at::kFloat, /*zero=*/true);
+    }
+  }
+  if (plan_[Buffer::kDevStaging].present) dev_staging_ = allocate(Buffer::kDevStaging, o_.dtype, /*zero=*/false);
 }
 
-void OptimizerPartition::step(const GradsFn& grads, const HalfOutFn& half_out, float grad_scale, float lr,
-                              std::int64_t step, const PieceDoneFn& after_piece) {
-  const std::size_t half_size = c10::elementSize(o_.dtype);
-  for (const Piece& pc : pieces_) {
-    const Bucket& b = *pc.bucket;
-    const at::Tensor chunk = grads(b);
-    const at::Tensor g = chunk.narrow(0, i64(pc.offset), i64(pc.n));
-    void* half = nullptr;
-    if (o_.dtype != at::kFloat) {
-      if (void* h = half_out(b, chunk)) half = static_cast<char*>(h) + pc.offset * half_size;
-    }
-    const std::size_t po = b.partition_offset + pc.offset;
-    float* p = master_.data_ptr<float>() + po;
+void OptimizerPartition::step(Share share, const GradsFn& grads, const HalfOutFn& half_out, float grad_scale,
+                              float lr, std::int64_t step, const PieceDoneFn& after_piece) {
+  if (pieces(share).empty()) return;
+  const bool dev = share == Share::kDevice;
+  // Where the share's state is, indexed from the share's start.
+  const std::size_t base = dev ? split_ : 0;
+  float* master = (dev ? dev_master_ : master_).data_ptr<float>();
+  float* m1 = (dev ? dev_exp_avg_ : exp_avg_).data_ptr<float>();
+  float* m2 = adagrad_ ? nullptr : (dev ? dev_exp_avg_sq_ : exp_avg_sq_).data_ptr<float>();
+  // The device Adam where the share's state is on a GPU: the whole
+  // partition without offload, the device share with it.
+  const bool on_device = device_adam_ != nullptr && (dev || !o_.offload);
+  for (const Piece& pc : pieces(share)) {
+    const at::Tensor g = grads(pc);
+    void* half = o_.dtype != at::kFloat ? half_out(pc, g) : nullptr;
+    const std::size_t po = pc.at() - base;
     if (adagrad_) {
       optim::AdagradHyper h;
       h.lr = lr;
       h.eps = opt_.eps;
       h.weight_decay = opt_.weight_decay;
       h.step = step;
-      optim::AdagradBuffers buf{p, g.data_ptr(), to_dtype(g.scalar_type()), exp_avg_.data_ptr<float>() + po,
+      optim::AdagradBuffers buf{master + po, g.data_ptr(), to_dtype(g.scalar_type()), m1 + po,
                                 pc.n, grad_scale, half, to_dtype(o_.dtype)};
       optim::adagrad_step(h, buf, pool_.get());
     } else {
@@ -113,17 +149,17 @@ void OptimizerPartition::step(const GradsFn& grads, const HalfOutFn& half_out, f
       h.decoupled_weight_decay = opt_.decoupled_weight_decay();
       h.step = step;
       optim::AdamBuffers buf;
-      buf.params = p;
+      buf.params = master + po;
       buf.grads = g.data_ptr();
       buf.grad_dtype = to_dtype(g.scalar_type());
-      buf.exp_avg = exp_avg_.data_ptr<float>() + po;
-      buf.exp_avg_sq = exp_avg_sq_.data_ptr<float>() + po;
+      buf.exp_avg = m1 + po;
+      buf.exp_avg_sq = m2 + po;
       buf.n = pc.n;
       buf.grad_scale = grad_scale;
       buf.half_out = half;
       buf.half_dtype = to_dtype(o_.dtype);
-      if (device_adam_ != nullptr) {
-        const c10::DeviceGuard on_device(ctx_.device);
+      if (on_device) {
+        const c10::DeviceGuard on_device_guard(ctx_.device);
         device_adam_(h, buf, ctx_.native_stream());
       } else {
         optim::adam_step(h, buf, pool_.get());

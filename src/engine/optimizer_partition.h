@@ -4,6 +4,14 @@
 // the CPU thread pool, and the step itself: the CPU Adam/Adagrad kernels on
 // host memory, the registered device Adam (zero/optim/device_adam_registry.h)
 // on a GPU. No collectives in here: the DPU worker runs step().
+//
+// Offload with offload_optimizer.ratio < 1 (DeepSpeed's Twin-Flow) splits
+// the partition in two shares at MemoryPlan::offload_split: the main share
+// [0, split) on the host, stepped by the CPU kernels, and the device share
+// [split, partition) whose master, moments and staging stay on the device,
+// stepped by the device Adam beside the CPU step (on the CPU, where the
+// "device" is host memory too, by the CPU kernels). Without offload the
+// main share is the whole partition.
 #pragma once
 
 #include <cstddef>
@@ -55,36 +63,58 @@ class OptimizerPartition {
   // (docs/PERFORMANCE.md).
   static constexpr std::size_t kMaxPieceElements = std::size_t{1} << 26;
   static constexpr std::size_t kPieceAlign = 64;
+  // A piece never straddles the two shares.
+  enum class Share : std::uint8_t { kMain, kDevice };
   struct Piece {
     const Bucket* bucket;
     std::size_t offset;  // within the bucket's chunk
     std::size_t n;
-    std::size_t index;   // in pieces()
+    std::size_t index;   // in pieces(share)
+    Share share;
+    std::size_t at() const { return bucket->partition_offset + offset; }  // in the partition
   };
-  const std::vector<Piece>& pieces() const { return pieces_; }
+  const std::vector<Piece>& pieces(Share share = Share::kMain) const {
+    return share == Share::kMain ? pieces_ : device_pieces_;
+  }
+  // Where the device share begins (the partition's size when there is none).
+  std::size_t split() const { return split_; }
+  bool has_device_share() const { return !device_pieces_.empty(); }
 
-  // One step of this rank's partition. grads(b): bucket b's gradient chunk;
-  // half_out(b, grad): where the updated training-precision chunk of bucket
-  // b goes (nullptr: nowhere, as in fp32); after_piece (optional): a piece
-  // is done, its half_out written.
-  using GradsFn = std::function<at::Tensor(const Bucket&)>;
-  using HalfOutFn = std::function<void*(const Bucket&, const at::Tensor& grad)>;
+  // One step of one share. grads(piece): the piece's gradients (n elements);
+  // half_out(piece, grad): where its updated training-precision values go
+  // (nullptr: nowhere, as in fp32); after_piece (optional): a piece is done,
+  // its half_out written.
+  using GradsFn = std::function<at::Tensor(const Piece&)>;
+  using HalfOutFn = std::function<void*(const Piece&, const at::Tensor& grad)>;
   using PieceDoneFn = std::function<void(const Piece&)>;
-  void step(const GradsFn& grads, const HalfOutFn& half_out, float grad_scale, float lr, std::int64_t step,
-            const PieceDoneFn& after_piece = {});
+  void step(Share share, const GradsFn& grads, const HalfOutFn& half_out, float grad_scale, float lr,
+            std::int64_t step, const PieceDoneFn& after_piece = {});
 
-  // The rank's partition, fp32.
+  // The main share's fp32 master weights (the whole partition without a
+  // device share).
   const at::Tensor& master() const { return master_; }
-  // The updated training-precision partition (offload with staging).
+  // Each state in partition order: the main share, then the device share's
+  // (if any). Adam: m and v; Adagrad: the sum in exp_avg, no exp_avg_sq.
+  std::vector<at::Tensor> master_parts() const { return parts(master_, dev_master_); }
+  std::vector<at::Tensor> exp_avg_parts() const { return parts(exp_avg_, dev_exp_avg_); }
+  std::vector<at::Tensor> exp_avg_sq_parts() const { return parts(exp_avg_sq_, dev_exp_avg_sq_); }
+  // The whole partition's master weights in one tensor where the main share
+  // is (a copy when there is a device share).
+  at::Tensor full_master() const;
+  // The updated training-precision values of the main share (offload with
+  // staging) and of the device share (bf16/fp16).
   const at::Tensor& staging() const { return staging_; }
-  // The moments, fp32, the partition's size (Adam: m and v; Adagrad: the
-  // sum in exp_avg, exp_avg_sq undefined).
-  const at::Tensor& exp_avg() const { return exp_avg_; }
-  const at::Tensor& exp_avg_sq() const { return exp_avg_sq_; }
+  const at::Tensor& device_staging() const { return dev_staging_; }
+  const at::Tensor& device_master() const { return dev_master_; }
   int moments() const { return adagrad_ ? 1 : 2; }
 
  private:
   at::Tensor allocate(Buffer id, c10::ScalarType dtype, bool zero);
+  static std::vector<at::Tensor> parts(const at::Tensor& main, const at::Tensor& dev) {
+    std::vector<at::Tensor> v{main};
+    if (dev.defined()) v.push_back(dev);
+    return v;
+  }
 
   const config::OptimizerConfig& opt_;
   const MemoryPlan& plan_;
@@ -95,8 +125,10 @@ class OptimizerPartition {
   bool adagrad_ = false;
   optim::DeviceAdamFn device_adam_ = nullptr;
   at::Tensor master_, exp_avg_, exp_avg_sq_, staging_;
+  at::Tensor dev_master_, dev_exp_avg_, dev_exp_avg_sq_, dev_staging_;  // the device share
+  std::size_t split_ = 0;
   std::unique_ptr<optim::ThreadPool> pool_;
-  std::vector<Piece> pieces_;
+  std::vector<Piece> pieces_, device_pieces_;
   std::vector<memory::MemoryLedger::Registration> regs_;
 };
 

@@ -177,7 +177,8 @@ void ParamStore::cast_frozen_and_buffers(comm::Communicator& comm, ModuleGuard& 
 void ParamStore::publish(const at::Tensor& src, bool offloaded, comm::Communicator& comm, const DeviceContext& ctx) {
   begin_publish(offloaded, ctx);
   const std::vector<Bucket>& buckets = layout_.buckets();
-  for (std::size_t i = 0; i < buckets.size(); ++i) publish_piece(src, buckets[i], 0, buckets[i].chunk, "bucket", i);
+  const UpdateSource from{src, 0, offloaded};
+  for (std::size_t i = 0; i < buckets.size(); ++i) publish_piece(from, buckets[i], 0, buckets[i].chunk, "bucket", i);
   end_publish(comm);
 }
 
@@ -197,12 +198,12 @@ void ParamStore::begin_publish(bool offloaded, const DeviceContext& ctx) {
   }
 }
 
-void ParamStore::publish_piece(const at::Tensor& src, const Bucket& b, std::size_t offset, std::size_t n,
+void ParamStore::publish_piece(const UpdateSource& src, const Bucket& b, std::size_t offset, std::size_t n,
                                const char* kind, std::size_t index) {
-  if (publish_offloaded_) copied_ += n * c10::elementSize(dtype_);  // H2D
-  if (!src.defined()) return;
+  if (publish_offloaded_ && src.host) copied_ += n * c10::elementSize(dtype_);  // H2D
+  if (!src.values.defined()) return;
   at::Tensor dst = rank_chunk(b).narrow(0, i64(offset), i64(n));
-  const at::Tensor from = src.narrow(0, i64(b.partition_offset + offset), i64(n));
+  const at::Tensor from = src.values.narrow(0, i64(b.partition_offset + offset - src.base), i64(n));
   if (!publish_stream_) {
     dst.copy_(from);
     return;

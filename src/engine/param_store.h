@@ -121,8 +121,15 @@ class ParamStore {
   // pieces of the buckets' chunks in any order, each element once (`offset`
   // within bucket b's chunk, `n` elements; "<kind> <index>" names it on the
   // timeline), then end (the all-gather). `ctx` must outlive the publish.
+  // A piece's source: elements [base, base + numel) of the partition in
+  // `values`; `host`: in host memory (its copies up are counted).
+  struct UpdateSource {
+    at::Tensor values;
+    std::size_t base = 0;
+    bool host = false;
+  };
   void begin_publish(bool offloaded, const DeviceContext& ctx);
-  void publish_piece(const at::Tensor& src, const Bucket& b, std::size_t offset, std::size_t n, const char* kind,
+  void publish_piece(const UpdateSource& src, const Bucket& b, std::size_t offset, std::size_t n, const char* kind,
                      std::size_t index);
   void end_publish(comm::Communicator& comm);
   // Where the copies up are traced (Engine::trace()); null: nowhere.

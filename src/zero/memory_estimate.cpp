@@ -33,6 +33,7 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   pi.stage = in.stage;
   pi.offload = in.offload;
   pi.dpu = in.dpu;
+  pi.offload_ratio = in.offload_ratio;
   pi.on_gpu = in.on_gpu;
   pi.accumulation = in.accumulation;
   pi.element_bytes = in.element_bytes;
@@ -64,7 +65,7 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
       case memory::Kind::kFp32Master: (dev ? e.device_master : e.host_master) += valid; break;
       case memory::Kind::kMoments: (dev ? e.device_moments : e.host_moments) += valid; break;
       case memory::Kind::kBuckets: e.device_buckets += b.bytes(); continue;
-      case memory::Kind::kStaging: (dev ? e.device_padding : e.host_staging) += b.bytes(); continue;
+      case memory::Kind::kStaging: (dev ? e.device_staging : e.host_staging) += b.bytes(); continue;
       case memory::Kind::kPadding: break;
     }
     (dev ? e.device_padding : e.host_padding) += pad;

@@ -111,10 +111,22 @@ MemoryPlan plan_memory(const PlanInput& in) {
     set(Buffer::kFlatParams, make(Tier::kDevice, Kind::kHalfParams, Lifetime::kPersistent, padded, psi, es,
                                   "the flat parameter buffer"));
   }
-  set(Buffer::kMaster, make(opt, Kind::kFp32Master, Lifetime::kPersistent, part, valid, 4, "fp32 master weights"));
-  set(Buffer::kExpAvg, make(opt, Kind::kMoments, Lifetime::kPersistent, part, valid, 4, "optimizer moments"));
+  // Offload: the host share [0, split) and the device share (ratio < 1).
+  ZERO_CHECK(in.offload_ratio >= 0.0 && in.offload_ratio <= 1.0, "offload_optimizer.ratio must be in [0, 1], got ",
+             in.offload_ratio);
+  std::size_t split = part;
+  if (in.offload && in.offload_ratio < 1.0) {
+    const double want = in.offload_ratio * static_cast<double>(part) / static_cast<double>(kSplitAlignElements);
+    split = std::min(part, static_cast<std::size_t>(want + 0.5) * kSplitAlignElements);
+  }
+  p.offload_split = split;
+  // Which elements hold parameters (the rest: padding) is counted as if the
+  // padding came last.
+  const std::size_t host_valid = std::min(split, valid), dev = part - split, dev_valid = valid - host_valid;
+  set(Buffer::kMaster, make(opt, Kind::kFp32Master, Lifetime::kPersistent, split, host_valid, 4, "fp32 master weights"));
+  set(Buffer::kExpAvg, make(opt, Kind::kMoments, Lifetime::kPersistent, split, host_valid, 4, "optimizer moments"));
   if (in.moments == 2) {
-    set(Buffer::kExpAvgSq, make(opt, Kind::kMoments, Lifetime::kPersistent, part, valid, 4, "optimizer moments"));
+    set(Buffer::kExpAvgSq, make(opt, Kind::kMoments, Lifetime::kPersistent, split, host_valid, 4, "optimizer moments"));
   }
   const bool gpu_offload = in.offload && in.on_gpu;
   // bf16/fp16 on a GPU without accumulation: the update is written over the
@@ -122,22 +134,43 @@ MemoryPlan plan_memory(const PlanInput& in) {
   const bool update_in_grads = gpu_offload && half && in.accumulation == 1;
   if (in.offload) {
     if (half && !update_in_grads) {
-      set(Buffer::kStaging, make(Tier::kHost, Kind::kStaging, Lifetime::kPersistent, part, part, es,
+      set(Buffer::kStaging, make(Tier::kHost, Kind::kStaging, Lifetime::kPersistent, split, split, es,
                                  "the host parameter staging buffer"));
     }
     // On a GPU the host gradients are what comes down: the training
     // precision, or the window's fp32 sum when accumulating; on the CPU the
     // host sums in fp32.
     const int grad_bytes = gpu_offload && in.accumulation == 1 ? es : 4;
-    set(Buffer::kHostGrads0, make(Tier::kHost, Kind::kGrads, Lifetime::kPersistent, part, valid, grad_bytes,
+    set(Buffer::kHostGrads0, make(Tier::kHost, Kind::kGrads, Lifetime::kPersistent, split, host_valid, grad_bytes,
                                   "the host gradient partition"));
     if (in.dpu) {
-      set(Buffer::kHostGrads1, make(Tier::kHost, Kind::kGrads, Lifetime::kPersistent, part, valid, grad_bytes,
+      set(Buffer::kHostGrads1, make(Tier::kHost, Kind::kGrads, Lifetime::kPersistent, split, host_valid, grad_bytes,
                                     "the host gradient partition"));
     }
     if (gpu_offload && in.accumulation > 1) {
       set(Buffer::kDevAccum, make(Tier::kDevice, Kind::kGrads, Lifetime::kPersistent, part, valid, 4,
                                   "the device gradient partition (accumulation)"));
+    }
+    if (dev > 0) {
+      // The device share's step runs on the main thread before the next
+      // backward: one gradient buffer (the accumulation sum where there is
+      // one), and a staging buffer that holds its update until published.
+      set(Buffer::kDevMaster, make(Tier::kDevice, Kind::kFp32Master, Lifetime::kPersistent, dev, dev_valid, 4,
+                                   "fp32 master weights (device share)"));
+      set(Buffer::kDevExpAvg, make(Tier::kDevice, Kind::kMoments, Lifetime::kPersistent, dev, dev_valid, 4,
+                                   "optimizer moments (device share)"));
+      if (in.moments == 2) {
+        set(Buffer::kDevExpAvgSq, make(Tier::kDevice, Kind::kMoments, Lifetime::kPersistent, dev, dev_valid, 4,
+                                       "optimizer moments (device share)"));
+      }
+      if (!(gpu_offload && in.accumulation > 1)) {
+        set(Buffer::kDevGrads, make(Tier::kDevice, Kind::kGrads, Lifetime::kPersistent, dev, dev_valid, grad_bytes,
+                                    "the gradient partition (device share)"));
+      }
+      if (half) {
+        set(Buffer::kDevStaging, make(Tier::kDevice, Kind::kStaging, Lifetime::kPersistent, dev, dev, es,
+                                      "the parameter staging buffer (device share)"));
+      }
     }
   } else if (in.stage >= 2) {
     set(Buffer::kPartGrads, make(Tier::kDevice, Kind::kGrads, Lifetime::kPersistent, part, valid, es,
@@ -172,7 +205,8 @@ std::int64_t MemoryPlan::construction_peak(Tier tier) const {
   // Stage 3 allocates the partition and the kept buckets first, then goes
   // through the buckets one at a time in fp32.
   std::int64_t sum = 0;
-  for (Buffer id : {Buffer::kFlat32, Buffer::kMaster, Buffer::kFlatParams, Buffer::kParamPartition}) {
+  for (Buffer id : {Buffer::kFlat32, Buffer::kMaster, Buffer::kDevMaster, Buffer::kFlatParams,
+                    Buffer::kParamPartition}) {
     const PlannedBuffer& b = (*this)[id];
     if (b.present && b.tier == tier) sum += b.bytes();
   }

@@ -53,7 +53,7 @@ TEST(Config, ReadsADeepSpeedConfig) {
       "stage": 2,
       "offload_optimizer": {"device": "cpu", "pin_memory": true,
                             "delayed_param_update": true, "delayed_param_update_warmup_steps": 5,
-                            "cpu_threads": 6},
+                            "cpu_threads": 6, "ratio": 0.75},
       "overlap_comm": false, "contiguous_gradients": false,
       "reduce_bucket_size": 5e8, "allgather_bucket_size": 200000000, "reduce_scatter": false},
     "activation_checkpointing": {"partition_activations": true, "cpu_checkpointing": true,
@@ -89,6 +89,7 @@ TEST(Config, ReadsADeepSpeedConfig) {
   EXPECT_TRUE(z.offload_optimizer.delayed_param_update);
   EXPECT_EQ(z.offload_optimizer.delayed_param_update_warmup_steps, 5);
   EXPECT_EQ(z.offload_optimizer.cpu_threads, 6);
+  EXPECT_EQ(z.offload_optimizer.ratio, 0.75f);
   EXPECT_FALSE(z.overlap_comm);
   EXPECT_FALSE(z.contiguous_gradients);
   EXPECT_EQ(z.reduce_bucket_size, 500000000);
@@ -291,6 +292,7 @@ TEST(Config, RangesAreChecked) {
       {R"("zero_optimization": {"reduce_bucket_size": 1e30})", "zero_optimization.reduce_bucket_size: expected a positive integer, got 1e+30"},
       {R"("zero_optimization": {"reduce_bucket_size": 18446744073709551615})", "zero_optimization.reduce_bucket_size: expected a positive integer, got 18446744073709551615"},
       {R"("zero_optimization": {"offload_optimizer": {"cpu_threads": -1}})", "zero_optimization.offload_optimizer.cpu_threads: expected an integer >= 0"},
+      {R"("zero_optimization": {"offload_optimizer": {"device": "cpu", "ratio": 1.5}})", "zero_optimization.offload_optimizer.ratio: expected a number in [0, 1], got 1.5"},
       {R"("zero_optimization": {"offload_optimizer": {"delayed_param_update_warmup_steps": -1}})", "zero_optimization.offload_optimizer.delayed_param_update_warmup_steps: expected an integer >= 0 (at most 2147483647), got -1"},
       {R"("steps_per_print": 0)", "steps_per_print: expected a positive integer, got 0"},
       {R"("device_memory_limit": -1)", "device_memory_limit: expected a byte count >= 0"},
@@ -390,6 +392,25 @@ TEST(Config, DelayedParamUpdateNeedsCpuOffload) {
       "offload_optimizer": {"device": "cpu", "delayed_param_update": true}})"));
   EXPECT_TRUE(c.zero_optimization.offload_optimizer.delayed_param_update);
   EXPECT_EQ(c.zero_optimization.offload_optimizer.delayed_param_update_warmup_steps, 10);
+}
+
+// DeepSpeed's Twin-Flow share: the offloaded fraction of the optimizer
+// state, read only where there is a CPU offload to share with.
+TEST(Config, OffloadRatio) {
+  Config c = parse(with(R"("zero_optimization": {"stage": 2,
+      "offload_optimizer": {"device": "cpu", "ratio": 0.3}})"));
+  EXPECT_TRUE(c.warnings.empty()) << all_warnings(c);
+  EXPECT_EQ(c.zero_optimization.offload_optimizer.ratio, 0.3f);
+  EXPECT_EQ(parse(with(R"("zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}})"))
+                .zero_optimization.offload_optimizer.ratio,
+            1.0f);
+  c = parse(with(R"("zero_optimization": {"stage": 2, "offload_optimizer": {"ratio": 0.5}})"));
+  ASSERT_EQ(c.warnings.size(), 1u) << all_warnings(c);
+  EXPECT_CONTAINS(c.warnings[0], "ratio");
+  EXPECT_CONTAINS(c.warnings[0], "offloaded optimizer");
+  EXPECT_EQ(c.zero_optimization.offload_optimizer.ratio, 1.0f);
+  EXPECT_CONTAINS(error_of(with(R"("zero_optimization": {"offload_optimizer": {"device": "cpu", "ratio": -0.1}})")),
+                  "zero_optimization.offload_optimizer.ratio: expected a number in [0, 1], got -0.1");
 }
 
 TEST(Config, ParamOffloadNeedsStage3) {

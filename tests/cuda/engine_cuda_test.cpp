@@ -59,6 +59,7 @@ struct Case {
   std::string optimizer = "AdamW";
   bool nccl = false;  // the engine on an NCCL communicator of world 1
   bool offload_param = false;  // stage 3: the parameter partition in pinned host memory
+  float ratio = 1.0f;          // offload_optimizer.ratio: the rest stepped on the GPU
 };
 
 struct TrainRun {
@@ -92,7 +93,8 @@ config::Config make_config(const Case& k) {
         {"stage3_param_persistence_threshold", 0},
         {"offload_param", {{"device", k.offload_param ? "cpu" : "none"}}},
         {"offload_optimizer",
-         {{"device", k.offload}, {"delayed_param_update", k.dpu}, {"delayed_param_update_warmup_steps", 1}}}}},
+         {{"device", k.offload}, {"delayed_param_update", k.dpu}, {"delayed_param_update_warmup_steps", 1},
+          {"ratio", k.offload == "cpu" ? k.ratio : 1.0f}}}}},
       {"steps_per_print", 1000000}};
   if (k.dtype == "bf16") c["bf16"] = {{"enabled", true}};
   // 2^20: the first steps overflow and are skipped, then the scale settles.
@@ -218,6 +220,17 @@ std::vector<Case> cases() {
   Case params_offloaded{"offload_param_bf16_stage3_dpu", 3, 1, 0.05f, "bf16", "cpu", true};
   params_offloaded.offload_param = true;
   v.push_back(params_offloaded);
+  // Twin-Flow: part of the optimizer state stepped on the GPU by the device
+  // Adam beside the CPU step (with DPU its update waits for the CPU's).
+  auto share = [&](Case c, float ratio) {
+    c.name += "_ratio" + std::to_string(static_cast<int>(ratio * 100));
+    c.ratio = ratio;
+    v.push_back(c);
+  };
+  share(Case{"offload_bf16_stage2_dpu", 2, 1, 0.05f, "bf16", "cpu", true}, 0.5f);
+  share(Case{"offload_fp32_stage2_accum2", 2, 2, 0.05f, "fp32", "cpu"}, 0.3f);
+  share(Case{"offload_fp16_stage1_dynamic_scale", 1, 1, 0.05f, "fp16", "cpu"}, 0.6f);
+  share(params_offloaded, 0.5f);
   return v;
 }
 
@@ -240,6 +253,16 @@ TEST(EngineCudaErrors, AdagradWithoutOffloadIsRefused) {
   }
   // The module is untouched and trainable by another engine.
   Engine ok(model, make_config(Case{}), *single);
+  // Offloaded in part, its device share would need a device Adagrad.
+  k.offload = "cpu";
+  k.stage = 2;
+  k.ratio = 0.5f;
+  try {
+    Engine engine(model, make_config(k), *single);
+    FAIL() << "Adagrad with a device share was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("ratio 1"), std::string::npos) << e.what();
+  }
 }
 
 // A model built on the CPU (or on meta) and trained on the GPU through

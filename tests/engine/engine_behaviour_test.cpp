@@ -288,13 +288,17 @@ TEST(DelayedUpdate, EqualsSerialOneStepLateReference) {
   comm::Communicator& comm = world_comm();
   const int world = comm.world_size();
   constexpr int kSteps = 8, kWarmup = 3, kAccum = 2;
-  for (int stage : {1, 2}) {
+  // Stage 1 and 2; at stage 2 also with 40% of the optimizer state stepped
+  // where the model is (offload_optimizer.ratio 0.6), whose update must wait
+  // for the CPU share's.
+  for (auto [stage, ratio] : {std::pair{1, 1.0f}, std::pair{2, 1.0f}, std::pair{2, 0.6f}}) {
     config::Config cfg = make_config(stage, true, false, world, kGlobalBatch / kAccum / world, kAccum);
     cfg.zero_optimization.offload_optimizer.delayed_param_update = true;
     cfg.zero_optimization.offload_optimizer.delayed_param_update_warmup_steps = kWarmup;
+    cfg.zero_optimization.offload_optimizer.ratio = ratio;
     RunResult got = train(ModelKind::kMlp, cfg, comm, kSteps);
     expect_matches(got, serial_reference(cfg, kSteps, kWarmup), 1e-5, 1e-5, 1e-6,
-                   "stage " + std::to_string(stage));
+                   "stage " + std::to_string(stage) + " ratio " + std::to_string(ratio));
 
     // And the delay is real: up to and including the first delayed step the
     // two runs are the same computation, bit for bit; the step after it runs

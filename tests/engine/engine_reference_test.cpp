@@ -138,20 +138,31 @@ Trace train_engine(ModelKind kind, const config::Config& cfg, comm::Communicator
 }
 
 // The stage layouts of the parity suite: 0, 1, 2, 1 + offload, 2 + offload,
-// 3, 3 + offload.
-constexpr std::pair<int, bool> kLayouts[] = {{0, false}, {1, false}, {2, false}, {1, true},
-                                             {2, true},  {3, false}, {3, true}};
+// 3, 3 + offload; then offload with a device share (offload_optimizer.ratio
+// < 1: part of the optimizer state stepped where the model is).
+struct Layout {
+  int stage;
+  bool offload;
+  float ratio = 1.0f;
+};
+constexpr Layout kLayouts[] = {{0, false}, {1, false}, {2, false}, {1, true},      {2, true},
+                               {3, false}, {3, true},  {2, true, 0.5f}, {3, true, 0.4f}};
+std::string layout_name(const Layout& l) {
+  return "_stage" + std::to_string(l.stage) + (l.offload ? "_offload" : "") +
+         (l.ratio < 1.0f ? "_ratio" + std::to_string(static_cast<int>(l.ratio * 100)) : "");
+}
 
 using Case = std::tuple<ModelKind, Precision, int /*index into kLayouts*/>;
 class Reference : public testing::TestWithParam<Case> {};
 
 TEST_P(Reference, MatchesPlainLibTorchAdamW) {
   auto [kind, precision, layout] = GetParam();
-  auto [stage, offload] = kLayouts[layout];
+  auto [stage, offload, ratio] = kLayouts[layout];
   comm::Communicator& comm = world_comm();
   const int world = comm.world_size();
   config::Config cfg = make_config(stage, offload, precision == Precision::kBf16, world,
                                    kGlobalBatch / kAccumulation / world, kAccumulation);
+  cfg.zero_optimization.offload_optimizer.ratio = ratio;
   if (precision == Precision::kFp16Dynamic || precision == Precision::kFp16Static) {
     cfg.fp16.enabled = true;
     cfg.fp16.initial_scale_power = 8;
@@ -207,10 +218,9 @@ TEST_P(Reference, MatchesPlainLibTorchAdamW) {
 
 std::string case_name(const testing::TestParamInfo<Case>& info) {
   auto [kind, precision, layout] = info.param;
-  auto [stage, offload] = kLayouts[layout];
   static const char* names[] = {"fp32", "bf16", "fp16_dynamic", "fp16_static"};
   return std::string(kind == ModelKind::kMlp ? "mlp_" : "transformer_") + names[static_cast<int>(precision)] +
-         "_stage" + std::to_string(stage) + (offload ? "_offload" : "");
+         layout_name(kLayouts[layout]);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -218,24 +228,26 @@ INSTANTIATE_TEST_SUITE_P(
     testing::Combine(testing::Values(ModelKind::kMlp, ModelKind::kTransformer),
                      testing::Values(Precision::kFp32, Precision::kBf16, Precision::kFp16Dynamic,
                                      Precision::kFp16Static),
-                     testing::Values(0, 1, 2, 3, 4, 5, 6)),
+                     testing::Values(0, 1, 2, 3, 4, 5, 6, 7, 8)),
     [](const testing::TestParamInfo<Case>& info) { return case_name(info); });
 
 // The options the parity grid does not vary, each against its LibTorch
 // counterpart in fp32: Adam with L2 weight decay (torch::optim::Adam),
 // Adagrad (torch::optim::Adagrad), and AdamW with overlap_comm off (every
 // bucket reduced after backward instead of during it), at stage 0, 2 and
-// 2 + offload, with cpu_threads 2 under offload.
+// 2 + offload (whole, and half of it on the device), with cpu_threads 2
+// under offload.
 using OptCase = std::tuple<ModelKind, Opt, int /*index into kLayouts*/>;
 class ReferenceOptions : public testing::TestWithParam<OptCase> {};
 
 TEST_P(ReferenceOptions, MatchLibTorch) {
   auto [kind, which, layout] = GetParam();
-  auto [stage, offload] = kLayouts[layout];
+  auto [stage, offload, ratio] = kLayouts[layout];
   comm::Communicator& comm = world_comm();
   const int world = comm.world_size();
   config::Config cfg =
       make_config(stage, offload, false, world, kGlobalBatch / kAccumulation / world, kAccumulation);
+  cfg.zero_optimization.offload_optimizer.ratio = ratio;
   if (which == Opt::kAdamL2) {
     cfg.optimizer.type = "Adam";
     cfg.optimizer.adam_w_mode = false;
@@ -271,16 +283,15 @@ TEST_P(ReferenceOptions, MatchLibTorch) {
 
 std::string option_case_name(const testing::TestParamInfo<OptCase>& info) {
   auto [kind, which, layout] = info.param;
-  auto [stage, offload] = kLayouts[layout];
   static const char* names[] = {"adamw_no_overlap", "adam_l2", "adagrad"};
-  return std::string(kind == ModelKind::kMlp ? "mlp_" : "transformer_") + names[static_cast<int>(which)] + "_stage" +
-         std::to_string(stage) + (offload ? "_offload" : "");
+  return std::string(kind == ModelKind::kMlp ? "mlp_" : "transformer_") + names[static_cast<int>(which)] +
+         layout_name(kLayouts[layout]);
 }
 
 INSTANTIATE_TEST_SUITE_P(Options, ReferenceOptions,
                          testing::Combine(testing::Values(ModelKind::kMlp, ModelKind::kTransformer),
                                           testing::Values(Opt::kAdamL2, Opt::kAdagrad, Opt::kAdamW),
-                                          testing::Values(0, 2, 4)),
+                                          testing::Values(0, 2, 4, 7)),
                          option_case_name);
 
 }  // namespace

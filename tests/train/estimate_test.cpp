@@ -85,6 +85,61 @@ TEST(Estimate, MatchesTheEngineLedger) {
   }
 }
 
+// offload_optimizer.ratio r: the host holds the optimizer state (master and
+// moments) of a share r of the partition, the device the rest, stepped
+// there (on the CPU the "device" tier is host memory too, the split the
+// same): measured by the ledger against the shares computed here from the
+// whole offload's figures, and predicted by the estimate.
+TEST(Estimate, OffloadRatioSplitsTheOptimizerState) {
+  auto comm = comm::make_communicator();
+  const models::GptConfig g = models::gpt_preset("gpt2-tiny");
+  auto state = [](const memory::LedgerSnapshot& s, memory::Tier t) {
+    return static_cast<double>(s.bytes(t, memory::Kind::kFp32Master) + s.bytes(t, memory::Kind::kMoments));
+  };
+  for (int stage : {2, 3}) {
+    double whole = 0.0;
+    for (float ratio : {1.0f, 0.25f, 0.0f}) {
+      torch::manual_seed(0);
+      auto model = std::make_shared<models::Gpt>(g);
+      config::Config cfg = bf16_config(comm->world_size(), stage, true);
+      cfg.zero_optimization.offload_optimizer.ratio = ratio;
+      Engine engine(model, cfg, *comm);
+      torch::manual_seed(10 + comm->rank());
+      at::Tensor b = at::randint(g.vocab_size, {1, 17}, at::TensorOptions().dtype(at::kLong));
+      engine.backward(model->loss(b.narrow(1, 0, 16), b.narrow(1, 1, 16)));
+      engine.step();
+      const auto s = engine.ledger().snapshot();
+      const std::string what = "stage " + std::to_string(stage) + " ratio " + std::to_string(ratio);
+      if (ratio == 1.0f) {
+        whole = state(s, memory::Tier::kHost);
+        EXPECT_EQ(state(s, memory::Tier::kDevice), 0.0) << what;
+        continue;
+      }
+      // The split is rounded to 64 elements, and the partition's padding
+      // (up to 32 elements per rank) is counted on the host side.
+      const double slack = 2 * 64.0 * 12 + 1;
+      EXPECT_NEAR(state(s, memory::Tier::kHost), ratio * whole, slack) << what;
+      EXPECT_NEAR(state(s, memory::Tier::kDevice), (1.0 - ratio) * whole, slack) << what;
+      EstimateInput in;
+      in.params = g.num_parameters();
+      in.param_numels = g.parameter_numels();
+      in.param_units = g.parameter_units();
+      in.world = comm->world_size();
+      in.stage = stage;
+      in.offload = true;
+      in.offload_ratio = ratio;
+      stage3_settings(in);
+      const MemoryEstimate e = estimate_memory(in);
+      EXPECT_NEAR(static_cast<double>(e.host_master + e.host_moments), state(s, memory::Tier::kHost),
+                  0.05 * whole * ratio + 1) << what;
+      EXPECT_NEAR(static_cast<double>(e.device_master + e.device_moments), state(s, memory::Tier::kDevice),
+                  0.05 * whole) << what;
+      EXPECT_NEAR(static_cast<double>(s.tier_peak[int(memory::Tier::kHost)]), e.host_total(),
+                  0.05 * e.host_total() + 1) << what;
+    }
+  }
+}
+
 // The device and host peaks, construction and a step included, for Adam and
 // Adagrad (one moment), fp32 and bf16: the estimate (the engine's memory
 // plan summed) within 5% of what the ledger saw.

@@ -83,6 +83,10 @@ struct OffloadOptimizerConfig {
   bool delayed_param_update = false;
   int delayed_param_update_warmup_steps = 10;  // steps run without delay first
   int cpu_threads = 0;                         // CPU optimizer threads; 0 = all cores
+  // DeepSpeed's ZeRO-Offload++ "Twin-Flow": the fraction of the rank's
+  // optimizer partition offloaded to the CPU; the rest (master, moments) stays
+  // on the device and is stepped there, beside the CPU step.
+  float ratio = 1.0f;
   bool operator==(const OffloadOptimizerConfig&) const = default;
 };
 

@@ -17,6 +17,7 @@ struct EstimateInput {
   int stage = 0;
   bool offload = false;     // offload_optimizer.device = "cpu"
   bool dpu = false;         // delayed parameter update (double host gradients)
+  double offload_ratio = 1.0;  // offload_optimizer.ratio: the offloaded share of the optimizer state
   bool on_gpu = false;      // the module on a GPU (offload keeps host gradients as they come down)
   int accumulation = 1;     // gradient_accumulation_steps
   int moments = 2;          // optimizer state per parameter: Adam 2, Adagrad 1
@@ -49,6 +50,9 @@ struct MemoryEstimate {
   // Stage 3: the gathered units at their bound (the unit in use and what
   // prefetch holds beside it), transient like the buckets.
   std::int64_t device_gathered = 0;
+  // Offload with ratio < 1: the device share's updated training-precision
+  // values, held until they are published.
+  std::int64_t device_staging = 0;
   // Padding of the flat buffers and of the partition (the ledger's kPadding):
   // each bucket is padded to a multiple of world * kPlanAlignElements; the
   // figure is for the last rank, whose chunks hold the most padding.
@@ -67,7 +71,7 @@ struct MemoryEstimate {
   // The device peak: the larger of construction and a step.
   std::int64_t device_total() const {
     const std::int64_t step =
-        device_model_states() + device_padding + device_buckets + device_gathered + device_activations;
+        device_model_states() + device_padding + device_staging + device_buckets + device_gathered + device_activations;
     return step > device_construction ? step : device_construction;
   }
   std::int64_t host_total() const { return host_model_states() + host_padding + host_staging + host_activations; }

@@ -23,6 +23,9 @@ struct PlanInput {
   int stage = 0;
   bool offload = false;  // offload_optimizer.device = "cpu"
   bool dpu = false;      // delayed parameter update
+  // offload_optimizer.ratio: the share of the partition whose optimizer
+  // state is offloaded; the rest stays on the device (Twin-Flow).
+  double offload_ratio = 1.0;
   bool on_gpu = false;   // the module is on a GPU (offload then keeps host gradients as they come down)
   int accumulation = 1;  // gradient_accumulation_steps
   int element_bytes = 2;  // training precision: 2 (bf16/fp16) or 4 (fp32)
@@ -63,8 +66,15 @@ enum class Buffer : std::uint8_t {
   kBuckets,      // stage 2 / offload: the transient buckets at their bound
   kParamPartition,  // stage 3: the rank's partition of the training-precision parameters
   kLiveParams,      // stage 3: the gathered units at their bound (forward and backward)
+  // Offload with ratio < 1: the device share of the partition (its tail,
+  // from offload_split on), stepped on the device beside the CPU step.
+  kDevMaster,    // its fp32 master weights
+  kDevExpAvg,    // its first moment (Adagrad: the sum)
+  kDevExpAvgSq,  // its second moment (Adam only)
+  kDevGrads,     // its gradients, kept on the device (not when kDevAccum holds them)
+  kDevStaging,   // its updated training-precision values until they are published (bf16/fp16)
 };
-inline constexpr int kNumBuffers = 14;
+inline constexpr int kNumBuffers = 19;
 
 struct PlannedBuffer {
   bool present = false;
@@ -83,6 +93,12 @@ struct PlannedBuffer {
 struct MemoryPlan {
   FlatLayout layout;
   int shard_rank = 0;
+  // Offload: the partition's elements [0, offload_split) have their
+  // optimizer state on the host (kMaster, kExpAvg, kExpAvgSq, the host
+  // gradients and staging), [offload_split, partition) on the device
+  // (kDev*). A multiple of kSplitAlignElements, or the whole partition.
+  // Without offload: the whole partition.
+  std::size_t offload_split = 0;
   std::array<PlannedBuffer, kNumBuffers> buffers{};
 
   const PlannedBuffer& operator[](Buffer b) const { return buffers[static_cast<std::size_t>(b)]; }
@@ -97,6 +113,8 @@ struct MemoryPlan {
 
 // Elements each rank's chunk of a bucket is aligned to (64 bytes of fp32).
 inline constexpr std::size_t kPlanAlignElements = 32;
+// The host/device boundary of an offloaded partition is a multiple of this.
+inline constexpr std::size_t kSplitAlignElements = 64;
 // Gradient buckets alive at once in stage 2 / offload: GradReducer's
 // max_in_flight (2) being reduced plus the one being filled.
 inline constexpr int kPlanLiveBuckets = 3;
