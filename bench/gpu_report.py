@@ -18,6 +18,7 @@ marked "cut off"). The parts:
     cpp-engine-offload zero-bench fit-plain --optimizer engine --stage 2 --offload cpu --checkpoint
     cpp-engine-offload-dpu  the same with --dpu
     cpp-engine-stage3-param the same at --stage 3 with --offload-param
+    cpp-engine-offload-share the DPU part with --offload-ratio (Twin-Flow: the rest stepped on the GPU)
     deepspeed-offload  bench/deepspeed_offload.py --checkpoint
     fsdp2-offload      bench/fsdp2_offload.py --checkpoint
 
@@ -37,7 +38,7 @@ import time
 
 PARTS = ["cpp-torch-adamw", "cpp-fused-adamw", "cpp-zero-adam", "cpp-engine", "python-plain", "python-plain-ckpt",
          "cpp-zero-adam-ckpt", "cpp-engine-offload", "cpp-engine-offload-dpu", "cpp-engine-stage3-param",
-         "deepspeed-offload", "fsdp2-offload"]
+         "cpp-engine-offload-share", "deepspeed-offload", "fsdp2-offload"]
 
 
 def read_part(path):
@@ -163,6 +164,7 @@ def main():
     loops2 = [("plain PyTorch", "python-plain-ckpt"), ("C++ plain, zero::cuda Adam", "cpp-zero-adam-ckpt"),
               ("zerocpp Z2 + CPU offload", "cpp-engine-offload"), ("zerocpp Z2 + offload + DPU", "cpp-engine-offload-dpu"),
               ("zerocpp Z3 + offload_param + DPU", "cpp-engine-stage3-param"),
+              ("zerocpp Z2 + offload + DPU, ratio<1", "cpp-engine-offload-share"),
               ("DeepSpeed Z2 + CPU offload", "deepspeed-offload"), ("FSDP2 + CPUOffloadPolicy", "fsdp2-offload")]
     print("\nTable 2. With activation checkpointing per block: the offload peers beside the plain loops")
     print("of plain = plain PyTorch's step / this step; GPU = peak allocated GiB; host = peak RSS GiB")

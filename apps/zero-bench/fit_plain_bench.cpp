@@ -103,6 +103,7 @@ struct FitOptions {
   std::string offload = "none";  // --optimizer engine: none or cpu
   bool dpu = false;
   bool offload_param = false;  // --optimizer engine --stage 3: offload_param.device "cpu"
+  double offload_ratio = 1.0;  // --optimizer engine --offload cpu: offload_optimizer.ratio
   int cpu_threads = 0;     // --optimizer engine --offload cpu: offload_optimizer.cpu_threads (0: the engine's choice)
   std::string timeline;    // --optimizer engine: write PREFIX-SIZE.json, the engine's timeline of 2 steps
   std::int64_t micro = 4, seq = 1024;
@@ -339,7 +340,8 @@ void train_size(const FitOptions& o, const Dev& d, SizeResult& r) {
               {"zero_optimization", {{"stage", o.stage},
                                      {"offload_optimizer", {{"device", o.offload}, {"delayed_param_update", o.dpu},
                                                             {"delayed_param_update_warmup_steps", 1},
-                                                            {"cpu_threads", o.cpu_threads}}}}},
+                                                            {"cpu_threads", o.cpu_threads},
+                                                            {"ratio", o.offload_ratio}}}}},
               {"steps_per_print", 1000000}};
     if (o.offload_param) c["zero_optimization"]["offload_param"] = {{"device", "cpu"}};
     single = comm::make_single_process_communicator();
@@ -428,6 +430,7 @@ void train_size(const FitOptions& o, const Dev& d, SizeResult& r) {
     std::ofstream out(path);
     out << Json{{"size", r.size}, {"params", r.config.num_parameters()}, {"device", o.device},
                 {"stage", o.stage}, {"offload", o.offload}, {"dpu", o.dpu}, {"offload_param", o.offload_param},
+                {"offload_ratio", o.offload_ratio},
                 {"median_step_ms", r.step_s * 1e3},
                 {"steps_ms", bounds}, {"intervals", iv}}
                .dump();
@@ -511,6 +514,10 @@ void run_fit_plain(const FitOptions& o) {
                   o.timeline.empty()),
              "--stage, --offload, --dpu, --offload-param, --cpu-threads and --timeline configure --optimizer engine");
   ZERO_CHECK(!o.offload_param || o.stage == 3, "--offload-param offloads stage 3's parameter partition: add --stage 3");
+  ZERO_CHECK(o.offload_ratio >= 0.0 && o.offload_ratio <= 1.0, "--offload-ratio must be in [0, 1], got ",
+             o.offload_ratio);
+  ZERO_CHECK(o.offload_ratio == 1.0 || (o.optimizer == "engine" && o.offload == "cpu"),
+             "--offload-ratio is the offloaded share of the optimizer: it needs --optimizer engine --offload cpu");
   ZERO_CHECK(o.cpu_threads >= 0, "--cpu-threads must be 0 (the engine's choice) or positive");
   ZERO_CHECK(o.optimizer != "zero" || o.device == "cuda",
              "--optimizer zero is zerocpp's device Adam: it needs --device cuda");
@@ -546,7 +553,8 @@ void run_fit_plain(const FitOptions& o) {
       : o.optimizer == "zero"  ? "zero::cuda::fused_adam_device"
                                : "zero::Engine stage " + std::to_string(o.stage) +
                                     (o.offload == "cpu" ? (o.dpu ? " + CPU offload + DPU" : " + CPU offload") : "") +
-                                    (o.offload_param ? " + offload_param" : "");
+                                    (o.offload_param ? " + offload_param" : "") +
+                                    (o.offload_ratio < 1.0 ? " (ratio " + std::to_string(o.offload_ratio).substr(0, 4) + ")" : "");
   const char* precision = o.optimizer == "engine" ? (o.dtype == "bf16" ? ", bf16 params + fp32 masters" : ", fp32")
                                                   : (o.dtype == "bf16" ? ", fp32 params, bf16 autocast" : ", fp32");
   std::printf("zero-bench fit-plain: %s loop (%s%s%s) on %s, "
@@ -650,6 +658,10 @@ void add_fit_plain_command(CLI::App& app) {
   cmd->add_flag("--dpu", o->dpu, "--optimizer engine with --offload cpu: the delayed parameter update");
   cmd->add_flag("--offload-param", o->offload_param,
                 "--optimizer engine --stage 3: the parameter partition in (pinned) host memory (offload_param)");
+  cmd->add_option("--offload-ratio", o->offload_ratio,
+                  "--optimizer engine --offload cpu: offload_optimizer.ratio, the share of the optimizer state on "
+                  "the CPU; the rest is stepped on the device (Twin-Flow)")
+      ->capture_default_str();
   cmd->add_option("--cpu-threads", o->cpu_threads,
                   "--optimizer engine --offload cpu: CPU Adam threads (0: the engine's choice, all cores but one "
                   "on a GPU)")

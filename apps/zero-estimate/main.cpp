@@ -209,6 +209,13 @@ int main(int argc, char** argv) {
                   memory::format_bytes(e.host_model_states()).c_str(), memory::format_bytes(e.host_total()).c_str(),
                   (device_mem || host_mem) ? (fits ? "  fits" : "  does not fit") : "");
     }
+    for (const Row& r : rows) {
+      if (r.e.device_staging == 0) continue;
+      std::printf("(dev total includes %s per rank of staging for the device share's update: offload_optimizer.ratio "
+                  "%.2f keeps %.0f%% of the optimizer state on the device)\n",
+                  memory::format_bytes(r.e.device_staging).c_str(), offload_ratio, 100.0 * (1.0 - offload_ratio));
+      break;
+    }
     if (json) {
       std::printf("{\"params\":%lld,\"world\":%d,\"configs\":[", (long long)in.params, world);
       for (std::size_t i = 0; i < rows.size(); ++i) {

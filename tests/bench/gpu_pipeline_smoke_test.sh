@@ -65,8 +65,26 @@ assert j["stage"] == 3 and j["offload_param"] is True and j["dpu"] is True, j
 sizes = [json.loads(l) for l in open(sys.argv[2]) if l.startswith("{") and '"sizes"' in l][0]["sizes"]
 assert sizes[0]["status"] == "ok" and sizes[0]["params"] == 120576, sizes
 PY
+# Twin-Flow: 70% of the optimizer state on the CPU, the rest stepped where
+# the model is, traced (its lane: "device step").
+"$bench" fit-plain --device cpu --dtype fp32 --optimizer engine --stage 2 --offload cpu --dpu --offload-ratio 0.7 \
+  --cpu-threads 1 --timeline "$dir/share" --matmul none "${tiny[@]}" >"$dir/cpp-engine-offload-share-$st.log"
+"$python" - "$dir/share-gpt2-tiny.json" "$dir/cpp-engine-offload-share-$st.log" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["offload_ratio"] == 0.7 and j["dpu"] is True, j
+lanes = {i["lane"] for i in j["intervals"]}
+assert {"cpu step", "device step"} <= lanes, lanes
+sizes = [json.loads(l) for l in open(sys.argv[2]) if l.startswith("{") and '"sizes"' in l][0]["sizes"]
+assert sizes[0]["status"] == "ok", sizes
+PY
 out=$("$python" "$root/bench/gpu_report.py" --dir "$dir" --stamp "$st" --out "$dir/gpu.json")
 grep -qF "zerocpp Z3 + offload_param + DPU" <<<"$out" || fail "the report lacks the stage-3 row"
+grep -qF "ratio<1" <<<"$out" || fail "the report lacks the Twin-Flow row"
+if "$bench" fit-plain --device cpu --optimizer engine --offload-ratio 0.5 "${tiny[@]}" 2>"$dir/err"; then
+  fail "--offload-ratio without --offload cpu ran"
+fi
+grep -q "needs --optimizer engine --offload cpu" "$dir/err" || fail "--offload-ratio refusal: $(cat "$dir/err")"
 if "$bench" fit-plain --device cpu --optimizer engine --offload-param "${tiny[@]}" 2>"$dir/err"; then
   fail "--offload-param without --stage 3 ran"
 fi
