@@ -9,6 +9,7 @@
 #include <ATen/ops/empty.h>
 
 #include "zero/ckpt/shard_io.h"
+#include "zero/core/error.h"
 
 namespace zero::detail {
 
@@ -23,6 +24,12 @@ CheckpointSave::CheckpointSave(std::filesystem::path dir, std::string tag, std::
       manifest_(std::move(manifest)),
       snapshot_(std::move(snapshot)) {
   if (async) {
+    for (const SaveSection& s : sections_) {
+      if (!s.live) continue;
+      for (const at::Tensor& t : s.pieces) {
+        if (t.device().is_cpu()) live_.push_back(LivePiece{t});
+      }
+    }
     worker_ = std::make_unique<offload::BackgroundWorker>();
     // Tests: ZERO_TEST_CKPT_WRITE_DELAY_MS holds the write back, so that the
     // training steps taken meanwhile would show in a file that was written
@@ -52,9 +59,14 @@ void CheckpointSave::write() {
   try {
     ckpt::ShardWriter w(file_);
     at::Tensor bounce;  // device pieces come down through it, a block at a time
+    std::size_t next_live = 0;
     for (const SaveSection& s : sections_) {
       w.begin_section(s.name, s.dtype, s.shape);
       for (const at::Tensor& t : s.pieces) {
+        if (s.live && worker_ && t.device().is_cpu()) {
+          write_live(w, next_live++);
+          continue;
+        }
         if (t.device().is_cpu()) {
           w.write(t.data_ptr(), t.nbytes());
           continue;
@@ -80,6 +92,70 @@ void CheckpointSave::write() {
   write_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
 }
 
+void CheckpointSave::write_live(ckpt::ShardWriter& w, std::size_t i) {
+  LivePiece& p = live_[i];
+  ZERO_INTERNAL_ASSERT(p.t.device().is_cpu() && p.t.is_contiguous(), "a live checkpoint piece must be contiguous host memory");
+  const std::uint64_t total = p.t.nbytes();
+  const std::uint64_t block = ckpt::kIoBlock;
+  while (true) {
+    const char* from = nullptr;
+    std::uint64_t n = 0;
+    {
+      const std::lock_guard<std::mutex> lock(live_mu_);
+      if (p.written >= total) break;
+      n = std::min(block, total - p.written);
+      if (p.copy.defined()) {
+        from = static_cast<const char*>(p.copy.data_ptr()) + (p.written - p.copied_from);
+      } else {
+        from = static_cast<const char*>(p.t.data_ptr()) + p.written;
+        in_block_ = true;
+      }
+    }
+    struct EndBlock {  // on return and on throw
+      CheckpointSave* self;
+      ~EndBlock() {
+        {
+          const std::lock_guard<std::mutex> lock(self->live_mu_);
+          self->in_block_ = false;
+        }
+        self->live_cv_.notify_all();
+      }
+    };
+    {
+      const EndBlock end{this};
+      w.write(from, static_cast<std::size_t>(n));
+    }
+    const std::lock_guard<std::mutex> lock(live_mu_);
+    p.written += n;
+  }
+}
+
+std::uint64_t CheckpointSave::fence(memory::MemoryLedger& ledger) {
+  if (!worker_ || live_.empty()) return 0;
+  std::unique_lock<std::mutex> lock(live_mu_);
+  if (fenced_) return 0;
+  fenced_ = true;
+  std::uint64_t copied = 0;
+  for (LivePiece& p : live_) {
+    const std::uint64_t total = p.t.nbytes();
+    if (p.written >= total) continue;
+    // From the start of the block being written (if any) to the end: the
+    // writer may be reading it now; reading it here too is safe, and the
+    // live memory changes only after this returns.
+    const at::Tensor bytes = p.t.reshape({-1}).view(at::kByte);
+    p.copy = bytes.narrow(0, static_cast<std::int64_t>(p.written), static_cast<std::int64_t>(total - p.written)).clone();
+    p.copied_from = p.written;
+    copied += total - p.written;
+  }
+  live_cv_.wait(lock, [&] { return !in_block_; });
+  lock.unlock();
+  if (copied > 0) {
+    fence_copies_.push_back(ledger.add(memory::Tier::kHost, memory::Kind::kStaging, static_cast<std::int64_t>(copied),
+                                       "checkpoint snapshot (the rest, at the next step)", false));
+  }
+  return copied;
+}
+
 bool CheckpointSave::written() const { return !worker_ || !worker_->busy(); }
 
 std::string CheckpointSave::result() {
@@ -87,7 +163,10 @@ std::string CheckpointSave::result() {
   // The host copy is no longer needed (released here, on the thread that
   // owns the ledger).
   sections_.clear();
+  live_.clear();
   snapshot_.release();
+  for (auto& r : fence_copies_) r.release();
+  fence_copies_.clear();
   return record_;
 }
 

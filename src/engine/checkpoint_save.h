@@ -4,10 +4,19 @@
 // thread that writes them while training goes on (asynchronous save), or
 // nothing but the write itself (synchronous). The commit, a collective,
 // is the engine's (engine_checkpoint.cpp).
+//
+// An asynchronous save writes "live" sections (host memory that only the
+// next optimizer step changes: the partition's master, moments, parameters
+// and pending update) from the engine's own buffers, without a copy; the
+// engine calls fence() before it changes them, which copies what is not
+// written yet and waits for the block being written. A write that ends
+// within the forward and backward after the save costs no copy at all.
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <mutex>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -16,6 +25,7 @@
 #include <ATen/Tensor.h>
 
 #include "zero/ckpt/manifest.h"
+#include "zero/ckpt/shard_io.h"
 #include "zero/memory/memory_ledger.h"
 #include "zero/offload/background_worker.h"
 
@@ -25,12 +35,14 @@ struct SaveSection {
   std::string name, dtype;          // dtype in the manifest's names (fp32, bf16, u8, ...)
   std::vector<std::int64_t> shape;  // module tensors
   std::vector<at::Tensor> pieces;   // contiguous tensors, written in order
+  bool live = false;                // async: host pieces written in place until fence()
 };
 
 class CheckpointSave {
  public:
   // Writes `sections` to `file`: on a worker thread (async: the pieces must
-  // be host copies that nothing else writes), or before returning. `manifest` (rank 0's, without the files) and the rest are
+  // be host copies that nothing else writes, or host memory of live
+  // sections that nothing writes before fence()), or before returning. `manifest` (rank 0's, without the files) and the rest are
   // kept for the commit.
   CheckpointSave(std::filesystem::path dir, std::string tag, std::filesystem::path file, int rank,
                  std::vector<SaveSection> sections, ckpt::Manifest manifest, bool async,
@@ -41,6 +53,11 @@ class CheckpointSave {
 
   // Whether the file is written (or its write failed).
   bool written() const;
+  // The live sections' memory is about to change: what the writer has not
+  // written of it yet is copied (registered in `ledger` until result()),
+  // and the block it is writing is waited for. Returns the bytes copied.
+  // Idempotent; nothing to do for a synchronous or finished save.
+  std::uint64_t fence(memory::MemoryLedger& ledger);
   // Waits for the file; its record as JSON, or "error: <message>".
   std::string result();
 
@@ -53,6 +70,24 @@ class CheckpointSave {
 
  private:
   void write();
+  // Writes live piece `i` (of `live_`) a block at a time, each block from
+  // the piece itself or, after a fence, from its copy.
+  void write_live(ckpt::ShardWriter& w, std::size_t i);
+
+  // A live piece: its memory, how much of it is written, and after a fence
+  // the copy of its bytes from `copied_from` on.
+  struct LivePiece {
+    at::Tensor t;
+    std::uint64_t written = 0;
+    at::Tensor copy;
+    std::uint64_t copied_from = 0;
+  };
+  std::vector<LivePiece> live_;
+  std::mutex live_mu_;
+  std::condition_variable live_cv_;
+  bool in_block_ = false;  // the writer is reading a live block now
+  bool fenced_ = false;
+  std::vector<memory::MemoryLedger::Registration> fence_copies_;
 
   std::filesystem::path dir_;
   std::string tag_;

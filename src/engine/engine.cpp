@@ -492,6 +492,8 @@ bool Engine::step() {
   // An asynchronous save is committed at the first step after every rank
   // has written its file.
   if (m.saving) finish_checkpoint(/*block=*/false);
+  // A save still writing the partition in place: the rest is copied now.
+  last_checkpoint_.stall_s += m.fence_save(ledger_);
   // Before the step uses what this window's collectives produced: did every
   // rank issue the same ones?
   if (config_.comm_sequence_check) comm_.check_sequence();
@@ -607,6 +609,7 @@ void Engine::report_skipped_step() const {
 
 void Engine::flush() {
   at::NoGradGuard no_grad;
+  last_checkpoint_.stall_s += impl_->fence_save(ledger_);
   impl_->finish_delayed(comm_);
 }
 

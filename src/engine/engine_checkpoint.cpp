@@ -154,6 +154,12 @@ std::vector<std::pair<std::string, at::Tensor>> module_tensors(torch::nn::Module
 
 bool Engine::checkpoint_in_flight() const { return impl_->saving != nullptr; }
 
+double Engine::Impl::fence_save(memory::MemoryLedger& ledger) {
+  if (!saving) return 0.0;
+  const Clock::time_point began = Clock::now();
+  return saving->fence(ledger) > 0 ? seconds_since(began) : 0.0;
+}
+
 void Engine::save_checkpoint(const std::string& dir, const std::string& tag, const nlohmann::json& client_state,
                              bool async) {
   Impl& m = *impl_;
@@ -215,20 +221,23 @@ void Engine::save_checkpoint(const std::string& dir, const std::string& tag, con
       for (const at::Tensor& t : parts) v.push_back(host(t));
       return v;
     };
-    sections.push_back({"master", "fp32", {}, hosts(m.optimizer->master_parts())});
-    sections.push_back({"exp_avg", "fp32", {}, hosts(m.optimizer->exp_avg_parts())});
+    // The partition's sections change only at the next optimizer step: an
+    // asynchronous save writes their host memory in place until then
+    // (CheckpointSave::fence()).
+    sections.push_back({"master", "fp32", {}, hosts(m.optimizer->master_parts()), true});
+    sections.push_back({"exp_avg", "fp32", {}, hosts(m.optimizer->exp_avg_parts()), true});
     if (man.moments == 2) {
       man.partition_sections.push_back("exp_avg_sq");
-      sections.push_back({"exp_avg_sq", "fp32", {}, hosts(m.optimizer->exp_avg_sq_parts())});
+      sections.push_back({"exp_avg_sq", "fp32", {}, hosts(m.optimizer->exp_avg_sq_parts()), true});
     }
-    detail::SaveSection params{"params", tdtype, {}, {}};
+    detail::SaveSection params{"params", tdtype, {}, {}, true};
     for (const Bucket& b : L.buckets()) params.pieces.push_back(host(P.rank_chunk(b)));
     sections.push_back(std::move(params));
     man.partition_sections.push_back("params");
     if (man.engine.update_pending) {
       const std::vector<at::Tensor> parts = m.update_parts(m.update_index);
       if (!parts.empty()) {
-        sections.push_back({"update", tdtype, {}, hosts(parts)});
+        sections.push_back({"update", tdtype, {}, hosts(parts), true});
         man.partition_sections.push_back("update");
       }
     }
@@ -258,12 +267,19 @@ void Engine::save_checkpoint(const std::string& dir, const std::string& tag, con
     for (const detail::SaveSection& s : sections) {
       for (const at::Tensor& t : s.pieces) bytes += static_cast<std::int64_t>(t.nbytes());
     }
+    // Room for a copy of all of it: what is not written by the next step is
+    // copied then.
     async = snapshot_fits(comm_, m.ctx.device, bytes, tag);
     if (async) {
+      std::int64_t copied = 0;
       for (detail::SaveSection& s : sections) {
-        for (at::Tensor& t : s.pieces) t = detail::host_snapshot(t);
+        for (at::Tensor& t : s.pieces) {
+          if (s.live && t.device().is_cpu()) continue;  // written in place until the fence
+          t = detail::host_snapshot(t);
+          copied += static_cast<std::int64_t>(t.nbytes());
+        }
       }
-      snapshot = ledger_.add(memory::Tier::kHost, memory::Kind::kStaging, bytes, "checkpoint snapshot", false);
+      snapshot = ledger_.add(memory::Tier::kHost, memory::Kind::kStaging, copied, "checkpoint snapshot", false);
     }
   }
   const fs::path file = ckpt::partial_path(root, tag) / ckpt::shard_file_name(m.rank, m.world);

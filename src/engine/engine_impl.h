@@ -91,6 +91,10 @@ struct Engine::Impl {
   void publish_piece(const Piece& pc, int buf, const char* kind);
   // The update of gradient buffer `buf` into the model: copies and all-gather.
   void apply_update(int buf, comm::Communicator& comm);
+  // Before the partition changes (an optimizer step, a flush): an
+  // asynchronous save still writing it copies the rest
+  // (CheckpointSave::fence()). Returns the seconds it took.
+  double fence_save(memory::MemoryLedger& ledger);
   // Waits for the delayed update, if any, and applies it to the model: on a
   // GPU each chunk goes up as soon as the worker has stepped it, so the
   // copies overlap the rest of the CPU step.

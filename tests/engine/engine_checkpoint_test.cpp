@@ -443,6 +443,50 @@ TEST(Save, MidWindowIsRefusedAndTheAsyncCommitComesAtAStep) {
   on_rank0([&] { rm_tree(dir); });
 }
 
+// An asynchronous save writes the partition's host memory in place (no copy
+// at the save) until the next optimizer step, which copies what is not
+// written yet (held back here) before it changes it: the ledger shows where
+// the copy is made, and the checkpoint holds the state of the save.
+TEST(Save, AsyncWritesThePartitionInPlaceUntilTheNextStep) {
+  comm::Communicator& comm = world_comm();
+  const int world = comm.world_size();
+  const fs::path dir = shared_temp_dir(comm, "async_in_place");
+  const config::Config cfg = make_config(2, true, false, world, kGlobalBatch / world, 1);  // fp32, CPU offload
+  Trainer t{ModelKind::kUnitMlp, cfg};
+  std::vector<float> losses;
+  t.steps(0, 2, losses);
+  const std::vector<at::Tensor> at_save = t.engine->gather_master_params();
+  auto staging = [&] { return t.engine->ledger().snapshot().bytes(memory::Tier::kHost, memory::Kind::kStaging); };
+  const auto s = t.engine->ledger().snapshot();
+  const std::int64_t state = s.bytes(memory::Tier::kHost, memory::Kind::kFp32Master) +
+                             s.bytes(memory::Tier::kHost, memory::Kind::kMoments);
+  ASSERT_GT(state, 0);
+  ASSERT_EQ(staging(), 0);
+  setenv("ZERO_TEST_CKPT_WRITE_DELAY_MS", "1500", 1);
+  t.engine->save_checkpoint(dir.string(), "in_place", {}, /*async=*/true);
+  unsetenv("ZERO_TEST_CKPT_WRITE_DELAY_MS");
+  ASSERT_TRUE(t.engine->last_checkpoint().async);
+  // At the save: copies of the small sections only (the RNG state, 5 KB;
+  // module tensors), not of the partition.
+  const std::int64_t small = staging();
+  EXPECT_LT(small, state) << "the partition was copied at the save";
+  const double save_stall = t.engine->last_checkpoint().stall_s;
+  // The next step changes the partition: the unwritten rest is copied first.
+  t.steps(2, 3, losses);
+  ASSERT_TRUE(t.engine->checkpoint_in_flight()) << "the write was not held back";
+  EXPECT_GE(staging(), small + state) << "the step went on without copying the unwritten state";
+  EXPECT_GT(t.engine->last_checkpoint().stall_s, save_stall);
+  t.steps(3, 4, losses);  // no second copy
+  EXPECT_LT(staging(), small + 2 * state);
+  t.engine->wait_checkpoint();
+  EXPECT_EQ(staging(), 0) << "the copies outlive the save";
+  Trainer u{ModelKind::kUnitMlp, cfg};
+  u.engine->load_checkpoint(dir.string(), "in_place");
+  const std::vector<at::Tensor> loaded = u.engine->gather_master_params();
+  for (std::size_t i = 0; i < loaded.size(); ++i) EXPECT_TRUE(at::equal(loaded[i], at_save[i])) << "param " << i;
+  on_rank0([&] { rm_tree(dir); });
+}
+
 // An asynchronous save whose snapshot one rank's host cannot hold: every
 // rank saves synchronously instead, and the checkpoint is whole.
 TEST(Save, AsyncFallsBackToSynchronousWhereTheSnapshotDoesNotFit) {

@@ -203,7 +203,10 @@ class Engine {
   nlohmann::json load_checkpoint(const std::string& dir, const std::string& tag = "latest");
   struct CheckpointTiming {
     std::string tag;
-    double stall_s = 0.0;   // how long save_checkpoint blocked the caller
+    // How long the save held training: save_checkpoint itself and, for an
+    // asynchronous save not written by the next optimizer step, the copy
+    // that step made of the rest of the state.
+    double stall_s = 0.0;
     double write_s = 0.0;   // this rank's file: write and fsync
     double commit_s = 0.0;  // the commit (waits for the slowest rank's file)
     std::uint64_t bytes = 0;  // this rank's file
