@@ -27,7 +27,10 @@ CheckpointSave::CheckpointSave(std::filesystem::path dir, std::string tag, std::
     for (const SaveSection& s : sections_) {
       if (!s.live) continue;
       for (const at::Tensor& t : s.pieces) {
-        if (t.device().is_cpu()) live_.push_back(LivePiece{t});
+        if (!t.device().is_cpu()) continue;
+        LivePiece p;
+        p.t = t;
+        live_.push_back(std::move(p));
       }
     }
     worker_ = std::make_unique<offload::BackgroundWorker>();

@@ -46,7 +46,11 @@ OptimizerPartition::OptimizerPartition(const config::Config& config, const Memor
     for (std::size_t off = 0; off < b.chunk;) {
       std::size_t n = std::min(piece, b.chunk - off);
       const std::size_t at = b.partition_offset + off;
-      if (at < split_) n = std::min(n, split_ - at);  // a piece ends at the split
+      if (at < split_) {
+        n = std::min(n, split_ - at);  // a piece ends at the split
+      } else {
+        n = b.chunk - off;  // the device share: one kernel per bucket (nothing goes up piece by piece)
+      }
       std::vector<Piece>& list = at < split_ ? pieces_ : device_pieces_;
       list.push_back(Piece{&b, off, n, list.size(), at < split_ ? Share::kMain : Share::kDevice});
       off += n;

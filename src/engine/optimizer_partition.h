@@ -63,7 +63,9 @@ class OptimizerPartition {
   // (docs/PERFORMANCE.md).
   static constexpr std::size_t kMaxPieceElements = std::size_t{1} << 26;
   static constexpr std::size_t kPieceAlign = 64;
-  // A piece never straddles the two shares.
+  // A piece never straddles the two shares; the device share's pieces are
+  // whole buckets' segments (one kernel each; nothing waits for them piece
+  // by piece).
   enum class Share : std::uint8_t { kMain, kDevice };
   struct Piece {
     const Bucket* bucket;
