@@ -54,13 +54,13 @@ enum class Buffer : std::uint8_t {
                  // stage 3: one bucket of them at a time, at construction
   kFlatParams,   // the training-precision flat parameters (bf16/fp16 only); stage 3: the buckets
                  // of no unit, which stay gathered (any precision)
-  kMaster,       // the rank's fp32 master partition
+  kMaster,       // the rank's fp32 master partition (offload: its host share)
   kExpAvg,       // first moment (Adagrad: its sum)
   kExpAvgSq,     // second moment (Adam only)
-  kStaging,      // offload: the host copy of the updated training-precision partition
+  kStaging,      // offload: the host copy of the updated training-precision partition (host share)
   kFullGrads,    // stage 0/1: the full flat gradients
   kPartGrads,    // stage 2: the device gradient partition
-  kHostGrads0,   // offload: the host gradient partition
+  kHostGrads0,   // offload: the host gradient partition (host share)
   kHostGrads1,   // offload with DPU: the second one
   kDevAccum,     // GPU offload with accumulation: the device fp32 sum of the window
   kBuckets,      // stage 2 / offload: the transient buckets at their bound
