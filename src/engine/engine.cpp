@@ -633,7 +633,7 @@ std::string Engine::summary() const {
   const memory::LedgerSnapshot s = ledger_.snapshot();
   std::ostringstream os;
   os << "zerocpp summary (rank " << m.rank << " of " << m.world << ", stage " << m.stage
-     << (m.offload ? ", offload cpu" : "") << (m.delayed->enabled() ? ", DPU" : "") << ", "
+     << (m.offload ? offload_text(m.plan) : std::string()) << (m.delayed->enabled() ? ", DPU" : "") << ", "
      << c10::toString(m.precision.dtype()) << " on " << m.ctx.device.str() << ", " << num_parameters()
      << " parameters)\n";
   for (int t = 0; t < memory::kNumTiers; ++t) {
