@@ -39,6 +39,15 @@ CheckpointSave::CheckpointSave(std::filesystem::path dir, std::string tag, std::
     // from the live state instead of the snapshot (docs/testing.md).
     const char* delay = std::getenv("ZERO_TEST_CKPT_WRITE_DELAY_MS");
     const long delay_ms = delay != nullptr ? std::strtol(delay, nullptr, 10) : 0;
+    // ZERO_TEST_CKPT_LIVE_BLOCK=BYTES:MS writes the live sections in blocks
+    // of BYTES, each followed by a pause of MS, so that the next step's
+    // fence lands in the middle of a piece.
+    if (const char* b = std::getenv("ZERO_TEST_CKPT_LIVE_BLOCK")) {
+      char* rest = nullptr;
+      const unsigned long long bytes = std::strtoull(b, &rest, 10);
+      if (bytes > 0) live_block_ = bytes;
+      if (rest != nullptr && *rest == ':') live_pause_ms_ = std::strtol(rest + 1, nullptr, 10);
+    }
     worker_->submit([this, delay_ms] {
       if (delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
       write();
@@ -99,7 +108,7 @@ void CheckpointSave::write_live(ckpt::ShardWriter& w, std::size_t i) {
   LivePiece& p = live_[i];
   ZERO_INTERNAL_ASSERT(p.t.device().is_cpu() && p.t.is_contiguous(), "a live checkpoint piece must be contiguous host memory");
   const std::uint64_t total = p.t.nbytes();
-  const std::uint64_t block = ckpt::kIoBlock;
+  const std::uint64_t block = live_block_;
   while (true) {
     const char* from = nullptr;
     std::uint64_t n = 0;
@@ -128,8 +137,11 @@ void CheckpointSave::write_live(ckpt::ShardWriter& w, std::size_t i) {
       const EndBlock end{this};
       w.write(from, static_cast<std::size_t>(n));
     }
-    const std::lock_guard<std::mutex> lock(live_mu_);
-    p.written += n;
+    {
+      const std::lock_guard<std::mutex> lock(live_mu_);
+      p.written += n;
+    }
+    if (live_pause_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(live_pause_ms_));
   }
 }
 

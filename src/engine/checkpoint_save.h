@@ -86,6 +86,8 @@ class CheckpointSave {
   std::mutex live_mu_;
   std::condition_variable live_cv_;
   bool in_block_ = false;  // the writer is reading a live block now
+  std::uint64_t live_block_ = ckpt::kIoBlock;  // tests: smaller, with a pause after each
+  long live_pause_ms_ = 0;
   bool fenced_ = false;
   std::vector<memory::MemoryLedger::Registration> fence_copies_;
 

@@ -487,6 +487,31 @@ TEST(Save, AsyncWritesThePartitionInPlaceUntilTheNextStep) {
   on_rank0([&] { rm_tree(dir); });
 }
 
+// The fence in the middle of a piece: the live sections written in blocks of
+// 256 bytes with a pause after each, the next steps start at once, so the
+// step's fence finds the writer part-way through the master weights: the
+// copy must start where the writer is, and the file hold the saved state.
+TEST(Save, AsyncFenceInTheMiddleOfAPieceKeepsTheSavedState) {
+  comm::Communicator& comm = world_comm();
+  const int world = comm.world_size();
+  const fs::path dir = shared_temp_dir(comm, "async_mid_piece");
+  const config::Config cfg = make_config(2, true, false, world, kGlobalBatch / world, 1);
+  Trainer t{ModelKind::kUnitMlp, cfg};
+  std::vector<float> losses;
+  t.steps(0, 2, losses);
+  const std::vector<at::Tensor> at_save = t.engine->gather_master_params();
+  setenv("ZERO_TEST_CKPT_LIVE_BLOCK", "256:2", 1);
+  t.engine->save_checkpoint(dir.string(), "mid", {}, /*async=*/true);
+  unsetenv("ZERO_TEST_CKPT_LIVE_BLOCK");
+  t.steps(2, 4, losses);
+  t.engine->wait_checkpoint();
+  Trainer u{ModelKind::kUnitMlp, cfg};
+  u.engine->load_checkpoint(dir.string(), "mid");
+  const std::vector<at::Tensor> loaded = u.engine->gather_master_params();
+  for (std::size_t i = 0; i < loaded.size(); ++i) EXPECT_TRUE(at::equal(loaded[i], at_save[i])) << "param " << i;
+  on_rank0([&] { rm_tree(dir); });
+}
+
 // An asynchronous save whose snapshot one rank's host cannot hold: every
 // rank saves synchronously instead, and the checkpoint is whole.
 TEST(Save, AsyncFallsBackToSynchronousWhereTheSnapshotDoesNotFit) {
