@@ -15,7 +15,7 @@ using memory::Tier;
 GradPath::GradPath(const MemoryPlan& plan, const DeviceContext& ctx, Options options, comm::Communicator& comm,
                    memory::MemoryLedger& ledger, const at::Tensor& like)
     : layout_(plan.layout), ctx_(ctx), o_(options), gpu_offload_(options.offload && ctx.on_accelerator()),
-      split_(options.offload ? plan.offload_split : plan.layout.partition_numel()) {
+      split_(plan.offload_split) {
   // Each buffer as the plan has it (zero/zero/memory_plan.h), registered as allocated.
   auto allocate = [&](Buffer id, at::Tensor& t) {
     const PlannedBuffer& b = plan[id];

@@ -95,9 +95,7 @@ class GradPath {
   void consume_gpu_offload(const Bucket& bucket, const at::Tensor& chunk);
   // Bucket b's chunk as the host share's elements (the first `host`) and
   // the device share's (the rest).
-  std::size_t host_part(const Bucket& b) const {
-    return b.partition_offset >= split_ ? 0 : std::min(b.chunk, split_ - b.partition_offset);
-  }
+  std::size_t host_part(const Bucket& b) const { return chunk_before(b, split_); }
   // The device share's gradients of [at, at + n) of the partition.
   at::Tensor device_share(std::size_t at, std::size_t n) const;
   std::size_t chunk_flat_offset(const Bucket& b) const {
@@ -113,7 +111,7 @@ class GradPath {
   std::array<at::Tensor, 2> host_grads_;  // offload: host partition (two with DPU)
   at::Tensor dev_accum_;                  // GPU offload with accumulation: fp32 device partition
   at::Tensor dev_grads_;                  // offload: the device share's gradients (unless dev_accum_ has them)
-  std::size_t split_ = 0;                 // where the device share begins
+  std::size_t split_ = 0;                 // where the device share begins (MemoryPlan::offload_split)
   int cur_ = 0;
   bool boundary_ = false;      // the backward now running ends the window
   bool window_first_ = true;   // ...and is its first (dev_accum_ is overwritten)

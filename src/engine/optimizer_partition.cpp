@@ -21,7 +21,7 @@ OptimizerPartition::OptimizerPartition(const config::Config& config, const Memor
                                        const DeviceContext& ctx, Options options, memory::MemoryLedger& ledger)
     : opt_(config.optimizer), plan_(plan), layout_(plan.layout), ctx_(ctx), o_(options), ledger_(ledger),
       adagrad_(config.optimizer.is_adagrad()) {
-  split_ = o_.offload ? plan.offload_split : layout_.partition_numel();
+  split_ = plan.offload_split;
   const bool device_share = split_ < layout_.partition_numel();
   if (ctx_.on_accelerator() && (!o_.offload || device_share)) {
     device_adam_ = optim::device_adam();
@@ -88,14 +88,10 @@ void OptimizerPartition::allocate_master() {
 }
 
 void OptimizerPartition::seed_master_chunk(const Bucket& b, const at::Tensor& chunk32) {
-  const std::size_t begin = b.partition_offset, end = begin + b.chunk;
-  if (begin < split_) {
-    const std::size_t n = std::min(end, split_) - begin;
-    master_.narrow(0, i64(begin), i64(n)).copy_(chunk32.narrow(0, 0, i64(n)));
-  }
-  if (end > split_) {
-    const std::size_t from = std::max(begin, split_);
-    dev_master_.narrow(0, i64(from - split_), i64(end - from)).copy_(chunk32.narrow(0, i64(from - begin), i64(end - from)));
+  const std::size_t host = chunk_before(b, split_), dev = b.chunk - host;
+  if (host > 0) master_.narrow(0, i64(b.partition_offset), i64(host)).copy_(chunk32.narrow(0, 0, i64(host)));
+  if (dev > 0) {
+    dev_master_.narrow(0, i64(b.partition_offset + host - split_), i64(dev)).copy_(chunk32.narrow(0, i64(host), i64(dev)));
   }
 }
 

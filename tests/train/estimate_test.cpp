@@ -34,6 +34,28 @@ void stage3_settings(EstimateInput& in) {
   in.prefetch_elements = 0;
 }
 
+// The estimate's input for gpt2-tiny trained as bf16_config sets it up.
+EstimateInput tiny_input(const models::GptConfig& g, int world, int stage, bool offload) {
+  EstimateInput in;
+  in.params = g.num_parameters();
+  in.param_numels = g.parameter_numels();
+  in.param_units = g.parameter_units();
+  in.world = world;
+  in.stage = stage;
+  in.offload = offload;
+  stage3_settings(in);
+  return in;
+}
+
+// One micro-batch of 16 tokens, backward and step (the step's buffers are
+// then allocated and the ledger has seen its peak).
+void train_one_step(Engine& engine, models::Gpt& model, const models::GptConfig& g, int rank) {
+  torch::manual_seed(10 + rank);
+  at::Tensor b = at::randint(g.vocab_size, {1, 17}, at::TensorOptions().dtype(at::kLong));
+  engine.backward(model.loss(b.narrow(1, 0, 16), b.narrow(1, 1, 16)));
+  engine.step();
+}
+
 TEST(Estimate, PaperExample) {
   // Psi = 7.5B, N = 64, mixed-precision Adam: 120, 31.4 and 16.6 GB per rank.
   EstimateInput in;
@@ -62,16 +84,9 @@ TEST(Estimate, MatchesTheEngineLedger) {
         config::Config cfg = bf16_config(comm->world_size(), stage, offload);
         cfg.zero_optimization.offload_optimizer.delayed_param_update = dpu;
         Engine engine(model, cfg, *comm);
-        EstimateInput in;
-        in.params = engine.num_parameters();
-        EXPECT_EQ(in.params, g.num_parameters());
-        in.world = comm->world_size();
-        in.stage = stage;
-        in.offload = offload;
+        EXPECT_EQ(engine.num_parameters(), g.num_parameters());
+        EstimateInput in = tiny_input(g, comm->world_size(), stage, offload);
         in.dpu = dpu;
-        in.param_numels = g.parameter_numels();
-        in.param_units = g.parameter_units();
-        stage3_settings(in);
         const MemoryEstimate e = estimate_memory(in);
         const auto s = engine.ledger().snapshot();
         const double dev = static_cast<double>(s.model_state_bytes(memory::Tier::kDevice));
@@ -104,10 +119,7 @@ TEST(Estimate, OffloadRatioSplitsTheOptimizerState) {
       config::Config cfg = bf16_config(comm->world_size(), stage, true);
       cfg.zero_optimization.offload_optimizer.ratio = ratio;
       Engine engine(model, cfg, *comm);
-      torch::manual_seed(10 + comm->rank());
-      at::Tensor b = at::randint(g.vocab_size, {1, 17}, at::TensorOptions().dtype(at::kLong));
-      engine.backward(model->loss(b.narrow(1, 0, 16), b.narrow(1, 1, 16)));
-      engine.step();
+      train_one_step(engine, *model, g, comm->rank());
       const auto s = engine.ledger().snapshot();
       const std::string what = "stage " + std::to_string(stage) + " ratio " + std::to_string(ratio);
       if (ratio == 1.0f) {
@@ -120,15 +132,8 @@ TEST(Estimate, OffloadRatioSplitsTheOptimizerState) {
       const double slack = 2 * 64.0 * 12 + 1;
       EXPECT_NEAR(state(s, memory::Tier::kHost), ratio * whole, slack) << what;
       EXPECT_NEAR(state(s, memory::Tier::kDevice), (1.0 - ratio) * whole, slack) << what;
-      EstimateInput in;
-      in.params = g.num_parameters();
-      in.param_numels = g.parameter_numels();
-      in.param_units = g.parameter_units();
-      in.world = comm->world_size();
-      in.stage = stage;
-      in.offload = true;
+      EstimateInput in = tiny_input(g, comm->world_size(), stage, true);
       in.offload_ratio = ratio;
-      stage3_settings(in);
       const MemoryEstimate e = estimate_memory(in);
       EXPECT_NEAR(static_cast<double>(e.host_master + e.host_moments), state(s, memory::Tier::kHost),
                   0.05 * whole * ratio + 1) << what;
@@ -161,19 +166,9 @@ TEST(Estimate, PeaksIncludingConstructionMatchTheLedger) {
           cfg.bf16.enabled = bf16;
           cfg.optimizer.type = optimizer;
           Engine engine(model, cfg, *comm);
-          torch::manual_seed(10 + rank);
-          at::Tensor b = at::randint(g.vocab_size, {1, 17}, at::TensorOptions().dtype(at::kLong));
-          engine.backward(model->loss(b.narrow(1, 0, 16), b.narrow(1, 1, 16)));
-          engine.step();
-          EstimateInput in;
-          in.params = g.num_parameters();
-          in.param_numels = g.parameter_numels();
-          in.param_units = g.parameter_units();
-          in.world = comm->world_size();
-          in.stage = stage;
-          in.offload = offload;
+          train_one_step(engine, *model, g, rank);
+          EstimateInput in = tiny_input(g, comm->world_size(), stage, offload);
           in.element_bytes = bf16 ? 2 : 4;
-          stage3_settings(in);
           in.moments = std::string(optimizer) == "Adagrad" ? 1 : 2;
           const MemoryEstimate e = estimate_memory(in);
           const auto s = engine.ledger().snapshot();

@@ -5,6 +5,7 @@
 // cannot drift apart. No LibTorch here.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -120,5 +121,11 @@ inline constexpr std::size_t kSplitAlignElements = 64;
 inline constexpr int kPlanLiveBuckets = 3;
 
 MemoryPlan plan_memory(const PlanInput& in);
+
+// How many elements of bucket b's chunk lie before partition element
+// `split`: with offload, the chunk's host share (split = offload_split).
+inline std::size_t chunk_before(const Bucket& b, std::size_t split) {
+  return b.partition_offset >= split ? 0 : std::min(b.chunk, split - b.partition_offset);
+}
 
 }  // namespace zero
