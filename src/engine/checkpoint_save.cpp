@@ -4,12 +4,15 @@
 #include <chrono>
 #include <cstdlib>
 #include <exception>
+#include <optional>
 #include <thread>
 
 #include <ATen/ops/empty.h>
 
 #include "zero/ckpt/shard_io.h"
+#include "zero/comm/launcher_env.h"
 #include "zero/core/error.h"
+#include "zero/core/host_memory.h"
 
 namespace zero::detail {
 
@@ -114,6 +117,7 @@ void CheckpointSave::write_live(ckpt::ShardWriter& w, std::size_t i) {
     std::uint64_t n = 0;
     {
       const std::lock_guard<std::mutex> lock(live_mu_);
+      ZERO_CHECK(abandoned_.empty(), abandoned_);
       if (p.written >= total) break;
       n = std::min(block, total - p.written);
       if (p.copy.defined()) {
@@ -149,19 +153,49 @@ std::uint64_t CheckpointSave::fence(memory::MemoryLedger& ledger) {
   if (!worker_ || live_.empty()) return 0;
   std::unique_lock<std::mutex> lock(live_mu_);
   if (fenced_) return 0;
-  fenced_ = true;
-  std::uint64_t copied = 0;
-  for (LivePiece& p : live_) {
-    const std::uint64_t total = p.t.nbytes();
-    if (p.written >= total) continue;
-    // From the start of the block being written (if any) to the end: the
-    // writer may be reading it now; reading it here too is safe, and the
-    // live memory changes only after this returns.
-    const at::Tensor bytes = p.t.reshape({-1}).view(at::kByte);
-    p.copy = bytes.narrow(0, static_cast<std::int64_t>(p.written), static_cast<std::int64_t>(total - p.written)).clone();
-    p.copied_from = p.written;
-    copied += total - p.written;
+  std::uint64_t rest = 0;
+  for (const LivePiece& p : live_) rest += p.t.nbytes() - std::min<std::uint64_t>(p.written, p.t.nbytes());
+  // The copy of the rest needs host memory, at the moment every rank on the
+  // node makes its own: where there is not enough (or the copy fails), the
+  // save is abandoned (the writer stops at its next block and the commit
+  // reports why) and training goes on; the live memory is never left to a
+  // writer that would read it while the step changes it.
+  std::string why;
+  if (rest > 0) {
+    const int local = comm::launcher_local_size().value_or(1);
+    const std::optional<std::int64_t> available = host_memory_available();
+    if (available && static_cast<std::int64_t>(rest) * local > *available) {
+      why = "the next optimizer step had to copy the " + memory::format_bytes(static_cast<std::int64_t>(rest)) +
+            " this rank had not written yet (" + std::to_string(local) + " rank(s) per node), and only " +
+            memory::format_bytes(*available) + " of host memory is available (" + host_memory_source() + ")";
+    }
   }
+  std::uint64_t copied = 0;
+  if (why.empty()) {
+    try {
+      for (LivePiece& p : live_) {
+        const std::uint64_t total = p.t.nbytes();
+        if (p.written >= total) continue;
+        // From the start of the block being written (if any) to the end: the
+        // writer may be reading it now; reading it here too is safe, and the
+        // live memory changes only after this returns.
+        const at::Tensor bytes = p.t.reshape({-1}).view(at::kByte);
+        p.copy = bytes.narrow(0, static_cast<std::int64_t>(p.written), static_cast<std::int64_t>(total - p.written))
+                     .clone();
+        p.copied_from = p.written;
+        copied += total - p.written;
+      }
+    } catch (const std::exception& e) {
+      why = std::string("the next optimizer step could not copy what this rank had not written yet: ") + e.what();
+    }
+  }
+  if (!why.empty()) {
+    abandoned_ = why + "; the save was abandoned and training went on. Make room on the host, save less often "
+                 "(a write that ends within forward and backward needs no copy), or save synchronously";
+    for (LivePiece& p : live_) p.copy = at::Tensor();
+    copied = 0;
+  }
+  fenced_ = true;
   live_cv_.wait(lock, [&] { return !in_block_; });
   lock.unlock();
   if (copied > 0) {

@@ -56,7 +56,10 @@ class CheckpointSave {
   // The live sections' memory is about to change: what the writer has not
   // written of it yet is copied (registered in `ledger` until result()),
   // and the block it is writing is waited for. Returns the bytes copied.
-  // Idempotent; nothing to do for a synchronous or finished save.
+  // Where the host has no room for the copy (host_memory_available(), for
+  // every rank on the node) or it fails, the save is abandoned instead: the
+  // writer stops before its next block and result() says why; this does not
+  // throw. Idempotent; nothing to do for a synchronous or finished save.
   std::uint64_t fence(memory::MemoryLedger& ledger);
   // Waits for the file; its record as JSON, or "error: <message>".
   std::string result();
@@ -89,6 +92,7 @@ class CheckpointSave {
   std::uint64_t live_block_ = ckpt::kIoBlock;  // tests: smaller, with a pause after each
   long live_pause_ms_ = 0;
   bool fenced_ = false;
+  std::string abandoned_;  // why the fence could not copy the rest: the writer stops with it
   std::vector<memory::MemoryLedger::Registration> fence_copies_;
 
   std::filesystem::path dir_;

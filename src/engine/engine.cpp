@@ -609,7 +609,9 @@ void Engine::report_skipped_step() const {
 
 void Engine::flush() {
   at::NoGradGuard no_grad;
-  last_checkpoint_.stall_s += impl_->fence_save(ledger_);
+  // Only a pending update changes what a save in flight may still be
+  // writing in place (the parameters): without one there is nothing to copy.
+  if (impl_->delayed->pending()) last_checkpoint_.stall_s += impl_->fence_save(ledger_);
   impl_->finish_delayed(comm_);
 }
 

@@ -175,6 +175,10 @@ void Engine::save_checkpoint(const std::string& dir, const std::string& tag, con
   // update stays pending, and is saved as such).
   m.delayed->wait();
   detail::ParamStore& P = *m.params;
+  // The host reads the partition below: the last publish's copies into it
+  // (on a GPU with offload_param, the device share's update comes down on
+  // the copy stream) must have landed.
+  P.wait_up();
   const FlatLayout& L = P.layout();
   const fs::path root(dir);
   std::string error;
@@ -391,6 +395,10 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
   finish_checkpoint(/*block=*/true);
   m.delayed->wait();
   detail::ParamStore& P = *m.params;
+  // The host reads the partition below: the last publish's copies into it
+  // (on a GPU with offload_param, the device share's update comes down on
+  // the copy stream) must have landed.
+  P.wait_up();
   const FlatLayout& L = P.layout();
   const fs::path root(dir);
   const c10::ScalarType dtype = m.precision.dtype();
@@ -441,6 +449,7 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
                ": use the optimizer it was saved with");
     same_dtype = man.dtype == tdtype;
     P.settle_gathers();  // stage 3: no copy up still reads the partition the load writes
+    P.wait_up();         // nor does the last publish still write it (a copy down from the device share)
 
     // This rank's partition, from the saved ones; padding keeps this
     // engine's values (zeros, Adagrad's initial sum).

@@ -142,8 +142,10 @@ class ParamStore {
     }
     return flat_.narrow(0, static_cast<std::int64_t>(chunk_flat_offset(b)), static_cast<std::int64_t>(b.chunk));
   }
-  // Blocks until the last publish()'s host-to-device copies are done (before
-  // their source is written again).
+  // Blocks until the last publish()'s copies are done: its host-to-device
+  // copies (before their source is written again) and, with offload_param,
+  // the device share's copies down into the host partition (before the host
+  // reads or writes it: checkpoints).
   void wait_up() const;
   // Bytes copied host -> device since the last call.
   std::uint64_t take_copied_bytes();

@@ -116,8 +116,14 @@ MemoryPlan plan_memory(const PlanInput& in) {
              in.offload_ratio);
   std::size_t split = part;
   if (in.offload && in.offload_ratio < 1.0) {
-    const double want = in.offload_ratio * static_cast<double>(part) / static_cast<double>(kSplitAlignElements);
-    split = std::min(part, static_cast<std::size_t>(want + 0.5) * kSplitAlignElements);
+    // The multiple of the alignment nearest to ratio x partition, or the
+    // whole partition where that is nearer (a partition of 32 elements at
+    // ratio 0.99 offloads all of it, not none).
+    const double want = in.offload_ratio * static_cast<double>(part);
+    const std::size_t down =
+        std::min(part, static_cast<std::size_t>(want / static_cast<double>(kSplitAlignElements)) * kSplitAlignElements);
+    const std::size_t up = std::min(part, down + kSplitAlignElements);
+    split = want - static_cast<double>(down) < static_cast<double>(up) - want ? down : up;
   }
   p.offload_split = split;
   // Which elements hold parameters (the rest: padding) is counted as if the

@@ -512,6 +512,103 @@ TEST(Save, AsyncFenceInTheMiddleOfAPieceKeepsTheSavedState) {
   on_rank0([&] { rm_tree(dir); });
 }
 
+// The next step's copy of what is not written yet, where one rank's host
+// has no room for it: that rank abandons the save (its writer stops before
+// reading memory the step changes), training goes on exactly as without
+// the save, the commit fails on every rank naming the rank and why, nothing
+// is committed, and the next save works.
+TEST(Save, AsyncFenceWithoutRoomForTheCopyAbandonsTheSave) {
+  comm::Communicator& comm = world_comm();
+  const int world = comm.world_size();
+  const fs::path dir = shared_temp_dir(comm, "async_abandoned");
+  const config::Config cfg = make_config(2, true, false, world, kGlobalBatch / world, 1);
+  Trainer t{ModelKind::kUnitMlp, cfg};
+  Trainer ref{ModelKind::kUnitMlp, cfg};  // the same steps, no save
+  std::vector<float> losses, ref_losses;
+  t.steps(0, 2, losses);
+  ref.steps(0, 2, ref_losses);
+  setenv("ZERO_TEST_CKPT_WRITE_DELAY_MS", "1500", 1);
+  t.engine->save_checkpoint(dir.string(), "abandoned", {}, /*async=*/true);
+  unsetenv("ZERO_TEST_CKPT_WRITE_DELAY_MS");
+  ASSERT_TRUE(t.engine->last_checkpoint().async);
+  if (comm.rank() == world - 1) setenv("ZERO_HOST_MEMORY_LIMIT", "1K", 1);
+  t.steps(2, 3, losses);  // the fence: no room on the last rank
+  unsetenv("ZERO_HOST_MEMORY_LIMIT");
+  t.steps(3, 4, losses);
+  ref.steps(2, 4, ref_losses);
+  try {
+    t.engine->wait_checkpoint();
+    ADD_FAILURE() << "an abandoned save was committed";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("'abandoned' was not saved"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("abandoned and training went on"), std::string::npos) << msg;
+    if (comm.rank() == world - 1) {
+      EXPECT_NE(msg.find("ZERO_HOST_MEMORY_LIMIT"), std::string::npos) << msg;
+    } else {
+      EXPECT_NE(msg.find("rank " + std::to_string(world - 1)), std::string::npos) << msg;
+    }
+  }
+  EXPECT_FALSE(t.engine->checkpoint_in_flight());
+  comm.barrier()->wait();
+  EXPECT_FALSE(fs::exists(dir / "abandoned" / ckpt::kManifestName));
+  // Training went on as if no save had been made.
+  EXPECT_EQ(losses, ref_losses);
+  const std::vector<at::Tensor> got = t.engine->gather_master_params(), want = ref.engine->gather_master_params();
+  for (std::size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(at::equal(got[i], want[i])) << "param " << i;
+  // The next save is whole.
+  t.engine->save_checkpoint(dir.string(), "next", {}, /*async=*/true);
+  t.steps(4, 5, losses);
+  t.engine->wait_checkpoint();
+  comm.barrier()->wait();
+  EXPECT_TRUE(fs::exists(dir / "next" / ckpt::kManifestName));
+  on_rank0([&] { rm_tree(dir); });
+}
+
+// flush() without a pending update changes nothing a save in flight writes in
+// place: it copies nothing. With the delayed update's pending one, it does.
+TEST(Save, AsyncFlushCopiesOnlyWhenAnUpdateIsPending) {
+  comm::Communicator& comm = world_comm();
+  const int world = comm.world_size();
+  const fs::path dir = shared_temp_dir(comm, "async_flush");
+  for (bool dpu : {false, true}) {
+    config::Config cfg = make_config(2, true, false, world, kGlobalBatch / world, 1);
+    cfg.zero_optimization.offload_optimizer.delayed_param_update = dpu;
+    cfg.zero_optimization.offload_optimizer.delayed_param_update_warmup_steps = 1;
+    Trainer t{ModelKind::kUnitMlp, cfg};
+    std::vector<float> losses;
+    t.steps(0, 3, losses);
+    auto staging = [&] { return t.engine->ledger().snapshot().bytes(memory::Tier::kHost, memory::Kind::kStaging); };
+    setenv("ZERO_TEST_CKPT_WRITE_DELAY_MS", "1000", 1);
+    t.engine->save_checkpoint(dir.string(), "flush", {}, /*async=*/true);
+    unsetenv("ZERO_TEST_CKPT_WRITE_DELAY_MS");
+    const std::int64_t at_save = staging();
+    auto module_params = [](torch::nn::Module& m) {
+      std::vector<at::Tensor> v;
+      for (const at::Tensor& p : m.parameters()) v.push_back(p.detach().clone());
+      return v;
+    };
+    const std::vector<at::Tensor> saved_params = module_params(*t.model);
+    t.engine->flush();
+    if (dpu) {
+      EXPECT_GT(staging(), at_save) << "flush() applied the pending update without copying what the save reads";
+    } else {
+      EXPECT_EQ(staging(), at_save) << "flush() copied with nothing pending";
+    }
+    t.engine->wait_checkpoint();
+    Trainer u{ModelKind::kUnitMlp, cfg};
+    u.engine->load_checkpoint(dir.string(), "flush");
+    const std::vector<at::Tensor> loaded = module_params(*u.model);
+    // Without a pending update the module's parameters are the saved ones;
+    // with one, the loaded engine holds it pending and the module the
+    // parameters of the step before, as at the save.
+    for (std::size_t i = 0; i < loaded.size(); ++i) EXPECT_TRUE(at::equal(loaded[i], saved_params[i])) << "param " << i;
+    comm.barrier()->wait();
+    on_rank0([&] { rm_tree(dir / "flush"); });
+  }
+  on_rank0([&] { rm_tree(dir); });
+}
+
 // An asynchronous save whose snapshot one rank's host cannot hold: every
 // rank saves synchronously instead, and the checkpoint is whole.
 TEST(Save, AsyncFallsBackToSynchronousWhereTheSnapshotDoesNotFit) {

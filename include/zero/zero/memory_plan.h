@@ -97,8 +97,9 @@ struct MemoryPlan {
   // Offload: the partition's elements [0, offload_split) have their
   // optimizer state on the host (kMaster, kExpAvg, kExpAvgSq, the host
   // gradients and staging), [offload_split, partition) on the device
-  // (kDev*). A multiple of kSplitAlignElements, or the whole partition.
-  // Without offload: the whole partition.
+  // (kDev*). The multiple of kSplitAlignElements nearest to ratio x
+  // partition, or the whole partition where that is nearer. Without
+  // offload: the whole partition.
   std::size_t offload_split = 0;
   std::array<PlannedBuffer, kNumBuffers> buffers{};
 
