@@ -1,8 +1,12 @@
 #include "zero/models/gpt.h"
 
+#include <tuple>
+#include <vector>
+
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/autocast_mode.h>
 #include <ATen/ops/arange.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/randint.h>
 #include <ATen/ops/cross_entropy_loss.h>
 #include <ATen/ops/gelu.h>
@@ -114,21 +118,66 @@ Block::Block(const GptConfig& c) {
   proj_ = register_module("proj", torch::nn::Linear(4 * c.n_embd, c.n_embd));
 }
 
-at::Tensor Block::forward(const at::Tensor& x) {
+std::pair<at::Tensor, at::Tensor> Block::forward_to_activation(const at::Tensor& x) {
   at::Tensor h = x + attn_->forward(ln1_->forward(x));
-  return h + linear(proj_, at::gelu(linear(fc_, ln2_->forward(h)), "tanh"));
+  at::Tensor a = at::gelu(linear(fc_, ln2_->forward(h)), "tanh");
+  return {std::move(h), std::move(a)};
+}
+
+at::Tensor Block::forward(const at::Tensor& x) {
+  auto [h, a] = forward_to_activation(x);
+  return h + linear(proj_, a);
 }
 
 namespace {
 
+// The backward of y = linear(a, w, b) without its forward: apply() gives an
+// uninitialised tensor of y's shape and dtype (what at::linear would return
+// under the autocast state in force), and backward computes what linear's
+// backward does (addmm's: grad_a = g w, grad_w = (a^T g)^T, grad_b = the sum
+// of g's rows, in y's dtype, each cast back to its input's dtype as
+// autocast's casts do). For a recomputation whose output only feeds
+// backward: the values of y are never read.
+struct LinearBackwardOnly : torch::autograd::Function<LinearBackwardOnly> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& a, const at::Tensor& w,
+                            const at::Tensor& b) {
+    const c10::DeviceType type = a.device().type();
+    const at::ScalarType dtype =
+        at::autocast::is_autocast_enabled(type) ? at::autocast::get_autocast_dtype(type) : a.scalar_type();
+    ctx->save_for_backward({a, w, b});
+    std::vector<std::int64_t> sizes = a.sizes().vec();
+    sizes.back() = w.size(0);
+    return at::empty(sizes, a.options().dtype(dtype));
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_out) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor& a = saved[0];
+    const at::Tensor& w = saved[1];
+    const at::Tensor& b = saved[2];
+    const at::Tensor& g = grad_out[0];
+    const at::ScalarType dt = g.scalar_type();
+    const at::Tensor g2 = g.reshape({-1, g.size(-1)});
+    const at::Tensor a2 = a.to(dt).reshape({-1, a.size(-1)});
+    at::Tensor grad_a = g2.mm(w.to(dt)).view(a.sizes()).to(a.scalar_type());
+    at::Tensor grad_w = a2.t().mm(g2).t().to(w.scalar_type());
+    at::Tensor grad_b = b.defined() ? g2.sum(0).to(b.scalar_type()) : at::Tensor();
+    return {grad_a, grad_w, grad_b};
+  }
+};
+
 // Reentrant activation checkpoint of one block, as torch.utils.checkpoint
 // with use_reentrant=True. Forward runs under no-grad (Function::apply turns
 // grad mode off) and saves only the block's input; backward re-runs the block
-// with grad on a detached copy of the input and backpropagates through it with
-// torch::autograd::backward. That inner backward accumulates the block's
-// parameter gradients exactly as an ordinary backward does, so the
-// post-accumulate-grad hooks the engine puts on them fire as usual. The block
-// has no dropout or other randomness, so no RNG state needs restoring.
+// with grad on a detached copy of the input, up to the MLP's activation (the
+// last linear and the residual add are not recomputed: their outputs feed
+// nothing backward needs, as PyTorch's non-reentrant checkpoint stops early),
+// and backpropagates through it with torch::autograd::backward. That inner
+// backward accumulates the block's parameter gradients exactly as an
+// ordinary backward does, so the post-accumulate-grad hooks the engine puts
+// on them fire as usual. The block has no dropout or other randomness, so no
+// RNG state needs restoring.
 struct BlockCheckpoint : torch::autograd::Function<BlockCheckpoint> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, Block* block,
                             bool on_cpu) {
@@ -160,15 +209,21 @@ struct BlockCheckpoint : torch::autograd::Function<BlockCheckpoint> {
                        ? ctx->saved_data["input"].toTensor().to(ctx->saved_data["device"].toDevice())
                        : ctx->get_saved_variables()[0];
     at::Tensor input = x.detach().requires_grad_(true);
-    at::Tensor y;
+    at::Tensor h, proj;
     {
       at::AutoGradMode grad_on(true);
       // As the forward being recomputed had it.
       AutocastScope autocast(input.device().type(), ctx->saved_data["autocast"].toBool(),
                              ctx->saved_data["autocast_dtype"].toScalarType());
-      y = block->forward(input);
+      at::Tensor a;
+      std::tie(h, a) = block->forward_to_activation(input);
+      const torch::nn::Linear& p = block->mlp_proj();
+      proj = LinearBackwardOnly::apply(a, p->weight, p->bias);
     }
-    torch::autograd::backward({y}, {grad_out[0]});
+    // The block's output is h + proj: the gradient reaches both (cast to
+    // proj's dtype, as the add's backward casts it).
+    const at::Tensor& g = grad_out[0];
+    torch::autograd::backward({h, proj}, {g, g.to(proj.scalar_type())});
     return {input.grad(), at::Tensor(), at::Tensor()};
   }
 };

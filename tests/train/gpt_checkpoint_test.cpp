@@ -67,22 +67,27 @@ TEST(GptCheckpoint, SameLossAndGradientsAsWithout) {
 }
 
 // Counts the aten::gelu calls (one per block forward: the MLP's activation)
-// that run while it lives, on any thread.
-class GeluCounter {
+// and the aten::linear calls (four per block forward: attention's qkv and
+// proj, the MLP's fc and proj) that run while it lives, on any thread.
+class OpCounter {
  public:
-  GeluCounter() {
-    count_ = 0;
+  OpCounter() {
+    gelus_ = 0;
+    linears_ = 0;
     handle_ = at::addGlobalCallback(
         at::RecordFunctionCallback([](const at::RecordFunction& fn) -> std::unique_ptr<at::ObserverContext> {
-          if (std::string_view(fn.name()) == "aten::gelu") ++count_;
+          const std::string_view name(fn.name());
+          if (name == "aten::gelu") ++gelus_;
+          if (name == "aten::linear") ++linears_;
           return nullptr;
         }).scopes({at::RecordScope::FUNCTION}));
   }
-  ~GeluCounter() { at::removeCallback(handle_); }
-  int count() const { return count_; }
+  ~OpCounter() { at::removeCallback(handle_); }
+  int gelus() const { return gelus_; }
+  int linears() const { return linears_; }
 
  private:
-  static inline std::atomic<int> count_{0};
+  static inline std::atomic<int> gelus_{0}, linears_{0};
   at::CallbackHandle handle_;
 };
 
@@ -122,7 +127,9 @@ std::int64_t bytes_kept_by_forward(const std::function<at::Tensor()>& forward, a
 // Checkpointing really happens: forward keeps only the blocks' inputs (one
 // autograd node per block instead of the block's whole graph, whose nodes
 // hold its saved activations) and backward recomputes each block's forward
-// exactly once; without it nothing is recomputed.
+// exactly once, up to the MLP's activation (three of its four linears: the
+// last one's output feeds nothing backward needs); without it nothing is
+// recomputed.
 TEST(GptCheckpoint, RecomputesEachBlockOnceAndKeepsOnlyBlockInputs) {
   torch::manual_seed(4);
   models::GptConfig g = models::gpt_preset("gpt2-tiny");
@@ -130,16 +137,19 @@ TEST(GptCheckpoint, RecomputesEachBlockOnceAndKeepsOnlyBlockInputs) {
   models::Gpt model(g);
   const at::Tensor batch = at::randint(0, g.vocab_size, {2, 17}, at::kLong);
   std::int64_t kept = 0;
+  int fwd_linears = 0, bwd_linears = 0;
   auto run = [&](bool checkpoint, bool on_cpu, int* forward_gelus, int* backward_gelus) {
     model.set_activation_checkpointing(checkpoint, on_cpu);
-    GeluCounter counter;
+    OpCounter counter;
     at::Tensor loss;
     kept = bytes_kept_by_forward([&] { return model.loss(batch.narrow(1, 0, 16), batch.narrow(1, 1, 16)); },
                                  &loss);
-    *forward_gelus = counter.count();
+    *forward_gelus = counter.gelus();
+    fwd_linears = counter.linears();
     const std::size_t nodes = graph_nodes(loss);
     loss.backward();
-    *backward_gelus = counter.count() - *forward_gelus;
+    *backward_gelus = counter.gelus() - *forward_gelus;
+    bwd_linears = counter.linears() - fwd_linears;
     return nodes;
   };
   int fwd = 0, bwd = 0;
@@ -147,6 +157,8 @@ TEST(GptCheckpoint, RecomputesEachBlockOnceAndKeepsOnlyBlockInputs) {
   const std::int64_t plain_kept = kept;
   EXPECT_EQ(fwd, g.n_layer);
   EXPECT_EQ(bwd, 0) << "a plain backward recomputed a block";
+  EXPECT_EQ(fwd_linears, 4 * g.n_layer);
+  EXPECT_EQ(bwd_linears, 0);
   // What a checkpointed forward may keep: each block's input [B, T, C] in
   // fp32, plus what lives outside the blocks (embeddings, final LayerNorm,
   // logits, the loss), which the plain run keeps as well.
@@ -155,6 +167,9 @@ TEST(GptCheckpoint, RecomputesEachBlockOnceAndKeepsOnlyBlockInputs) {
     const std::size_t ckpt_nodes = run(true, on_cpu, &fwd, &bwd);
     EXPECT_EQ(fwd, g.n_layer) << "on_cpu " << on_cpu;
     EXPECT_EQ(bwd, g.n_layer) << "backward must re-run every block once (on_cpu " << on_cpu << ")";
+    EXPECT_EQ(fwd_linears, 4 * g.n_layer) << "on_cpu " << on_cpu;
+    EXPECT_EQ(bwd_linears, 3 * g.n_layer) << "the recomputation must stop at the MLP's activation (on_cpu "
+                                          << on_cpu << ")";
     // Each block's graph (LayerNorms, attention, MLP: well over 10 nodes)
     // collapses into one checkpoint node.
     EXPECT_LE(ckpt_nodes + static_cast<std::size_t>(10 * g.n_layer), plain_nodes)

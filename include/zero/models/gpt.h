@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <ATen/Tensor.h>
@@ -67,6 +68,12 @@ class Block : public torch::nn::Module {
  public:
   explicit Block(const GptConfig& c);
   at::Tensor forward(const at::Tensor& x);
+  // forward() up to the MLP's activation: h (after the attention's residual
+  // add) and a = gelu(fc(ln2(h))); forward(x) is h + proj(a). Activation
+  // checkpointing recomputes only this much in backward: the last linear's
+  // backward needs its input a, not its output.
+  std::pair<at::Tensor, at::Tensor> forward_to_activation(const at::Tensor& x);
+  const torch::nn::Linear& mlp_proj() const { return proj_; }
 
  private:
   torch::nn::LayerNorm ln1_{nullptr}, ln2_{nullptr};
