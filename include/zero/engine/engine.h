@@ -177,11 +177,15 @@ class Engine {
   // frozen parameters and buffers and the manifest; then <dir>/latest names
   // the tag. Files go to <dir>/<tag>.partial and are fsync'd before the
   // rename, so a crash at any moment leaves the earlier checkpoints
-  // loadable. async: returns once the state is copied to host memory; the
-  // files are written while training goes on, and the checkpoint is
-  // committed at a later step() once every rank has written its file (or by
-  // wait_checkpoint()). Where a node's host memory cannot hold that copy,
-  // the save is synchronous (with a message; last_checkpoint().async says).
+  // loadable. async: returns once what the next forward and backward may
+  // change is copied to host memory; the files are written while training
+  // goes on (the partition's host state in place: the next step() copies
+  // what is not written yet), and the checkpoint is committed at a later
+  // step() once every rank has written its file (or by wait_checkpoint()).
+  // Where a node's host memory cannot hold a copy of everything, the save is
+  // synchronous (with a message; last_checkpoint().async says); where the
+  // next step's copy finds no room, that save is abandoned and its commit
+  // fails, naming the rank (docs/checkpoints.md).
   // client_state: the caller's JSON (data position, schedule), saved in the
   // manifest and returned by load_checkpoint.
   void save_checkpoint(const std::string& dir, const std::string& tag,
