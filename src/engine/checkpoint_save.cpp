@@ -105,6 +105,8 @@ void CheckpointSave::write() {
     record_ = std::string("error: ") + e.what();
   }
   write_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+  const std::lock_guard<std::mutex> lock(live_mu_);
+  writer_ended_ = true;
 }
 
 void CheckpointSave::write_live(ckpt::ShardWriter& w, std::size_t i) {
@@ -153,6 +155,10 @@ std::uint64_t CheckpointSave::fence(memory::MemoryLedger& ledger) {
   if (!worker_ || live_.empty()) return 0;
   std::unique_lock<std::mutex> lock(live_mu_);
   if (fenced_) return 0;
+  if (writer_ended_) {  // written, or failed: it reads nothing more
+    fenced_ = true;
+    return 0;
+  }
   std::uint64_t rest = 0;
   for (const LivePiece& p : live_) rest += p.t.nbytes() - std::min<std::uint64_t>(p.written, p.t.nbytes());
   // The copy of the rest needs host memory, at the moment every rank on the

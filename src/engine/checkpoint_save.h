@@ -92,6 +92,7 @@ class CheckpointSave {
   std::uint64_t live_block_ = ckpt::kIoBlock;  // tests: smaller, with a pause after each
   long live_pause_ms_ = 0;
   bool fenced_ = false;
+  bool writer_ended_ = false;  // write() returned (done or failed): a fence copies nothing
   std::string abandoned_;  // why the fence could not copy the rest: the writer stops with it
   std::vector<memory::MemoryLedger::Registration> fence_copies_;
 

@@ -481,6 +481,14 @@ bool Engine::step() {
   Impl& m = *impl_;
   m.check_not_damaged("step");
   const bool boundary = is_accumulation_boundary();
+  // An asynchronous save is committed at the first step after every rank
+  // has written its file: before this call counts, so that a failed save's
+  // error leaves the window as it was (a caller that catches it and calls
+  // step() again loses nothing).
+  if (boundary && m.saving) {
+    at::NoGradGuard no_grad;
+    finish_checkpoint(/*block=*/false);
+  }
   ++m.micro_step;
   if (!boundary) return false;
   at::NoGradGuard no_grad;
@@ -489,9 +497,6 @@ bool Engine::step() {
     ~TraceStep() { m.trace_compute("step"); }
   } trace_step{m};
   m.timeline.set_step(stats_.step);
-  // An asynchronous save is committed at the first step after every rank
-  // has written its file.
-  if (m.saving) finish_checkpoint(/*block=*/false);
   // A save still writing the partition in place: the rest is copied now.
   last_checkpoint_.stall_s += m.fence_save(ledger_);
   // Before the step uses what this window's collectives produced: did every

@@ -134,9 +134,9 @@ namespace {
 // The backward of y = linear(a, w, b) without its forward: apply() gives an
 // uninitialised tensor of y's shape and dtype (what at::linear would return
 // under the autocast state in force), and backward computes what linear's
-// backward does (addmm's: grad_a = g w, grad_w = (a^T g)^T, grad_b = the sum
-// of g's rows, in y's dtype, each cast back to its input's dtype as
-// autocast's casts do). For a recomputation whose output only feeds
+// backward does (addmm's with mat2 = w^T: grad_a = g w, grad_w = g^T a,
+// contiguous, grad_b = the sum of g's rows, in y's dtype, each cast back to
+// its input's dtype as autocast's casts do). For a recomputation whose output only feeds
 // backward: the values of y are never read.
 struct LinearBackwardOnly : torch::autograd::Function<LinearBackwardOnly> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& a, const at::Tensor& w,
@@ -161,7 +161,7 @@ struct LinearBackwardOnly : torch::autograd::Function<LinearBackwardOnly> {
     const at::Tensor g2 = g.reshape({-1, g.size(-1)});
     const at::Tensor a2 = a.to(dt).reshape({-1, a.size(-1)});
     at::Tensor grad_a = g2.mm(w.to(dt)).view(a.sizes()).to(a.scalar_type());
-    at::Tensor grad_w = a2.t().mm(g2).t().to(w.scalar_type());
+    at::Tensor grad_w = g2.t().mm(a2).to(w.scalar_type());
     at::Tensor grad_b = b.defined() ? g2.sum(0).to(b.scalar_type()) : at::Tensor();
     return {grad_a, grad_w, grad_b};
   }

@@ -9,6 +9,7 @@
 //  - Bad input: a damaged, truncated or missing shard, another model's
 //    checkpoint, a newer format, an unwritable folder, a full disk: a clear
 //    error, the engine unchanged, the earlier checkpoint still loadable.
+#include <chrono>
 #include <cmath>
 #include <sys/resource.h>
 
@@ -18,6 +19,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <ATen/ops/equal.h>
@@ -534,8 +536,6 @@ TEST(Save, AsyncFenceWithoutRoomForTheCopyAbandonsTheSave) {
   if (comm.rank() == world - 1) setenv("ZERO_HOST_MEMORY_LIMIT", "1K", 1);
   t.steps(2, 3, losses);  // the fence: no room on the last rank
   unsetenv("ZERO_HOST_MEMORY_LIMIT");
-  t.steps(3, 4, losses);
-  ref.steps(2, 4, ref_losses);
   try {
     t.engine->wait_checkpoint();
     ADD_FAILURE() << "an abandoned save was committed";
@@ -549,6 +549,8 @@ TEST(Save, AsyncFenceWithoutRoomForTheCopyAbandonsTheSave) {
       EXPECT_NE(msg.find("rank " + std::to_string(world - 1)), std::string::npos) << msg;
     }
   }
+  t.steps(3, 4, losses);
+  ref.steps(2, 4, ref_losses);
   EXPECT_FALSE(t.engine->checkpoint_in_flight());
   comm.barrier()->wait();
   EXPECT_FALSE(fs::exists(dir / "abandoned" / ckpt::kManifestName));
@@ -562,6 +564,63 @@ TEST(Save, AsyncFenceWithoutRoomForTheCopyAbandonsTheSave) {
   t.engine->wait_checkpoint();
   comm.barrier()->wait();
   EXPECT_TRUE(fs::exists(dir / "next" / ckpt::kManifestName));
+  on_rank0([&] { rm_tree(dir); });
+}
+
+// An asynchronous save that failed (a full disk on one rank: the file size
+// limit stands in for it) is reported by the step() that would commit it,
+// before that step counts: the caller that catches the error and calls
+// step() again trains on exactly as without the save (accumulation 2: the
+// window's first micro-batch is not lost).
+TEST(Save, AsyncFailureAtAStepLeavesTheWindowToTheNextCall) {
+  comm::Communicator& comm = world_comm();
+  const int world = comm.world_size();
+  const fs::path dir = shared_temp_dir(comm, "async_failed_at_step");
+  const config::Config cfg = make_config(2, false, false, world, kGlobalBatch / (2 * world), 2);
+  Trainer t{ModelKind::kUnitMlp, cfg};
+  Trainer ref{ModelKind::kUnitMlp, cfg};
+  std::vector<float> losses, ref_losses;
+  t.steps(0, 2, losses);
+  ref.steps(0, 3, ref_losses);
+  struct rlimit old {};
+  getrlimit(RLIMIT_FSIZE, &old);
+  std::signal(SIGXFSZ, SIG_IGN);
+  struct rlimit lim = old;
+  lim.rlim_cur = 4096;
+  if (comm.rank() == world - 1) setrlimit(RLIMIT_FSIZE, &lim);
+  t.engine->save_checkpoint(dir.string(), "failed", {}, /*async=*/true);
+  // The writer fails at its first 8 MiB block; give it far more than it needs.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  setrlimit(RLIMIT_FSIZE, &old);
+  comm.barrier()->wait();
+  // Step 2 by hand: two micro-batches, the error at the boundary's step().
+  const int micro = static_cast<int>(cfg.train_micro_batch_size_per_gpu);
+  t.engine->set_lr(cfg.optimizer.lr * 1.2f);
+  GlobalBatch gb = global_batch(ModelKind::kUnitMlp, 2);
+  float sum = 0.0f;
+  int errors = 0;
+  for (int j = 0; j < 2; ++j) {
+    const int begin = j * (kGlobalBatch / 2) + comm.rank() * micro;
+    at::Tensor loss = micro_loss(ModelKind::kUnitMlp, *t.model, gb.x.narrow(0, begin, micro),
+                                 gb.y.narrow(0, begin, micro), t.engine->dtype());
+    t.engine->backward(loss);
+    try {
+      t.engine->step();
+    } catch (const Error& e) {
+      ++errors;
+      EXPECT_EQ(j, 1) << "the error came off the accumulation boundary";
+      EXPECT_NE(std::string(e.what()).find("'failed' was not saved"), std::string::npos) << e.what();
+      EXPECT_FALSE(t.engine->checkpoint_in_flight());
+      EXPECT_TRUE(t.engine->step()) << "the window's step, called again, was not taken";
+    }
+    sum += loss.item<float>();
+  }
+  EXPECT_EQ(errors, 1);
+  comm.all_reduce(&sum, 1, DType::kFloat32)->wait();
+  losses.push_back(sum / static_cast<float>(world * 2));
+  EXPECT_EQ(losses, ref_losses);
+  const std::vector<at::Tensor> got = t.engine->gather_master_params(), want = ref.engine->gather_master_params();
+  for (std::size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(at::equal(got[i], want[i])) << "param " << i;
   on_rank0([&] { rm_tree(dir); });
 }
 

@@ -230,10 +230,12 @@ TEST(GptCheckpoint, ParameterNumelsFollowTheModule) {
   EXPECT_EQ(numels, g.parameter_numels());
 }
 
-// Four engine steps (ZeRO-2 + CPU offload, bf16) with and without
-// checkpointing: the same losses and the same final master weights.
+// Four engine steps (bf16 parameters; ZeRO-2 + CPU offload, or ZeRO-3,
+// whose blocks are gathered only while they run, their recomputation in
+// backward included) with and without checkpointing: the same losses and the
+// same final master weights.
 std::pair<std::vector<float>, std::vector<at::Tensor>> train(comm::Communicator& comm, bool checkpoint,
-                                                             bool on_cpu) {
+                                                             bool on_cpu, int stage) {
   torch::manual_seed(11);
   models::GptConfig g = models::gpt_preset("gpt2-tiny");
   g.checkpoint_activations = checkpoint;
@@ -245,8 +247,9 @@ std::pair<std::vector<float>, std::vector<at::Tensor>> train(comm::Communicator&
   cfg.train_batch_size = 4 * comm.world_size();
   cfg.bf16.enabled = true;
   cfg.gradient_clipping = 1.0f;
-  cfg.zero_optimization.stage = 2;
-  cfg.zero_optimization.offload_optimizer.device = "cpu";
+  cfg.zero_optimization.stage = stage;
+  if (stage == 2) cfg.zero_optimization.offload_optimizer.device = "cpu";
+  if (stage == 3) cfg.zero_optimization.stage3_param_persistence_threshold = 0;
   Engine engine(model, cfg, comm);
   engine.set_lr(1e-3f);
   std::vector<float> losses;
@@ -266,16 +269,20 @@ std::pair<std::vector<float>, std::vector<at::Tensor>> train(comm::Communicator&
 
 TEST(GptCheckpoint, EngineTrainingMatches) {
   auto comm = comm::make_communicator();
-  const auto plain = train(*comm, false, false);
-  for (bool on_cpu : {false, true}) {
-    const auto ckpt = train(*comm, true, on_cpu);
-    ASSERT_EQ(ckpt.first.size(), plain.first.size());
-    for (std::size_t i = 0; i < plain.first.size(); ++i) {
-      EXPECT_NEAR(ckpt.first[i], plain.first[i], 1e-6) << "micro-step " << i << " on_cpu " << on_cpu;
-    }
-    ASSERT_EQ(ckpt.second.size(), plain.second.size());
-    for (std::size_t i = 0; i < plain.second.size(); ++i) {
-      EXPECT_LE((ckpt.second[i] - plain.second[i]).abs().max().item<double>(), 1e-6) << "parameter " << i;
+  for (int stage : {2, 3}) {
+    const auto plain = train(*comm, false, false, stage);
+    for (bool on_cpu : {false, true}) {
+      const auto ckpt = train(*comm, true, on_cpu, stage);
+      ASSERT_EQ(ckpt.first.size(), plain.first.size());
+      for (std::size_t i = 0; i < plain.first.size(); ++i) {
+        EXPECT_NEAR(ckpt.first[i], plain.first[i], 1e-6)
+            << "stage " << stage << " micro-step " << i << " on_cpu " << on_cpu;
+      }
+      ASSERT_EQ(ckpt.second.size(), plain.second.size());
+      for (std::size_t i = 0; i < plain.second.size(); ++i) {
+        EXPECT_LE((ckpt.second[i] - plain.second[i]).abs().max().item<double>(), 1e-6)
+            << "stage " << stage << " parameter " << i;
+      }
     }
   }
 }
