@@ -1,8 +1,9 @@
 # ZERO_SANITIZE=address|undefined|thread, or a comma-separated list such as
 # "address,undefined" (one build that runs both: what scripts/sanitize does),
 # instruments our own code. LibTorch itself is not instrumented; that is fine
-# for ASan/UBSan, and TSan is meant for the threaded kernels (optim/, comm/),
-# whose tests do not need LibTorch. thread cannot be combined with address.
+# for ASan/UBSan, and TSan is meant for the threaded kernels (optim/, comm/)
+# and the engine's own threads, run with one OpenMP thread
+# (scripts/sanitize tsan). thread cannot be combined with address.
 if(ZERO_SANITIZE)
   string(REPLACE "," ";" _zero_san_list "${ZERO_SANITIZE}")
   set(_zero_san_flags)
