@@ -148,7 +148,9 @@ class Engine {
   void backward(const at::Tensor& loss);
   // Counts the micro-batch; on the accumulation boundary reduces what is left,
   // checks for overflow, clips and steps. Returns true when an optimizer step
-  // was taken (false off the boundary and for a skipped step).
+  // was taken (false off the boundary and for a skipped step). On the
+  // boundary it also commits an asynchronous save every rank has written;
+  // a failed one throws before the call counts (call step() again to go on).
   bool step();
   // Delayed update: waits for the pending CPU step and applies it to the model.
   void flush();
