@@ -167,18 +167,18 @@ std::uint64_t CheckpointSave::fence(memory::MemoryLedger& ledger) {
   // reports why) and training goes on; the live memory is never left to a
   // writer that would read it while the step changes it.
   std::string why;
-  if (rest > 0) {
-    const int local = comm::launcher_local_size().value_or(1);
-    const std::optional<std::int64_t> available = host_memory_available();
-    if (available && static_cast<std::int64_t>(rest) * local > *available) {
-      why = "the next optimizer step had to copy the " + memory::format_bytes(static_cast<std::int64_t>(rest)) +
-            " this rank had not written yet (" + std::to_string(local) + " rank(s) per node), and only " +
-            memory::format_bytes(*available) + " of host memory is available (" + host_memory_source() + ")";
-    }
-  }
   std::uint64_t copied = 0;
-  if (why.empty()) {
-    try {
+  try {
+    if (rest > 0) {
+      const int local = comm::launcher_local_size().value_or(1);
+      const std::optional<std::int64_t> available = host_memory_available();
+      if (available && static_cast<std::int64_t>(rest) * local > *available) {
+        why = "the next optimizer step had to copy the " + memory::format_bytes(static_cast<std::int64_t>(rest)) +
+              " this rank had not written yet (" + std::to_string(local) + " rank(s) per node), and only " +
+              memory::format_bytes(*available) + " of host memory is available (" + host_memory_source() + ")";
+      }
+    }
+    if (why.empty()) {
       for (LivePiece& p : live_) {
         const std::uint64_t total = p.t.nbytes();
         if (p.written >= total) continue;
@@ -191,9 +191,9 @@ std::uint64_t CheckpointSave::fence(memory::MemoryLedger& ledger) {
         p.copied_from = p.written;
         copied += total - p.written;
       }
-    } catch (const std::exception& e) {
-      why = std::string("the next optimizer step could not copy what this rank had not written yet: ") + e.what();
     }
+  } catch (const std::exception& e) {
+    why = std::string("the next optimizer step could not copy what this rank had not written yet: ") + e.what();
   }
   if (!why.empty()) {
     abandoned_ = why + "; the save was abandoned and training went on. Make room on the host, save less often "
