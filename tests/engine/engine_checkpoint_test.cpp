@@ -90,6 +90,19 @@ struct Trainer {
   }
 };
 
+// Each tensor bit for bit equal to its counterpart (and as many of them).
+void expect_bitwise_equal(const std::vector<at::Tensor>& got, const std::vector<at::Tensor>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(at::equal(got[i], want[i])) << "param " << i;
+}
+
+// The master weights a fresh engine of `cfg` holds after loading <dir>/<tag>.
+std::vector<at::Tensor> loaded_master(const config::Config& cfg, const fs::path& dir, const std::string& tag) {
+  Trainer u{ModelKind::kUnitMlp, cfg};
+  u.engine->load_checkpoint(dir.string(), tag);
+  return u.engine->gather_master_params();
+}
+
 struct ResumeCase {
   const char* name;
   int stage;
@@ -191,9 +204,7 @@ TEST_P(Resume, ContinuesBitwiseLikeAnUnbrokenRun) {
     }
   } else {
     for (int s = kSave; s < kSteps; ++s) EXPECT_EQ(resumed[s], unbroken[s]) << "step " << s + 1;
-    for (std::size_t i = 0; i < params.size(); ++i) {
-      EXPECT_TRUE(at::equal(params[i], unbroken_params[i])) << "param " << i;
-    }
+    expect_bitwise_equal(params, unbroken_params);
   }
   comm.barrier()->wait();
   if (comm.rank() == 0) rm_tree(dir);
@@ -254,8 +265,7 @@ void expect_load_fails(const fs::path& dir, const std::string& tag, const std::s
   }
   EXPECT_EQ(t.engine->stats().step, 0);
   if (!fails_while_reading) {
-    const std::vector<at::Tensor> after = t.engine->gather_master_params();
-    for (std::size_t i = 0; i < before.size(); ++i) EXPECT_TRUE(at::equal(before[i], after[i]));
+    expect_bitwise_equal(t.engine->gather_master_params(), before);
     return;
   }
   std::vector<float> losses;
@@ -313,10 +323,7 @@ TEST(BadInput, DamagedTruncatedMissingShardsAreNamed) {
   expect_load_fails(s.dir, "nosuchtag", "no checkpoint 'nosuchtag'");
   expect_load_fails(s.dir, "../good", "not a plain name");
   // The good one still loads.
-  Trainer t{ModelKind::kUnitMlp, cfg};
-  t.engine->load_checkpoint(s.dir.string(), "good");
-  const std::vector<at::Tensor> loaded = t.engine->gather_master_params();
-  for (std::size_t i = 0; i < loaded.size(); ++i) EXPECT_TRUE(at::equal(loaded[i], s.master[i]));
+  expect_bitwise_equal(loaded_master(cfg, s.dir, "good"), s.master);
   on_rank0([&] { rm_tree(s.dir); });
 }
 
@@ -408,8 +415,7 @@ TEST(BadInput, UnwritableFolderAndFullDiskLeaveTheEarlierCheckpoint) {
   Trainer u{ModelKind::kUnitMlp, cfg};
   u.engine->load_checkpoint(s.dir.string(), "latest");
   EXPECT_EQ(u.engine->stats().step, 2);
-  const std::vector<at::Tensor> loaded = u.engine->gather_master_params();
-  for (std::size_t i = 0; i < loaded.size(); ++i) EXPECT_TRUE(at::equal(loaded[i], s.master[i]));
+  expect_bitwise_equal(u.engine->gather_master_params(), s.master);
   // The engine that failed to save trains on, and saves once there is room.
   t.steps(3, 4, losses);
   t.engine->save_checkpoint(s.dir.string(), "after");
@@ -482,10 +488,7 @@ TEST(Save, AsyncWritesThePartitionInPlaceUntilTheNextStep) {
   EXPECT_LT(staging(), small + 2 * state);
   t.engine->wait_checkpoint();
   EXPECT_EQ(staging(), 0) << "the copies outlive the save";
-  Trainer u{ModelKind::kUnitMlp, cfg};
-  u.engine->load_checkpoint(dir.string(), "in_place");
-  const std::vector<at::Tensor> loaded = u.engine->gather_master_params();
-  for (std::size_t i = 0; i < loaded.size(); ++i) EXPECT_TRUE(at::equal(loaded[i], at_save[i])) << "param " << i;
+  expect_bitwise_equal(loaded_master(cfg, dir, "in_place"), at_save);
   on_rank0([&] { rm_tree(dir); });
 }
 
@@ -507,10 +510,7 @@ TEST(Save, AsyncFenceInTheMiddleOfAPieceKeepsTheSavedState) {
   unsetenv("ZERO_TEST_CKPT_LIVE_BLOCK");
   t.steps(2, 4, losses);
   t.engine->wait_checkpoint();
-  Trainer u{ModelKind::kUnitMlp, cfg};
-  u.engine->load_checkpoint(dir.string(), "mid");
-  const std::vector<at::Tensor> loaded = u.engine->gather_master_params();
-  for (std::size_t i = 0; i < loaded.size(); ++i) EXPECT_TRUE(at::equal(loaded[i], at_save[i])) << "param " << i;
+  expect_bitwise_equal(loaded_master(cfg, dir, "mid"), at_save);
   on_rank0([&] { rm_tree(dir); });
 }
 
@@ -556,8 +556,7 @@ TEST(Save, AsyncFenceWithoutRoomForTheCopyAbandonsTheSave) {
   EXPECT_FALSE(fs::exists(dir / "abandoned" / ckpt::kManifestName));
   // Training went on as if no save had been made.
   EXPECT_EQ(losses, ref_losses);
-  const std::vector<at::Tensor> got = t.engine->gather_master_params(), want = ref.engine->gather_master_params();
-  for (std::size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(at::equal(got[i], want[i])) << "param " << i;
+  expect_bitwise_equal(t.engine->gather_master_params(), ref.engine->gather_master_params());
   // The next save is whole.
   t.engine->save_checkpoint(dir.string(), "next", {}, /*async=*/true);
   t.steps(4, 5, losses);
@@ -619,8 +618,7 @@ TEST(Save, AsyncFailureAtAStepLeavesTheWindowToTheNextCall) {
   comm.all_reduce(&sum, 1, DType::kFloat32)->wait();
   losses.push_back(sum / static_cast<float>(world * 2));
   EXPECT_EQ(losses, ref_losses);
-  const std::vector<at::Tensor> got = t.engine->gather_master_params(), want = ref.engine->gather_master_params();
-  for (std::size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(at::equal(got[i], want[i])) << "param " << i;
+  expect_bitwise_equal(t.engine->gather_master_params(), ref.engine->gather_master_params());
   on_rank0([&] { rm_tree(dir); });
 }
 
@@ -661,7 +659,7 @@ TEST(Save, AsyncFlushCopiesOnlyWhenAnUpdateIsPending) {
     // Without a pending update the module's parameters are the saved ones;
     // with one, the loaded engine holds it pending and the module the
     // parameters of the step before, as at the save.
-    for (std::size_t i = 0; i < loaded.size(); ++i) EXPECT_TRUE(at::equal(loaded[i], saved_params[i])) << "param " << i;
+    expect_bitwise_equal(loaded, saved_params);
     comm.barrier()->wait();
     on_rank0([&] { rm_tree(dir / "flush"); });
   }
@@ -686,10 +684,7 @@ TEST(Save, AsyncFallsBackToSynchronousWhereTheSnapshotDoesNotFit) {
   comm.barrier()->wait();
   EXPECT_TRUE(fs::exists(dir / "fallback" / ckpt::kManifestName));
   const std::vector<at::Tensor> saved = t.engine->gather_master_params();
-  Trainer u{ModelKind::kUnitMlp, cfg};
-  u.engine->load_checkpoint(dir.string(), "fallback");
-  const std::vector<at::Tensor> loaded = u.engine->gather_master_params();
-  for (std::size_t i = 0; i < loaded.size(); ++i) EXPECT_TRUE(at::equal(loaded[i], saved[i]));
+  expect_bitwise_equal(loaded_master(cfg, dir, "fallback"), saved);
   // With room, the same call is asynchronous.
   t.engine->save_checkpoint(dir.string(), "async", {}, /*async=*/true);
   EXPECT_TRUE(t.engine->last_checkpoint().async);
