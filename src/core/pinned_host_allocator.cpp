@@ -17,6 +17,10 @@ Slot& slot() {
 
 }  // namespace
 
+PinnedHostOutOfMemory::PinnedHostOutOfMemory(std::size_t bytes)
+    : bytes_(bytes),
+      what_("out of pinned host memory: tried to allocate " + std::to_string(bytes) + " bytes of page-locked memory") {}
+
 void register_pinned_host_allocator(PinnedHostAllocator allocator) {
   slot().allocator = allocator;  // registrations happen before main(), on one thread
   slot().set.store(true);

@@ -22,7 +22,12 @@ void device_adam_step(const optim::AdamHyper& hyper, const optim::AdamBuffers& b
 
 void* pinned_allocate(std::size_t bytes) {
   void* p = nullptr;
-  CUDA_CHECK(cudaHostAlloc(&p, bytes == 0 ? 1 : bytes, cudaHostAllocPortable));
+  const cudaError_t rc = cudaHostAlloc(&p, bytes == 0 ? 1 : bytes, cudaHostAllocPortable);
+  if (rc == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();  // not a sticky error: clear it, so later calls do not report it
+    throw PinnedHostOutOfMemory(bytes);
+  }
+  CUDA_CHECK(rc);
   return p;
 }
 

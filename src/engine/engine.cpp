@@ -417,20 +417,28 @@ Engine::~Engine() {
     }
   }
   if (!m.units) return;
+  auto report_emptied = [&](std::size_t emptied) {
+    if (emptied > 0 && m.rank == 0) {
+      std::fprintf(stderr, "zerocpp: no memory to give %zu of the module's parameter buckets back: their parameters "
+                   "are left empty (0 elements)\n", emptied);
+    }
+  };
   try {
     at::NoGradGuard no_grad;
     if (std::uncaught_exceptions() == 0) {
       m.units->gather_everything();
     } else {
-      m.params->zero_fill_released();
+      const std::size_t emptied = m.params->zero_fill_released();
       if (m.rank == 0) {
         std::fprintf(stderr, "zerocpp: stage 3 engine destroyed by an error: the module's partitioned parameters "
                      "are not gathered back (zeros)\n");
       }
+      report_emptied(emptied);
     }
   } catch (const std::exception& e) {
-    m.params->zero_fill_released();
+    const std::size_t emptied = m.params->zero_fill_released();
     std::fprintf(stderr, "zerocpp: could not gather the stage-3 parameters back into the module: %s\n", e.what());
+    report_emptied(emptied);
   }
 }
 
@@ -491,6 +499,16 @@ bool Engine::step() {
   }
   ++m.micro_step;
   if (!boundary) return false;
+  try {
+    return step_at_boundary();
+  } catch (const std::exception& e) {
+    detail::rethrow_if_out_of_memory(e, "running the optimizer step", ledger_);
+    throw;
+  }
+}
+
+bool Engine::step_at_boundary() {
+  Impl& m = *impl_;
   at::NoGradGuard no_grad;
   struct TraceStep {  // the step's interval on the compute stream, however it returns
     Impl& m;

@@ -8,6 +8,7 @@
 #include <c10/util/Exception.h>
 
 #include "zero/core/error.h"
+#include "zero/core/pinned_host_allocator.h"
 
 namespace zero::detail {
 namespace {
@@ -37,11 +38,12 @@ void rethrow_if_out_of_memory(const std::exception& e, std::string_view during,
                               const memory::MemoryLedger& ledger) {
   if (!is_out_of_memory(e)) return;
   const std::string what = e.what();
-  const bool device = dynamic_cast<const c10::OutOfMemoryError*>(&e) != nullptr ||
-                      what.find("CUDA") != std::string::npos;
+  const bool pinned = dynamic_cast<const PinnedHostOutOfMemory*>(&e) != nullptr;
+  const bool device = !pinned && (dynamic_cast<const c10::OutOfMemoryError*>(&e) != nullptr ||
+                                  what.find("CUDA") != std::string::npos);
   const memory::LedgerSnapshot s = ledger.snapshot();
   std::ostringstream os;
-  os << "out of " << (device ? "device" : "host") << " memory while " << during;
+  os << "out of " << (pinned ? "pinned host" : device ? "device" : "host") << " memory while " << during;
   const std::string asked = asked_for(what);
   os << ": an allocation of " << (asked.empty() ? std::string("unknown size") : asked) << " failed";
   os << "; zerocpp holds";
@@ -61,6 +63,17 @@ void rethrow_if_out_of_memory(const std::exception& e, std::string_view during,
     any = true;
   }
   if (!any) os << " nothing yet";
+  if (pinned) {
+    // The offload buffers on a GPU are page-locked: the kernel can neither
+    // swap them nor overcommit them, and a container's memory limit counts them.
+    os << ". Pinned memory is host memory that cannot be swapped: the offload buffers need it all at once, so "
+          "the node's free memory (or the container's limit), not its total, is the bound. To need less: fewer "
+          "ranks per node, a higher zero_optimization.stage or more nodes, offload_optimizer.ratio below 1 (a share "
+          "of the optimizer state stays on the GPU), no delayed_param_update (its second gradient buffer). The "
+          "allocator said: "
+       << what;
+    throw Error(os.str());
+  }
   os << ". zero-estimate says what fits where; to need less: a higher zero_optimization.stage or more ranks, "
         "offload_optimizer.device=\"cpu\" (device memory), smaller reduce_bucket_size, a smaller micro-batch, "
         "activation checkpointing. The allocator said: "

@@ -1,7 +1,8 @@
 // Out-of-memory errors from LibTorch's allocators (host: c10::Error "not
-// enough memory" / "can't allocate memory"; device: c10::OutOfMemoryError)
-// and std::bad_alloc, turned into a zero::Error that says what was being
-// done, the bytes asked for and what zerocpp holds, by tier and kind.
+// enough memory" / "can't allocate memory"; device: c10::OutOfMemoryError),
+// the pinned allocator's PinnedHostOutOfMemory and std::bad_alloc, turned
+// into a zero::Error that says what was being done, the bytes asked for and
+// what zerocpp holds, by tier and kind.
 #pragma once
 
 #include <exception>

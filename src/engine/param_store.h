@@ -106,8 +106,10 @@ class ParamStore {
   void release(int b);
   bool gathered(int b) const { return buckets_[static_cast<std::size_t>(b)].held(); }
   // Stage 3, when the engine goes while unwinding (no collective then):
-  // released buckets get zeros, so that the module can be given back.
-  void zero_fill_released();
+  // released buckets get zeros, so that the module can be given back. A
+  // bucket with no memory for it leaves its parameters empty (0 elements);
+  // returns how many did.
+  std::size_t zero_fill_released() noexcept;
 
   // After a step: `src` (the rank's updated partition, fp32 master or
   // training-precision staging; undefined when the optimizer wrote the flat

@@ -2,7 +2,9 @@
 // and the gather and release of one bucket.
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
+#include <c10/core/GradMode.h>
 
+#include "out_of_memory.h"
 #include "param_store.h"
 #include "planned_tensor.h"
 #include "zero/core/error.h"
@@ -67,7 +69,14 @@ ParamStore::PendingGather ParamStore::start_gather(int bi, comm::Communicator& c
   const Bucket& b = layout_.buckets()[static_cast<std::size_t>(bi)];
   BucketStorage& st = buckets_[static_cast<std::size_t>(bi)];
   if (!st.held()) {
-    st.refill();
+    try {
+      st.refill();
+    } catch (const std::exception& e) {
+      rethrow_if_out_of_memory(e, "gathering the parameters of a stage-3 unit (" +
+                                      memory::format_bytes(static_cast<std::int64_t>(st.nbytes())) + ")",
+                               *ledger_);
+      throw;
+    }
     // Budgeted at construction (the plan's gathered units at their bound):
     // not refused here, inside forward, where one rank could fail alone.
     register_bucket(static_cast<std::size_t>(bi), "the gathered units");
@@ -130,12 +139,31 @@ void ParamStore::release(int bi) {
   for (auto& r : bucket_regs_[static_cast<std::size_t>(bi)]) r.release();
 }
 
-void ParamStore::zero_fill_released() {
-  for (BucketStorage& st : buckets_) {
+std::size_t ParamStore::zero_fill_released() noexcept {
+  std::size_t emptied = 0;
+  for (std::size_t bi = 0; bi < buckets_.size(); ++bi) {
+    BucketStorage& st = buckets_[bi];
     if (st.held()) continue;
-    st.refill();
-    st.raw(0, static_cast<std::size_t>(st.tensor().numel())).zero_();
+    try {
+      st.refill();
+      st.raw(0, static_cast<std::size_t>(st.tensor().numel())).zero_();
+      continue;
+    } catch (const std::exception&) {
+    }
+    // No memory for it (the error being unwound is often that): its
+    // parameters become empty tensors, so that any use of them fails on its
+    // shape and nothing reads storage that is gone.
+    try {
+      at::NoGradGuard no_grad;
+      for (int i : layout_.buckets()[bi].params) {
+        at::Tensor& p = params_[static_cast<std::size_t>(i)];
+        p.set_(at::empty({0}, p.options()));
+      }
+    } catch (const std::exception&) {
+    }
+    ++emptied;
   }
+  return emptied;
 }
 
 }  // namespace zero::detail

@@ -11,6 +11,7 @@
 
 #include "out_of_memory.h"
 #include "zero/core/error.h"
+#include "zero/core/pinned_host_allocator.h"
 #include "zero/memory/memory_ledger.h"
 
 namespace {
@@ -44,6 +45,21 @@ TEST(OutOfMemory, TheDeviceAllocatorsErrorNamesWhatWasAskedAndHeld) {
   EXPECT_NE(what.find("offload_optimizer.device=\"cpu\""), std::string::npos) << what;
   EXPECT_NE(what.find("The allocator said: CUDA out of memory. Tried to allocate 2.00 GiB"), std::string::npos) << what;
   EXPECT_EQ(what.find("Including non-PyTorch"), std::string::npos) << what;  // its first line only
+}
+
+TEST(OutOfMemory, PinnedHostMemoryIsNamedWithItsBound) {
+  // What zero_cuda's allocator throws when cudaHostAlloc has no memory
+  // (src/cuda/register_for_engine.cpp).
+  MemoryLedger ledger;
+  auto master = ledger.add(Tier::kHost, Kind::kFp32Master, std::int64_t{3} << 30, "master", false);
+  const std::string what = translated(zero::PinnedHostOutOfMemory(std::size_t{6} << 30), ledger);
+  EXPECT_NE(what.find("out of pinned host memory while running backward: an allocation of 6442450944 bytes failed"),
+            std::string::npos) << what;
+  EXPECT_NE(what.find("zerocpp holds 3.00 GiB on the host"), std::string::npos) << what;
+  EXPECT_NE(what.find("cannot be swapped"), std::string::npos) << what;
+  EXPECT_NE(what.find("offload_optimizer.ratio below 1"), std::string::npos) << what;
+  // Not the device's advice: the device is not what ran out.
+  EXPECT_EQ(what.find("offload_optimizer.device=\"cpu\""), std::string::npos) << what;
 }
 
 TEST(OutOfMemory, HostAllocationFailureAndOtherErrors) {

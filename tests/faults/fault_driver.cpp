@@ -17,6 +17,12 @@
 //              plus 100 MiB before it builds the engine of a 16.8M-parameter
 //              model (whose Adam state alone is 128 MiB): the engine must
 //              say it ran out of host memory, not crash
+//   gather-oom (one process, stage 3) builds the engine of a model with one
+//              unit of 16.8M parameters, then limits its address space to
+//              what it maps now plus 32 MiB: the unit's gather in the first
+//              forward (64 MiB) must fail with the out-of-memory error, and
+//              the engine, destroyed while that error unwinds, must not
+//              need memory to give the module back
 #include <sys/resource.h>
 
 #include <csignal>
@@ -39,6 +45,7 @@
 #include "zero/config/config.h"
 #include "zero/core/error.h"
 #include "zero/engine/engine.h"
+#include "zero/zero/unit.h"
 
 namespace {
 
@@ -85,6 +92,36 @@ void limit_address_space(long extra) {
   ZERO_CHECK(setrlimit(RLIMIT_AS, &r) == 0, "fault_driver: setrlimit failed");
 }
 
+// A stage-3 engine whose one unit (a 4096 x 4096 linear, 64 MiB in fp32)
+// cannot be gathered.
+int gather_oom(zero::comm::Communicator& comm) {
+  const zero::config::Config cfg = zero::config::parse_config(
+      R"({"train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": 3,
+          "stage3_param_persistence_threshold": 0}})",
+      comm.world_size(), "fault_driver");
+  struct Net : torch::nn::Module {
+    torch::nn::Linear in{16, 4096}, big{4096, 4096}, out{4096, 4};
+    Net() {
+      register_module("in", in);
+      register_module("big", big);
+      register_module("out", out);
+      zero::mark_unit(*big);
+    }
+    at::Tensor forward(const at::Tensor& x) {
+      const at::Tensor h = zero::unit(*big, in->forward(x), [&](const at::Tensor& v) { return big->forward(v); });
+      return out->forward(h);
+    }
+  };
+  auto model = std::make_shared<Net>();
+  zero::Engine engine(model, cfg, comm);
+  limit_address_space(32 << 20);
+  const at::Tensor loss = at::mse_loss(model->forward(at::randn({4, 16})), at::randn({4, 4}));
+  engine.backward(loss);
+  engine.step();
+  std::printf("trained 1 step\n");
+  return 0;
+}
+
 int run(const Options& o, std::unique_ptr<zero::comm::Communicator>& comm_out) {
   comm_out = zero::comm::make_communicator();
   zero::comm::Communicator& comm = *comm_out;
@@ -94,6 +131,7 @@ int run(const Options& o, std::unique_ptr<zero::comm::Communicator>& comm_out) {
                            "\", \"stop_after\": " + std::to_string(o.stop_after) + "}}";
   const zero::config::Config cfg = zero::config::parse_config(json, comm.world_size(), "fault_driver");
   torch::manual_seed(7);
+  if (o.inject == "gather-oom") return gather_oom(comm);
   const bool oom = o.inject == "host-oom";
   auto model = oom ? std::make_shared<torch::nn::SequentialImpl>(torch::nn::Linear(4096, 4096))
                    : std::make_shared<torch::nn::SequentialImpl>(torch::nn::Linear(16, 32), torch::nn::Tanh(),

@@ -11,11 +11,29 @@
 #pragma once
 
 #include <cstddef>
+#include <new>
+#include <string>
 
 namespace zero {
 
+// What an allocator throws when the page-locked memory for `bytes` is not
+// there (the engine's out-of-memory translation names it, with what the
+// engine holds; out_of_memory.h).
+class PinnedHostOutOfMemory : public std::bad_alloc {
+ public:
+  explicit PinnedHostOutOfMemory(std::size_t bytes);
+  std::size_t bytes() const { return bytes_; }
+  const char* what() const noexcept override { return what_.c_str(); }
+
+ private:
+  std::size_t bytes_;
+  std::string what_;
+};
+
 struct PinnedHostAllocator {
-  void* (*allocate)(std::size_t bytes);  // throws zero::Error when it cannot
+  // Throws PinnedHostOutOfMemory when the memory is not there, zero::Error
+  // for any other failure.
+  void* (*allocate)(std::size_t bytes);
   void (*release)(void* ptr);
 };
 

@@ -235,6 +235,8 @@ class Engine {
   std::vector<TimelineInterval> take_timeline();
 
  private:
+  // step() at an accumulation boundary: the optimizer step itself.
+  bool step_at_boundary();
   // Logs a skipped step; throws when the nonfinite policy says stop.
   void report_skipped_step() const;
   config::Config config_;
