@@ -2,11 +2,14 @@
 // docs/design.md, the exact delayed parameter update, overflow handling, and the
 // awkward modules (no parameters, frozen, tied, unused).
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstdio>
 #include <regex>
 #include <stdexcept>
+#include <string_view>
 
+#include <ATen/record_function.h>
 #include <gtest/gtest.h>
 #include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/adamw.h>
@@ -950,6 +953,66 @@ TEST(Lifetime, DestroyingWithAPendingDelayedUpdateSaysSo) {
     engine.flush();
   }
   EXPECT_EQ(testing::internal::GetCapturedStderr().find("pending"), std::string::npos);
+}
+
+// ---- Host reads: at most one per optimizer step ------------------------
+
+// Counts the host reads of a tensor's value (Tensor::item(), what a GPU would
+// wait for) on any thread while alive.
+class HostReadCounter {
+ public:
+  HostReadCounter()
+      : handle_(at::addGlobalCallback(
+            at::RecordFunctionCallback(
+                [](const at::RecordFunction& fn) -> std::unique_ptr<at::ObserverContext> {
+                  if (std::string_view(fn.name()) == "aten::_local_scalar_dense") count().fetch_add(1);
+                  return nullptr;
+                })
+                .scopes({at::RecordScope::FUNCTION}))) {}
+  ~HostReadCounter() { at::removeCallback(handle_); }
+  static std::atomic<int>& count() {
+    static std::atomic<int> n{0};
+    return n;
+  }
+
+ private:
+  at::CallbackHandle handle_;
+};
+
+TEST(HostReads, AtMostOnePerOptimizerStepAtEveryStage) {
+  // docs/gpu.md: the clipping norm and the loss scaler's overflow check stay
+  // where the gradients are; one host read per optimizer step (the global
+  // squared norm both come from), none per micro-batch. fp16 (dynamic
+  // scaling) with clipping, accumulation 2.
+  comm::Communicator& comm = world_comm();
+  const int world = comm.world_size();
+  for (int stage : {0, 1, 2, 3}) {
+    config::Config cfg = make_config(stage, false, false, world, kGlobalBatch / world / 2, 2);
+    cfg.fp16.enabled = true;
+    const ModelKind kind = stage == 3 ? ModelKind::kUnitMlp : ModelKind::kMlp;
+    auto model = make_model(kind);
+    Engine engine(model, cfg, comm);
+    const int micro = static_cast<int>(cfg.train_micro_batch_size_per_gpu);
+    for (int step = 0; step < 3; ++step) {
+      GlobalBatch gb = global_batch(kind, step);
+      int reads = 0;
+      for (int j = 0; j < 2; ++j) {
+        const int begin = j * (kGlobalBatch / 2) + comm.rank() * micro;
+        at::Tensor loss = micro_loss(kind, *model, gb.x.narrow(0, begin, micro), gb.y.narrow(0, begin, micro),
+                                     engine.dtype());
+        HostReadCounter::count() = 0;
+        {
+          HostReadCounter counter;
+          engine.backward(loss);
+          engine.step();
+        }
+        reads += HostReadCounter::count();
+        if (j == 0) EXPECT_EQ(HostReadCounter::count(), 0) << "stage " << stage << " step " << step << ": a micro-batch";
+      }
+      EXPECT_EQ(reads, 1) << "stage " << stage << " step " << step;
+    }
+    EXPECT_EQ(engine.stats().step + engine.stats().skipped, 3);
+  }
 }
 
 // Engine::trace(): every lane the engine records, in the order the work

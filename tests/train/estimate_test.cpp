@@ -145,6 +145,40 @@ TEST(Estimate, OffloadRatioSplitsTheOptimizerState) {
   }
 }
 
+// Issue 18's host budget for ZeRO-Offload on a GPU in bf16: fp32 master 4 +
+// two moments 8 + the gradient partition as it comes down in bf16 2 (the
+// update written over it and sent up from there, no staging) = 14 bytes per
+// parameter, and 16 with the delayed update's second gradient buffer; per
+// rank, Psi / N of it. On the CPU (fp32 host gradient sums, a staging
+// buffer) the same settings need more, which is why on_gpu is its own plan.
+TEST(Estimate, OffloadOnAGpuHoldsSixteenHostBytesPerParameterWithTheDelayedUpdate) {
+  const std::int64_t psi = 4'540'000'000;
+  for (int stage : {2, 3}) {
+    for (int world : {1, 4}) {
+      for (bool dpu : {false, true}) {
+        EstimateInput in;
+        in.params = psi;
+        in.world = world;
+        in.stage = stage;
+        in.offload = true;
+        in.dpu = dpu;
+        in.on_gpu = true;
+        const MemoryEstimate e = estimate_memory(in);
+        const double per_param = static_cast<double>(e.host_total()) / (static_cast<double>(psi) / world);
+        const std::string what = "stage " + std::to_string(stage) + " world " + std::to_string(world) +
+                                 (dpu ? " dpu" : "");
+        // Padding: at most world * 64 elements per bucket of 5e8.
+        EXPECT_NEAR(per_param, dpu ? 16.0 : 14.0, 1e-4) << what;
+        EXPECT_EQ(e.host_staging, 0) << what;
+        EXPECT_NEAR(static_cast<double>(e.host_grads) / (static_cast<double>(psi) / world), dpu ? 4.0 : 2.0, 1e-4)
+            << what << " (two bytes per gradient element)";
+        in.on_gpu = false;
+        EXPECT_GT(static_cast<double>(estimate_memory(in).host_total()), e.host_total() * 1.1) << what;
+      }
+    }
+  }
+}
+
 // The device and host peaks, construction and a step included, for Adam and
 // Adagrad (one moment), fp32 and bf16: the estimate (the engine's memory
 // plan summed) within 5% of what the ledger saw.
