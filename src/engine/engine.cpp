@@ -93,6 +93,12 @@ std::string offload_text(const MemoryPlan& plan) {
   return buf;
 }
 
+// ", parameter partition in host memory" at stage 3 with offload_param.
+std::string offload_param_text(const MemoryPlan& plan) {
+  const PlannedBuffer& p = plan[Buffer::kParamPartition];
+  return p.present && p.tier == Tier::kHost ? ", parameter partition in host memory (offload_param)" : "";
+}
+
 }  // namespace
 
 void Engine::Impl::run_optimizer(int buf, float grad_scale, float lr, std::int64_t step,
@@ -382,10 +388,10 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
       const std::size_t nb = L.buckets().size();
       std::fprintf(stderr,
                    "zerocpp: stage %d, %s on %s, %d rank%s, %zu parameters in %zu bucket%s (%zu frozen), "
-                   "optimizer %s%s%s\n",
+                   "optimizer %s%s%s%s\n",
                    m.stage, c10::toString(dtype), device.str().c_str(), m.world, m.world == 1 ? "" : "s", L.numel(), nb,
                    nb == 1 ? "" : "s", static_cast<std::size_t>(P.frozen_count()), config_.optimizer.type.c_str(),
-                   m.offload ? offload_text(m.plan).c_str() : "",
+                   m.offload ? offload_text(m.plan).c_str() : "", offload_param_text(m.plan).c_str(),
                    dpu ? (", delayed update after " + std::to_string(m.delayed->warmup()) + " steps").c_str() : "");
     }
     m.guard.commit();
@@ -658,7 +664,8 @@ std::string Engine::summary() const {
   const memory::LedgerSnapshot s = ledger_.snapshot();
   std::ostringstream os;
   os << "zerocpp summary (rank " << m.rank << " of " << m.world << ", stage " << m.stage
-     << (m.offload ? offload_text(m.plan) : std::string()) << (m.delayed->enabled() ? ", DPU" : "") << ", "
+     << (m.offload ? offload_text(m.plan) : std::string()) << offload_param_text(m.plan)
+     << (m.delayed->enabled() ? ", DPU" : "") << ", "
      << c10::toString(m.precision.dtype()) << " on " << m.ctx.device.str() << ", " << num_parameters()
      << " parameters)\n";
   for (int t = 0; t < memory::kNumTiers; ++t) {

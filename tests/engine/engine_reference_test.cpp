@@ -90,7 +90,14 @@ const Trace& reference(ModelKind kind, const config::Config& cfg, Opt which = Op
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
   auto model = make_model(kind);
-  std::vector<at::Tensor> params = model->parameters();
+  // Each tensor once (a tied weight is listed under both of its names), as
+  // the engine steps it.
+  std::vector<at::Tensor> params;
+  for (const at::Tensor& p : model->parameters()) {
+    if (std::none_of(params.begin(), params.end(), [&](const at::Tensor& q) { return q.is_same(p); })) {
+      params.push_back(p);
+    }
+  }
   auto opt = libtorch_optimizer(which, params, cfg);
   Trace t;
   for (int step = 0; step < kSteps; ++step) {
@@ -139,17 +146,31 @@ Trace train_engine(ModelKind kind, const config::Config& cfg, comm::Communicator
 
 // The stage layouts of the parity suite: 0, 1, 2, 1 + offload, 2 + offload,
 // 3, 3 + offload; then offload with a device share (offload_optimizer.ratio
-// < 1: part of the optimizer state stepped where the model is).
+// < 1: part of the optimizer state stepped where the model is); then stage 3
+// with the parameter partition in host memory (offload_param), without and
+// with optimizer offload.
 struct Layout {
   int stage;
   bool offload;
   float ratio = 1.0f;
+  bool offload_param = false;
 };
 constexpr Layout kLayouts[] = {{0, false}, {1, false}, {2, false}, {1, true},      {2, true},
-                               {3, false}, {3, true},  {2, true, 0.5f}, {3, true, 0.4f}};
+                               {3, false}, {3, true},  {2, true, 0.5f}, {3, true, 0.4f},
+                               {3, false, 1.0f, true}, {3, true, 1.0f, true}};
 std::string layout_name(const Layout& l) {
   return "_stage" + std::to_string(l.stage) + (l.offload ? "_offload" : "") +
-         (l.ratio < 1.0f ? "_ratio" + std::to_string(static_cast<int>(l.ratio * 100)) : "");
+         (l.ratio < 1.0f ? "_ratio" + std::to_string(static_cast<int>(l.ratio * 100)) : "") +
+         (l.offload_param ? "_offload_param" : "");
+}
+const char* model_name(ModelKind kind) {
+  switch (kind) {
+    case ModelKind::kMlp: return "mlp_";
+    case ModelKind::kTransformer: return "transformer_";
+    case ModelKind::kTiedMlp: return "tied_mlp_";
+    case ModelKind::kUnitMlp: return "unit_mlp_";
+  }
+  return "";
 }
 
 using Case = std::tuple<ModelKind, Precision, int /*index into kLayouts*/>;
@@ -157,12 +178,13 @@ class Reference : public testing::TestWithParam<Case> {};
 
 TEST_P(Reference, MatchesPlainLibTorchAdamW) {
   auto [kind, precision, layout] = GetParam();
-  auto [stage, offload, ratio] = kLayouts[layout];
+  auto [stage, offload, ratio, offload_param] = kLayouts[layout];
   comm::Communicator& comm = world_comm();
   const int world = comm.world_size();
   config::Config cfg = make_config(stage, offload, precision == Precision::kBf16, world,
                                    kGlobalBatch / kAccumulation / world, kAccumulation);
   cfg.zero_optimization.offload_optimizer.ratio = ratio;
+  if (offload_param) cfg.zero_optimization.offload_param.device = "cpu";
   if (precision == Precision::kFp16Dynamic || precision == Precision::kFp16Static) {
     cfg.fp16.enabled = true;
     cfg.fp16.initial_scale_power = 8;
@@ -219,8 +241,7 @@ TEST_P(Reference, MatchesPlainLibTorchAdamW) {
 std::string case_name(const testing::TestParamInfo<Case>& info) {
   auto [kind, precision, layout] = info.param;
   static const char* names[] = {"fp32", "bf16", "fp16_dynamic", "fp16_static"};
-  return std::string(kind == ModelKind::kMlp ? "mlp_" : "transformer_") + names[static_cast<int>(precision)] +
-         layout_name(kLayouts[layout]);
+  return std::string(model_name(kind)) + names[static_cast<int>(precision)] + layout_name(kLayouts[layout]);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -228,7 +249,17 @@ INSTANTIATE_TEST_SUITE_P(
     testing::Combine(testing::Values(ModelKind::kMlp, ModelKind::kTransformer),
                      testing::Values(Precision::kFp32, Precision::kBf16, Precision::kFp16Dynamic,
                                      Precision::kFp16Static),
-                     testing::Values(0, 1, 2, 3, 4, 5, 6, 7, 8)),
+                     testing::Values(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10)),
+    [](const testing::TestParamInfo<Case>& info) { return case_name(info); });
+
+// Stage 3's own models against the same LibTorch loop: every parameter in a
+// marked unit, one unit called twice in a forward and a weight shared by two
+// units (UnitMlp), and a tied weight outside any unit (TiedMlp); the stage-3
+// layouts, fp32 and bf16.
+INSTANTIATE_TEST_SUITE_P(
+    Stage3Models, Reference,
+    testing::Combine(testing::Values(ModelKind::kUnitMlp, ModelKind::kTiedMlp),
+                     testing::Values(Precision::kFp32, Precision::kBf16), testing::Values(5, 6, 9, 10)),
     [](const testing::TestParamInfo<Case>& info) { return case_name(info); });
 
 // The options the parity grid does not vary, each against its LibTorch
@@ -242,7 +273,8 @@ class ReferenceOptions : public testing::TestWithParam<OptCase> {};
 
 TEST_P(ReferenceOptions, MatchLibTorch) {
   auto [kind, which, layout] = GetParam();
-  auto [stage, offload, ratio] = kLayouts[layout];
+  auto [stage, offload, ratio, offload_param] = kLayouts[layout];
+  ASSERT_FALSE(offload_param);
   comm::Communicator& comm = world_comm();
   const int world = comm.world_size();
   config::Config cfg =
@@ -284,8 +316,7 @@ TEST_P(ReferenceOptions, MatchLibTorch) {
 std::string option_case_name(const testing::TestParamInfo<OptCase>& info) {
   auto [kind, which, layout] = info.param;
   static const char* names[] = {"adamw_no_overlap", "adam_l2", "adagrad"};
-  return std::string(kind == ModelKind::kMlp ? "mlp_" : "transformer_") + names[static_cast<int>(which)] +
-         layout_name(kLayouts[layout]);
+  return std::string(model_name(kind)) + names[static_cast<int>(which)] + layout_name(kLayouts[layout]);
 }
 
 INSTANTIATE_TEST_SUITE_P(Options, ReferenceOptions,

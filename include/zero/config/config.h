@@ -82,7 +82,7 @@ struct OffloadOptimizerConfig {
   // backward of step t+1, which then uses parameters one step stale.
   bool delayed_param_update = false;
   int delayed_param_update_warmup_steps = 10;  // steps run without delay first
-  int cpu_threads = 0;                         // CPU optimizer threads; 0 = all cores
+  int cpu_threads = 0;                         // CPU optimizer threads; 0 = all cores (all but one on a GPU)
   // DeepSpeed's ZeRO-Offload++ "Twin-Flow": the fraction of the rank's
   // optimizer partition offloaded to the CPU; the rest (master, moments) stays
   // on the device and is stepped there, beside the CPU step.
