@@ -28,6 +28,7 @@
 #include "train_device.h"
 #include "train_precision.h"
 #include "train_report.h"
+#include "zero/ckpt/checkpoint_dir.h"
 #include "zero/comm/communicator.h"
 #include "zero/comm/fail_job.h"
 #include "zero/config/config.h"
@@ -60,6 +61,7 @@ struct Options {
   std::string save_dir, resume;
   std::int64_t save_every = 0;
   bool sync_save = false;
+  std::string on_save_error = "stop";
   std::int64_t n_layer = 0, n_head = 0, n_embd = 0, block_size = 0, seq_len = 0;
   std::int64_t steps = 300, warmup = -1, eval_every = 50, eval_batches = 8, sample = 0;
   double min_lr_ratio = 0.1;
@@ -305,6 +307,34 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
                    c.stall_s * 1e3, c.async ? " (asynchronous save)" : "");
     }
   };
+  // A save that fails (a full disk, a folder gone) fails on every rank at
+  // once (zero::ckpt::CheckpointSaveError): with --on-save-error continue
+  // the run says so and goes on, with the state in memory intact.
+  std::int64_t failed_saves = 0;
+  auto save_failed = [&](const ckpt::CheckpointSaveError& e) {
+    if (o.on_save_error != "continue") throw;
+    ++failed_saves;
+    if (root) {
+      const std::string latest = [&] {
+        std::ifstream in(fs::path(o.save_dir) / ckpt::kLatestName);
+        std::string tag;
+        return std::getline(in, tag) ? tag : std::string("none");
+      }();
+      std::fprintf(stderr, "zero-train: warning: %s; training goes on (--on-save-error continue, %lld failed save(s) "
+                   "so far); the newest checkpoint committed is %s\n",
+                   e.what(), static_cast<long long>(failed_saves), latest.c_str());
+    }
+  };
+  // step(), which commits an asynchronous save at the end of a window: a
+  // failed commit throws before the call counts, so it is called again.
+  auto step_engine = [&] {
+    try {
+      engine.step();
+    } catch (const ckpt::CheckpointSaveError& e) {
+      save_failed(e);
+      engine.step();
+    }
+  };
   for (std::int64_t step = first_step; step < o.steps; ++step) {
     const bool saving = engine.checkpoint_in_flight();
     engine.set_lr(schedule.lr(step));
@@ -315,14 +345,15 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
       at::Tensor batch = make_batch(corpus.train, sampler.offsets(step, j), o.seq_len).to(td.device);
       at::Tensor loss = model->loss(batch.narrow(1, 0, o.seq_len), batch.narrow(1, 1, o.seq_len));
       engine.backward(loss);
-      engine.step();
+      step_engine();
       loss_acc += loss.detach().to(at::kFloat);
     }
     float loss_sum = loss_acc.item<float>();
     comm->all_reduce(&loss_sum, 1, DType::kFloat32)->wait();
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     total_seconds += seconds;
-    if (saving && !engine.checkpoint_in_flight()) report_saved();
+    // (commit_s is set only by a commit that succeeded.)
+    if (saving && !engine.checkpoint_in_flight() && engine.last_checkpoint().commit_s > 0) report_saved();
     const double loss = loss_sum / static_cast<double>(accum * comm->world_size());
     // A non-finite loss gives non-finite gradients: the engine skipped the
     // step, said so, and stops the run if the config's nonfinite policy says so.
@@ -370,13 +401,21 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
                                      {"seq_len", o.seq_len}, {"steps", o.steps},
                                      {"gpt", {{"vocab_size", gc.vocab_size}, {"block_size", gc.block_size},
                                               {"n_layer", gc.n_layer}, {"n_head", gc.n_head}, {"n_embd", gc.n_embd}}}};
-      engine.save_checkpoint(o.save_dir, tag, client, /*async=*/!o.sync_save);
-      if (o.sync_save) report_saved();
+      try {
+        engine.save_checkpoint(o.save_dir, tag, client, /*async=*/!o.sync_save);
+        if (o.sync_save) report_saved();
+      } catch (const ckpt::CheckpointSaveError& e) {
+        save_failed(e);
+      }
     }
   }
   if (engine.checkpoint_in_flight()) {
-    engine.wait_checkpoint();
-    report_saved();
+    try {
+      engine.wait_checkpoint();
+      report_saved();
+    } catch (const ckpt::CheckpointSaveError& e) {
+      save_failed(e);
+    }
   }
   engine.flush();
   if (root) progress.finish();
@@ -418,6 +457,7 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
       r["tflops"] = tokens_per_step * static_cast<double>(o.steps) * flops_per_token / total_seconds / 1e12;
       r["steps"] = o.steps;
       r["skipped_steps"] = engine.stats().skipped;
+      r["failed_saves"] = failed_saves;
       std::ofstream(o.report) << r.dump(2) << "\n";
       std::fprintf(stderr, "report: %s\n", o.report.c_str());
     }
@@ -474,6 +514,11 @@ int main(int argc, char** argv) {
   app.add_flag("--sync-save", o.sync_save,
                "write checkpoints before training goes on (default: asynchronously, training blocks only for a "
                "host copy)");
+  app.add_option("--on-save-error", o.on_save_error,
+                 "when a checkpoint cannot be saved (disk full, folder gone): stop the run with the error, or "
+                 "continue training, warning with the newest checkpoint committed (the failed one leaves nothing)")
+      ->check(CLI::IsMember({"stop", "continue"}))
+      ->capture_default_str();
   app.add_flag("--checkpoint-activations", o.checkpoint_activations,
                "checkpoint activations per block (recompute in backward); also on when the config sets "
                "activation_checkpointing.cpu_checkpointing, which keeps the checkpoints on the host");

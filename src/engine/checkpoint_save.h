@@ -66,6 +66,7 @@ class CheckpointSave {
 
   const std::filesystem::path& dir() const { return dir_; }
   const std::string& tag() const { return tag_; }
+  const std::filesystem::path& file() const { return file_; }
   ckpt::Manifest& manifest() { return manifest_; }
   std::uint64_t bytes() const { return bytes_; }
   double write_seconds() const { return write_seconds_; }

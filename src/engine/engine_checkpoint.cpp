@@ -19,6 +19,7 @@
 #include "engine_impl.h"
 #include "host_snapshot.h"
 #include "zero/ckpt/checkpoint_dir.h"
+#include "zero/ckpt/checkpoint_error.h"
 #include "zero/ckpt/reshard.h"
 #include "zero/ckpt/shard_io.h"
 #include "zero/comm/launcher_env.h"
@@ -86,11 +87,13 @@ std::vector<std::string> all_gather_text(comm::Communicator& comm, const c10::De
 // Each rank's error ("" for none) to every rank; throws on every rank when
 // any failed: its own message where it failed, the first failing rank's
 // otherwise.
+// Throws E on every rank when any rank's `error` is not empty.
+template <class E = Error>
 void agree(comm::Communicator& comm, const c10::Device& device, const std::string& error, const std::string& what) {
   const std::vector<std::string> errors = all_gather_text(comm, device, error);
-  if (!error.empty()) throw Error(error);
+  if (!error.empty()) throw E(error);
   for (std::size_t r = 0; r < errors.size(); ++r) {
-    if (!errors[r].empty()) throw Error(detail::str_cat(what, " failed on rank ", r, ": ", errors[r]));
+    if (!errors[r].empty()) throw E(detail::str_cat(what, " failed on rank ", r, ": ", errors[r]));
   }
 }
 
@@ -183,7 +186,7 @@ void Engine::save_checkpoint(const std::string& dir, const std::string& tag, con
   const fs::path root(dir);
   std::string error;
   if (m.rank == 0) error = error_of([&] { ckpt::prepare_partial(root, tag); });
-  agree(comm_, m.ctx.device, error, "preparing the checkpoint folder");
+  agree<ckpt::CheckpointSaveError>(comm_, m.ctx.device, error, "preparing the checkpoint folder");
 
   // Rank 0's manifest, all but the files (they come with the commit).
   ckpt::Manifest man;
@@ -323,9 +326,19 @@ void Engine::finish_checkpoint(bool block) {
   const std::vector<std::string> records = all_gather_text(comm_, m.ctx.device, record);
   for (std::size_t r = 0; r < records.size(); ++r) {
     if (records[r].rfind("error: ", 0) != 0) continue;
-    ZERO_CHECK(!failed, "checkpoint '", save->tag(), "' was not saved: ", record.substr(7));
-    ZERO_CHECK(false, "checkpoint '", save->tag(), "' was not saved: rank ", r, " could not write its file: ",
-               records[r].substr(7));
+    // Every rank's writer has ended (each sent its record): what the failed
+    // save wrote goes, so that failures do not fill the disk that may be
+    // why they fail. Each rank its own file (a folder not shared between
+    // nodes), then rank 0 the folder; a leftover is removed by the next save
+    // of the tag.
+    std::error_code ec;
+    fs::remove(save->file(), ec);
+    if (m.rank == 0) fs::remove_all(ckpt::partial_path(save->dir(), save->tag()), ec);
+    if (failed) {
+      throw ckpt::CheckpointSaveError(detail::str_cat("checkpoint '", save->tag(), "' was not saved: ", record.substr(7)));
+    }
+    throw ckpt::CheckpointSaveError(detail::str_cat("checkpoint '", save->tag(), "' was not saved: rank ", r,
+                                                    " could not write its file: ", records[r].substr(7)));
   }
   std::string error;
   if (m.rank == 0) {
@@ -341,7 +354,7 @@ void Engine::finish_checkpoint(bool block) {
       ckpt::commit(save->dir(), save->tag(), text);
     });
   }
-  agree(comm_, m.ctx.device, error, "committing the checkpoint");
+  agree<ckpt::CheckpointSaveError>(comm_, m.ctx.device, error, "committing the checkpoint");
   last_checkpoint_.commit_s = seconds_since(began);
 }
 

@@ -85,6 +85,7 @@
 #include <c10/core/Device.h>
 #include <torch/nn/module.h>
 
+#include "zero/ckpt/checkpoint_error.h"
 #include "zero/comm/communicator.h"
 #include "zero/config/config.h"
 #include "zero/engine/loss_scaler.h"
@@ -188,6 +189,12 @@ class Engine {
   // synchronous (with a message; last_checkpoint().async says); where the
   // next step's copy finds no room, that save is abandoned and its commit
   // fails, naming the rank (docs/checkpoints.md).
+  // A save that fails (a folder not writable, a rank's file not written,
+  // the commit) throws zero::ckpt::CheckpointSaveError on every rank: from
+  // save_checkpoint, or, for an async save, from the step() that commits it
+  // (before that call counts: call step() again and training goes on as if
+  // no save had been asked for) or wait_checkpoint(). Nothing of it is
+  // committed; the training state is intact.
   // client_state: the caller's JSON (data position, schedule), saved in the
   // manifest and returned by load_checkpoint.
   void save_checkpoint(const std::string& dir, const std::string& tag,

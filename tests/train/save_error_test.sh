@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# zero-train --on-save-error: a save that fails (here: every file larger than
+# the process may write, `ulimit -f`, or a save folder under a regular file)
+# ends the run with the error by default, and with `continue` the run goes
+# on, warns once per failed save naming the newest committed checkpoint,
+# counts the failures in its report, and leaves no partial files behind.
+# usage: save_error_test.sh ZERO_TRAIN MPIEXEC CORPUS WORK
+set -u
+train=$1 mpiexec=$2 corpus=$3 work=$4
+rm -rf "$work" && mkdir -p "$work"
+fail() { echo "FAIL: $*"; exit 1; }
+args=("$corpus" --model gpt2-tiny --steps 6 --eval-every 0 --save-every 2 --out "$work/out")
+
+# One process: each rank file (~2 MiB) is past a 400 KiB file-size limit,
+# so every asynchronous save's write fails, and its commit at the next step.
+one() {
+  ( trap '' XFSZ; ulimit -f 400; ZERO_COMM_BACKEND=single exec timeout 200 "$train" "${args[@]}" "$@" )
+}
+one --save-dir "$work/ck1" >"$work/stop.log" 2>&1 && fail "a failed save with the default --on-save-error stop exited 0"
+[ "$(grep -c "checkpoint 'step-2' was not saved" "$work/stop.log")" = 1 ] \
+  || { cat "$work/stop.log"; fail "the default policy did not end the run with the save's error, once"; }
+grep -q "^step 3/" "$work/stop.log" && fail "the default policy trained on after the failed save"
+
+one --save-dir "$work/ck2" --on-save-error continue --report "$work/r.json" >"$work/continue.log" 2>&1 \
+  || { tail -5 "$work/continue.log"; fail "--on-save-error continue: the run did not finish"; }
+[ "$(grep -c "zero-train: warning: checkpoint 'step-[246]' was not saved.*training goes on" "$work/continue.log")" = 3 ] \
+  || { cat "$work/continue.log"; fail "--on-save-error continue: not one warning per failed save"; }
+grep -q "3 failed save(s) so far); the newest checkpoint committed is none" "$work/continue.log" \
+  || fail "--on-save-error continue: the third warning does not count or name the newest checkpoint"
+grep -q '"failed_saves": 3' "$work/r.json" || fail "the report does not count the failed saves"
+left=$(find "$work/ck2" -name '*.partial' 2>/dev/null)
+[ -z "$left" ] || fail "failed saves left partial files behind: $left"
+[ -e "$work/ck2/latest" ] && fail "a failed save wrote latest"
+
+# Two ranks, the save folder under a regular file: every save fails as it
+# starts (synchronously), on both ranks, and the job warns once per save.
+touch "$work/a_file"
+timeout 200 "$mpiexec" -np 2 --oversubscribe --bind-to none "$train" "${args[@]}" --save-dir "$work/a_file/ck" \
+  --on-save-error continue --sync-save >"$work/mpi.log" 2>&1 \
+  || { tail -5 "$work/mpi.log"; fail "2 ranks, --on-save-error continue: the run did not finish"; }
+[ "$(grep -c "zero-train: warning: cannot create the checkpoint folder .*training goes on" "$work/mpi.log")" = 3 ] \
+  || { cat "$work/mpi.log"; fail "2 ranks: not one warning per failed save (once per job, not per rank)"; }
+echo "save errors: stop ends the run once; continue trains on, warns 3 times, counts 3, leaves nothing"
+rm -rf "$work"
