@@ -328,12 +328,15 @@ void Engine::finish_checkpoint(bool block) {
     if (records[r].rfind("error: ", 0) != 0) continue;
     // Every rank's writer has ended (each sent its record): what the failed
     // save wrote goes, so that failures do not fill the disk that may be
-    // why they fail. Each rank its own file (a folder not shared between
-    // nodes), then rank 0 the folder; a leftover is removed by the next save
-    // of the tag.
+    // why they fail. Each rank its own file; once all are gone, rank 0 the
+    // folder, now empty (before it returns: its next save may create the
+    // folder again). Nothing recursive, and no rank touches another's file
+    // while it is removed: a leftover (a folder on another node) is removed
+    // by the next save of the tag.
     std::error_code ec;
     fs::remove(save->file(), ec);
-    if (m.rank == 0) fs::remove_all(ckpt::partial_path(save->dir(), save->tag()), ec);
+    comm_.barrier()->wait();
+    if (m.rank == 0) fs::remove(ckpt::partial_path(save->dir(), save->tag()), ec);
     if (failed) {
       throw ckpt::CheckpointSaveError(detail::str_cat("checkpoint '", save->tag(), "' was not saved: ", record.substr(7)));
     }
