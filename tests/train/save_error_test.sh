@@ -28,6 +28,8 @@ one --save-dir "$work/ck2" --on-save-error continue --report "$work/r.json" >"$w
 grep -q "3 failed save(s) so far); the newest checkpoint committed is none" "$work/continue.log" \
   || fail "--on-save-error continue: the third warning does not count or name the newest checkpoint"
 grep -q '"failed_saves": 3' "$work/r.json" || fail "the report does not count the failed saves"
+# The step() whose commit failed is called again: no optimizer step is lost.
+grep -q "steps 6, skipped 0" "$work/continue.log" || fail "a failed commit cost an optimizer step: $(grep 'steps [0-9]*, skipped' "$work/continue.log")"
 left=$(find "$work/ck2" -name '*.partial' 2>/dev/null)
 [ -z "$left" ] || fail "failed saves left partial files behind: $left"
 [ -e "$work/ck2/latest" ] && fail "a failed save wrote latest"
