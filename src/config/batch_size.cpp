@@ -1,5 +1,6 @@
 #include "batch_size.h"
 
+#include <limits>
 #include <string>
 
 #include "zero/config/config.h"
@@ -100,6 +101,13 @@ BatchSizes resolve_batch_sizes(const GivenBatchSizes& g, int world, std::string_
          "set train_batch_size or train_micro_batch_size_per_gpu (or both); "
          "train_batch_size = train_micro_batch_size_per_gpu x gradient_accumulation_steps "
          "x world size");
+  }
+  // The engine counts micro-batches and scales gradients with 32-bit ints.
+  if (out.gradient_accumulation_steps > std::numeric_limits<std::int32_t>::max()) {
+    fail(source, g, world,
+         "gradient_accumulation_steps is " + std::to_string(out.gradient_accumulation_steps) +
+             ", more than the 2147483647 micro-batches per step zerocpp counts; use a larger "
+             "train_micro_batch_size_per_gpu or more ranks");
   }
   return out;
 }

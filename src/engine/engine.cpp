@@ -395,6 +395,7 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
                    dpu ? (", delayed update after " + std::to_string(m.delayed->warmup()) + " steps").c_str() : "");
     }
     m.guard.commit();
+    P.remember_storages();
   } catch (const std::exception& e) {
     detail::rethrow_if_out_of_memory(e, "building the engine", ledger_);
     throw;
@@ -463,6 +464,10 @@ void Engine::backward(const at::Tensor& loss) {
   ZERO_CHECK(loss.requires_grad(),
              "the loss does not require grad: was it computed from the engine's module under "
              "torch::NoGradGuard?");
+  m.params->check_intact();
+  ZERO_CHECK(!m.backward_done, "engine.backward() called twice without engine.step() in between: each micro-batch "
+             "is one backward() and then one step() (step() counts the accumulation window and steps at its end); "
+             "to combine two losses of one micro-batch, backward() their sum");
   m.trace_compute("forward");
   m.grads->begin_backward(is_accumulation_boundary());
   if (m.units) m.units->begin_backward();
@@ -473,6 +478,7 @@ void Engine::backward(const at::Tensor& loss) {
     if (m.units) m.units->end_backward();
     m.params->confirm_collectives();
     m.trace_compute("backward");
+    m.backward_done = true;
   } catch (...) {
     // Part of this micro-batch's gradients may be in the buffers: the whole
     // accumulation window is dropped and the next backward starts a new one.
@@ -494,6 +500,9 @@ void Engine::backward(const at::Tensor& loss) {
 bool Engine::step() {
   Impl& m = *impl_;
   m.check_not_damaged("step");
+  ZERO_CHECK(m.backward_done, "engine.step() without an engine.backward() since the last step(): each micro-batch "
+             "is one backward(loss) and then one step() (a step() alone would count a micro-batch that has no "
+             "gradient)");
   const bool boundary = is_accumulation_boundary();
   // An asynchronous save is committed at the first step after every rank
   // has written its file: before this call counts, so that a failed save's
@@ -504,6 +513,7 @@ bool Engine::step() {
     finish_checkpoint(/*block=*/false);
   }
   ++m.micro_step;
+  m.backward_done = false;
   if (!boundary) return false;
   try {
     return step_at_boundary();

@@ -618,6 +618,7 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
   stats_.last_step_skipped = false;
   m.optimizer_step = man.engine.optimizer_step;
   m.micro_step = 0;
+  m.backward_done = false;
   lr_ = static_cast<float>(man.engine.lr);
   stats_.lr = lr_;
   const ckpt::LossScalerRecord& s = man.engine.scaler;

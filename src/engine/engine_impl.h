@@ -46,6 +46,9 @@ struct Engine::Impl {
   void check_not_damaged(const char* what) const;
   int update_index = 0;  // the gradient buffer whose step the pending update is
   std::int64_t micro_step = 0;
+  // A backward() since the last step(): each micro-batch is one backward()
+  // and one step(), in that order.
+  bool backward_done = false;
   std::int64_t optimizer_step = 0;  // the optimizer's own step count (bias correction)
   comm::CommStats comm_at_step_start;
   // Declared last, so destroyed first: the hooks go before what they call,
@@ -60,6 +63,9 @@ struct Engine::Impl {
   struct GradHook : torch::autograd::PostAccumulateGradHook {
     GradHook(Impl* impl, int index) : impl_(impl), index_(index) {}
     void operator()(const at::Tensor& p) override {
+      ZERO_CHECK(!p.grad().is_sparse(), "parameter '", impl_->params->names()[static_cast<std::size_t>(index_)],
+                 "' has a sparse gradient (torch::nn::Embedding with sparse(true)?): zerocpp reduces and steps "
+                 "gradients densely; build that module with sparse(false)");
       impl_->grads->on_grad(index_, p.grad());
       // The gradient now lives in its bucket; release the tensor at once.
       p.mutable_grad().reset();

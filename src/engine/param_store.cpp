@@ -30,7 +30,7 @@ ParamStore::ParamStore(std::shared_ptr<torch::nn::Module> module, c10::ScalarTyp
     }
     if (!seen.insert(p.unsafeGetTensorImpl()).second) continue;
     names_.push_back(item.key());
-    ZERO_CHECK(p.scalar_type() == at::kFloat, "parameter ", params_.size(), " is ", c10::toString(p.scalar_type()),
+    ZERO_CHECK(p.scalar_type() == at::kFloat, "parameter '", item.key(), "' is ", c10::toString(p.scalar_type()),
                ": give zero::Engine an fp32 module; it makes the bf16/fp16 copy itself");
     params_.push_back(p);
   }
@@ -213,6 +213,24 @@ void ParamStore::publish_piece(const UpdateSource& src, const Bucket& b, std::si
                           [&] { dst.copy_(from, /*non_blocking=*/true); });
 }
 
+void ParamStore::remember_storages() {
+  storages_.clear();
+  for (const at::Tensor& p : params_) storages_.push_back(p.storage().unsafeGetStorageImpl());
+}
+
+void ParamStore::check_intact() const {
+  for (std::size_t i = 0; i < storages_.size(); ++i) {
+    const at::Tensor& p = params_[i];
+    ZERO_CHECK(p.defined() && p.has_storage() && p.storage().unsafeGetStorageImpl() == storages_[i] &&
+                   p.scalar_type() == dtype_,
+               "parameter '", names_[i], "' was replaced after the engine was built (it is now ",
+               p.defined() ? c10::toString(p.scalar_type()) : "undefined", " on ",
+               p.defined() ? p.device().str() : "-", ", not the engine's ", c10::toString(dtype_), " on ",
+               device_.str(), "): model->to(), set_data() or a new tensor detach the module from the engine. Move "
+               "or convert the model before building the engine, and load weights with load_checkpoint()");
+  }
+}
+
 void ParamStore::end_publish(comm::Communicator& comm) {
   if (publish_stream_) {
     up_done_ = publish_ctx_->record_on(*publish_stream_);
@@ -220,6 +238,11 @@ void ParamStore::end_publish(comm::Communicator& comm) {
     publish_stream_.reset();
   }
   all_gather(comm);
+  // The parameters changed in place, as a LibTorch optimizer changes them:
+  // a graph recorded before (a forward whose backward comes after this
+  // step) now fails in backward with autograd's "modified by an inplace
+  // operation" instead of computing gradients at weights that are gone.
+  for (const at::Tensor& p : params_) p.unsafeGetTensorImpl()->bump_version();
 }
 
 void ParamStore::wait_up() const {

@@ -58,6 +58,12 @@ class ParamStore {
   const std::vector<at::Tensor>& params() const { return params_; }
   // Their names in the module (a tied parameter: its first name).
   const std::vector<std::string>& names() const { return names_; }
+  // Once built: which storage each trainable parameter views. check_intact()
+  // then says, naming it, when the module's parameter was replaced since
+  // (model->to(), set_data()): the engine would train tensors the module no
+  // longer has.
+  void remember_storages();
+  void check_intact() const;
   std::int64_t frozen_count() const { return frozen_; }
   const FlatLayout& layout() const { return layout_; }
   c10::Device device() const { return device_; }
@@ -177,6 +183,7 @@ class ParamStore {
   InitFn init_;
   std::vector<at::Tensor> params_;
   std::vector<std::string> names_;
+  std::vector<const c10::StorageImpl*> storages_;
   std::int64_t frozen_ = 0;
   FlatLayout layout_;
   int world_ = 1, rank_ = 0, shard_rank_ = 0;

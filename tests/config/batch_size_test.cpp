@@ -22,6 +22,18 @@ void expect_triple(std::string_view text, int world, Triple want) {
   EXPECT_EQ(got.accum, want.accum) << text;
 }
 
+TEST(BatchSize, AccumulationPastWhatTheEngineCountsIsRefused) {
+  // 2^31 would wrap to a negative 32-bit count, 2^32 + 1 to 1.
+  for (const char* steps : {"2147483648", "4294967297"}) {
+    const std::string e = error_of(std::string(R"({"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": )") +
+                                       steps + "}",
+                                   1);
+    EXPECT_NE(e.find("more than the 2147483647 micro-batches per step"), std::string::npos) << e;
+  }
+  expect_triple(R"({"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 2147483647})", 1,
+                {2147483647, 1, 2147483647});
+}
+
 TEST(BatchSize, AllThreeConsistent) {
   expect_triple(R"({"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4,
                     "gradient_accumulation_steps": 2})", 4, {32, 4, 2});

@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string_view>
 
+#include <ATen/ops/arange.h>
 #include <ATen/record_function.h>
 #include <gtest/gtest.h>
 #include <torch/nn/utils/clip_grad.h>
@@ -766,6 +767,165 @@ TEST(Lifetime, BackwardAfterTheEngineIsGoneIsPlainLibTorch) {
       ASSERT_TRUE(p.grad().defined()) << "a hook still takes the gradient away (bf16 " << bf16 << ")";
       EXPECT_TRUE(at::isfinite(p.grad()).all().item<bool>());
     }
+  }
+}
+
+// Each micro-batch is one backward() and then one step(): a step() with no
+// backward would count a micro-batch without gradients (and step on zeros),
+// a second backward() would add to the first in ways that differ by stage.
+// Both are refused, and training goes on as if they had not been called.
+TEST(Lifetime, BackwardAndStepAlternate) {
+  comm::Communicator& comm = world_comm();
+  const int world = comm.world_size();
+  const int micro = kGlobalBatch / world;
+  for (int stage : {0, 2, 3}) {
+    const config::Config cfg = make_config(stage, false, false, world, micro, 1);
+    const ModelKind kind = stage == 3 ? ModelKind::kUnitMlp : ModelKind::kMlp;
+    auto model = make_model(kind);
+    Engine engine(model, cfg, comm);
+    // The parity loop's fixed global batch, every step.
+    const GlobalBatch gb = global_batch(kind, 0);
+    auto loss = [&] {
+      return micro_loss(kind, *model, gb.x.narrow(0, comm.rank() * micro, micro),
+                        gb.y.narrow(0, comm.rank() * micro, micro), engine.dtype());
+    };
+    for (int step = 0; step < 3; ++step) {
+      if (step == 1) {
+        try {
+          engine.step();
+          ADD_FAILURE() << "stage " << stage << ": step() without backward() was accepted";
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("step() without an engine.backward()"), std::string::npos)
+              << e.what();
+        }
+        engine.backward(loss());
+        try {
+          engine.backward(loss());
+          ADD_FAILURE() << "stage " << stage << ": a second backward() before step() was accepted";
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("backward() called twice"), std::string::npos) << e.what();
+        }
+        EXPECT_TRUE(engine.step()) << "stage " << stage;  // the first backward's micro-batch
+      }
+      engine.backward(loss());
+      EXPECT_TRUE(engine.step()) << "stage " << stage;
+    }
+    engine.flush();
+    // Four optimizer steps on the same batch, as if the refused calls had
+    // not been made.
+    const RunResult want = train(kind, cfg, comm, 4);
+    const std::vector<at::Tensor> got = engine.gather_master_params();
+    ASSERT_EQ(got.size(), want.params.size());
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      EXPECT_TRUE(got[i].equal(want.params[i])) << "stage " << stage << " parameter " << i;
+    }
+    EXPECT_EQ(engine.stats().step, 4) << "stage " << stage;
+  }
+}
+
+// A graph recorded before a step reads weights the step changed: LibTorch's
+// own optimizers make its backward fail (the step's in-place update moves
+// the parameters' version counter), and so does the engine's step, at every
+// stage, instead of computing gradients at weights that are gone.
+TEST(Lifetime, AGraphRecordedBeforeAStepFailsInBackwardAsInLibTorch) {
+  comm::Communicator& comm = world_comm();
+  const int world = comm.world_size();
+  const int micro = kGlobalBatch / world;
+  {
+    auto model = make_model(ModelKind::kMlp);
+    torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(1e-2));
+    const at::Tensor first = mlp_loss(*model, comm, at::kFloat), second = mlp_loss(*model, comm, at::kFloat);
+    first.backward();
+    opt.step();
+    EXPECT_THROW(second.backward(), std::exception) << "LibTorch's reference behaviour changed";
+  }
+  for (int stage : {0, 1, 2, 3}) {
+    const config::Config cfg = make_config(stage, stage == 2, false, world, micro, 1);
+    const ModelKind kind = stage == 3 ? ModelKind::kUnitMlp : ModelKind::kMlp;
+    auto model = make_model(kind);
+    Engine engine(model, cfg, comm);
+    const GlobalBatch gb = global_batch(kind, 0);
+    auto loss = [&] {
+      return micro_loss(kind, *model, gb.x.narrow(0, comm.rank() * micro, micro),
+                        gb.y.narrow(0, comm.rank() * micro, micro), engine.dtype());
+    };
+    const at::Tensor first = loss(), second = loss();
+    engine.backward(first);
+    ASSERT_TRUE(engine.step());
+    try {
+      engine.backward(second);
+      ADD_FAILURE() << "stage " << stage << ": backward of a graph recorded before the step was accepted";
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find("modified by an inplace operation"), std::string::npos) << e.what();
+    }
+    // Training goes on.
+    engine.backward(loss());
+    EXPECT_TRUE(engine.step()) << "stage " << stage;
+  }
+}
+
+// Stage 3: a graph that outlives its engine (the engine destroyed between
+// forward and backward) backs up as plain LibTorch: the units' hooks find
+// no engine and do nothing, the module holds its parameters again.
+TEST(Lifetime, AStage3GraphThatOutlivesItsEngineIsPlainLibTorch) {
+  comm::Communicator& comm = world_comm();
+  const int world = comm.world_size();
+  const config::Config cfg = make_config(3, false, false, world, kGlobalBatch / world, 1);
+  auto plain = make_model(ModelKind::kUnitMlp);
+  auto model = make_model(ModelKind::kUnitMlp);
+  const GlobalBatch gb = global_batch(ModelKind::kUnitMlp, 0);
+  const int micro = kGlobalBatch / world;
+  const at::Tensor x = gb.x.narrow(0, comm.rank() * micro, micro), y = gb.y.narrow(0, comm.rank() * micro, micro);
+  at::Tensor loss;
+  {
+    Engine engine(model, cfg, comm);
+    loss = micro_loss(ModelKind::kUnitMlp, *model, x, y, at::kFloat);
+  }
+  loss.backward();
+  micro_loss(ModelKind::kUnitMlp, *plain, x, y, at::kFloat).backward();
+  const auto got = model->parameters(), want = plain->parameters();
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    ASSERT_TRUE(got[i].grad().defined()) << "parameter " << i;
+    EXPECT_TRUE(at::allclose(got[i].grad(), want[i].grad(), 1e-5, 1e-6)) << "parameter " << i;
+  }
+}
+
+// The module's parameters replaced after the engine was built (model->to())
+// would leave the engine training tensors the module no longer has: the
+// next backward() names the parameter. A sparse gradient (an Embedding with
+// sparse(true)) is named too, instead of failing inside the reducer.
+TEST(Modules, ReplacedParametersAndSparseGradientsAreNamed) {
+  comm::Communicator& comm = world_comm();
+  const int world = comm.world_size();
+  // (Not stage 3: its released parameters have no storage to convert;
+  // docs/engine.md.)
+  for (int stage : {0, 2}) {
+    const config::Config cfg = make_config(stage, false, false, world, kGlobalBatch / world, 1);
+    auto model = make_model(ModelKind::kMlp);
+    Engine engine(model, cfg, comm);
+    model->to(at::kDouble);
+    try {
+      engine.backward(model->parameters()[0].sum().to(at::kFloat));
+      ADD_FAILURE() << "stage " << stage << ": a module converted after the engine was built was accepted";
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("parameter 'l1.weight' was replaced after the engine was built (it is now Double"),
+                std::string::npos) << what;
+    }
+  }
+  struct Sparse : torch::nn::Module {
+    torch::nn::Embedding emb{nullptr};
+    Sparse() { emb = register_module("emb", torch::nn::Embedding(torch::nn::EmbeddingOptions(10, 4).sparse(true))); }
+  };
+  auto sparse = std::make_shared<Sparse>();
+  Engine engine(sparse, make_config(2, false, false, world, kGlobalBatch / world, 1), comm);
+  try {
+    engine.backward(sparse->emb->forward(at::arange(3)).sum());
+    ADD_FAILURE() << "a sparse gradient was accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("parameter 'emb.weight' has a sparse gradient"), std::string::npos)
+        << e.what();
   }
 }
 
