@@ -401,11 +401,17 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
                                      {"seq_len", o.seq_len}, {"steps", o.steps},
                                      {"gpt", {{"vocab_size", gc.vocab_size}, {"block_size", gc.block_size},
                                               {"n_layer", gc.n_layer}, {"n_head", gc.n_head}, {"n_embd", gc.n_embd}}}};
-      try {
-        engine.save_checkpoint(o.save_dir, tag, client, /*async=*/!o.sync_save);
-        if (o.sync_save) report_saved();
-      } catch (const ckpt::CheckpointSaveError& e) {
-        save_failed(e);
+      // A save still in flight is finished first: its error comes out of
+      // this call, and the new save is then made after all.
+      const bool earlier_in_flight = engine.checkpoint_in_flight();
+      for (int attempt = 0; attempt < (earlier_in_flight ? 2 : 1); ++attempt) {
+        try {
+          engine.save_checkpoint(o.save_dir, tag, client, /*async=*/!o.sync_save);
+          if (o.sync_save) report_saved();
+          break;
+        } catch (const ckpt::CheckpointSaveError& e) {
+          save_failed(e);
+        }
       }
     }
   }

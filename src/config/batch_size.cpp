@@ -106,8 +106,8 @@ BatchSizes resolve_batch_sizes(const GivenBatchSizes& g, int world, std::string_
   if (out.gradient_accumulation_steps > std::numeric_limits<std::int32_t>::max()) {
     fail(source, g, world,
          "gradient_accumulation_steps is " + std::to_string(out.gradient_accumulation_steps) +
-             ", more than the 2147483647 micro-batches per step zerocpp counts; use a larger "
-             "train_micro_batch_size_per_gpu or more ranks");
+             ", more than the 2147483647 micro-batches per step zerocpp counts: give a smaller "
+             "gradient_accumulation_steps (or, deriving it, a larger train_micro_batch_size_per_gpu or more ranks)");
   }
   return out;
 }

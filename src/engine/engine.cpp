@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <exception>
 #include <functional>
+#include <limits>
 #include <sstream>
 
 #include <c10/core/GradMode.h>
@@ -272,7 +273,11 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
                  "module->to(that device) first), or use the MPI or single-process communicator "
                  "(zero::comm::make_communicator()).");
     }
-    const int accumulation = config_.gradient_accumulation_steps;
+    ZERO_CHECK(config_.gradient_accumulation_steps >= 1 &&
+                   config_.gradient_accumulation_steps <= std::numeric_limits<std::int32_t>::max(),
+               "gradient_accumulation_steps is ", config_.gradient_accumulation_steps,
+               ": it must be between 1 and 2147483647");
+    const int accumulation = static_cast<int>(config_.gradient_accumulation_steps);
     // Every buffer's size, tier and lifetime: the memory plan, which
     // zero-estimate sums too.
     ZERO_CHECK(z.reduce_bucket_size > 0, "zero_optimization.reduce_bucket_size must be positive");
@@ -425,9 +430,9 @@ Engine::~Engine() {
   }
   if (!m.units) return;
   auto report_emptied = [&](std::size_t emptied) {
-    if (emptied > 0 && m.rank == 0) {
-      std::fprintf(stderr, "zerocpp: no memory to give %zu of the module's parameter buckets back: their parameters "
-                   "are left empty (0 elements)\n", emptied);
+    if (emptied > 0) {
+      std::fprintf(stderr, "zerocpp: rank %d: no memory to give %zu of the module's parameter buckets back: their "
+                   "parameters are left empty (0 elements)\n", m.rank, emptied);
     }
   };
   try {
@@ -500,9 +505,9 @@ void Engine::backward(const at::Tensor& loss) {
 bool Engine::step() {
   Impl& m = *impl_;
   m.check_not_damaged("step");
-  ZERO_CHECK(m.backward_done, "engine.step() without an engine.backward() since the last step(): each micro-batch "
-             "is one backward(loss) and then one step() (a step() alone would count a micro-batch that has no "
-             "gradient)");
+  ZERO_CHECK(m.backward_done, "engine.step() without an engine.backward() since the last step() (or the last "
+             "backward() failed, dropping its window): each micro-batch is one backward(loss) and then one step() "
+             "(a step() alone would count a micro-batch that has no gradient)");
   const bool boundary = is_accumulation_boundary();
   // An asynchronous save is committed at the first step after every rank
   // has written its file: before this call counts, so that a failed save's
@@ -584,6 +589,17 @@ bool Engine::step_at_boundary() {
     return false;
   }
   stats_.consecutive_skipped = 0;
+  // From here the master weights, the moments and the parameters change: a
+  // failure part-way (out of memory in the optimizer, a failed publish)
+  // leaves them partly updated, and the engine refuses to train on until a
+  // checkpoint is loaded.
+  struct DamagedOnThrow {
+    Impl& m;
+    int uncaught = std::uncaught_exceptions();
+    ~DamagedOnThrow() {
+      if (std::uncaught_exceptions() > uncaught) m.damaged_by = "an optimizer step that failed part-way";
+    }
+  } damaged_on_throw{m};
   stats_.clipped_grad_norm = static_cast<float>(d.clipped_norm);
   const float grad_scale = d.grad_scale;
   const std::int64_t opt_step = ++m.optimizer_step;

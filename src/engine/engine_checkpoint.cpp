@@ -324,19 +324,22 @@ void Engine::finish_checkpoint(bool block) {
   last_checkpoint_.write_s = save->write_seconds();
   last_checkpoint_.bytes = save->bytes();
   const std::vector<std::string> records = all_gather_text(comm_, m.ctx.device, record);
-  for (std::size_t r = 0; r < records.size(); ++r) {
-    if (records[r].rfind("error: ", 0) != 0) continue;
-    // Every rank's writer has ended (each sent its record): what the failed
-    // save wrote goes, so that failures do not fill the disk that may be
-    // why they fail. Each rank its own file; once all are gone, rank 0 the
-    // folder, now empty (before it returns: its next save may create the
-    // folder again). Nothing recursive, and no rank touches another's file
-    // while it is removed: a leftover (a folder on another node) is removed
-    // by the next save of the tag.
+  // What a failed save wrote goes, so that failures do not fill the disk
+  // that may be why they fail. Every rank's writer has ended (each sent its
+  // record): each rank removes its own file; once all have (the barrier),
+  // rank 0 the folder with what is left there (a manifest), before it
+  // returns (its next save may create the folder again). No rank touches a
+  // file while another removes it; a folder on another node is removed by
+  // the next save of the tag.
+  auto remove_partial = [&] {
     std::error_code ec;
     fs::remove(save->file(), ec);
     comm_.barrier()->wait();
-    if (m.rank == 0) fs::remove(ckpt::partial_path(save->dir(), save->tag()), ec);
+    if (m.rank == 0) fs::remove_all(ckpt::partial_path(save->dir(), save->tag()), ec);
+  };
+  for (std::size_t r = 0; r < records.size(); ++r) {
+    if (records[r].rfind("error: ", 0) != 0) continue;
+    remove_partial();
     if (failed) {
       throw ckpt::CheckpointSaveError(detail::str_cat("checkpoint '", save->tag(), "' was not saved: ", record.substr(7)));
     }
@@ -357,7 +360,12 @@ void Engine::finish_checkpoint(bool block) {
       ckpt::commit(save->dir(), save->tag(), text);
     });
   }
-  agree<ckpt::CheckpointSaveError>(comm_, m.ctx.device, error, "committing the checkpoint");
+  try {
+    agree<ckpt::CheckpointSaveError>(comm_, m.ctx.device, error, "committing the checkpoint");
+  } catch (const ckpt::CheckpointSaveError&) {
+    remove_partial();  // (after a rename that succeeded, nothing is left there)
+    throw;
+  }
   last_checkpoint_.commit_s = seconds_since(began);
 }
 

@@ -63,7 +63,7 @@ struct Engine::Impl {
   struct GradHook : torch::autograd::PostAccumulateGradHook {
     GradHook(Impl* impl, int index) : impl_(impl), index_(index) {}
     void operator()(const at::Tensor& p) override {
-      ZERO_CHECK(!p.grad().is_sparse(), "parameter '", impl_->params->names()[static_cast<std::size_t>(index_)],
+      ZERO_CHECK(p.grad().layout() == at::kStrided, "parameter '", impl_->params->names()[static_cast<std::size_t>(index_)],
                  "' has a sparse gradient (torch::nn::Embedding with sparse(true)?): zerocpp reduces and steps "
                  "gradients densely; build that module with sparse(false)");
       impl_->grads->on_grad(index_, p.grad());

@@ -223,11 +223,13 @@ void ParamStore::check_intact() const {
     const at::Tensor& p = params_[i];
     ZERO_CHECK(p.defined() && p.has_storage() && p.storage().unsafeGetStorageImpl() == storages_[i] &&
                    p.scalar_type() == dtype_,
-               "parameter '", names_[i], "' was replaced after the engine was built (it is now ",
-               p.defined() ? c10::toString(p.scalar_type()) : "undefined", " on ",
-               p.defined() ? p.device().str() : "-", ", not the engine's ", c10::toString(dtype_), " on ",
-               device_.str(), "): model->to(), set_data() or a new tensor detach the module from the engine. Move "
-               "or convert the model before building the engine, and load weights with load_checkpoint()");
+               "parameter '", names_[i], "' was replaced after the engine was built (",
+               !p.defined() ? std::string("it is undefined")
+               : p.scalar_type() != dtype_ ? std::string("it is now ") + c10::toString(p.scalar_type()) + " on " +
+                                                 p.device().str() + ", not the engine's " + c10::toString(dtype_)
+                                           : std::string("its storage is another tensor's"),
+               "): model->to(), set_data() or a new tensor detach the module from the engine. Move or convert the "
+               "model before building the engine, and load weights with load_checkpoint()");
   }
 }
 

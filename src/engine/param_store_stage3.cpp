@@ -159,9 +159,9 @@ std::size_t ParamStore::zero_fill_released() noexcept {
         at::Tensor& p = params_[static_cast<std::size_t>(i)];
         p.set_(at::empty({0}, p.options()));
       }
+      ++emptied;
     } catch (const std::exception&) {
     }
-    ++emptied;
   }
   return emptied;
 }

@@ -95,13 +95,38 @@ void UnitSchedule::drop(int u) {
   live_elements_ -= s.elements;
 }
 
+void UnitSchedule::abandon(int u) noexcept {
+  UnitState& s = units_[static_cast<std::size_t>(u)];
+  for (auto& g : s.pending) {
+    try {
+      store_.finish_gather(g);
+    } catch (...) {
+    }
+  }
+  s.pending.clear();
+  for (int b : s.buckets) {
+    if (store_.gathered(b)) store_.release(b);
+  }
+  if (s.resident) live_elements_ -= s.elements;
+  s.resident = false;
+  s.prefetched = false;
+}
+
 void UnitSchedule::gather(int u) {
   UnitState& s = units_[static_cast<std::size_t>(u)];
   if (s.refs++ == 0) {
     if (s.prefetched) ++counts_.used;
     s.prefetched = false;
-    if (!s.resident) start(u);
-    finish(u);
+    try {
+      if (!s.resident) start(u);
+      finish(u);
+    } catch (...) {
+      // The unit is not gathered: the caller's forward does not run, and a
+      // later gather (after the error was handled) starts it afresh.
+      abandon(u);
+      --s.refs;
+      throw;
+    }
   }
   if (!recording()) return;  // validation: not part of a step
   current_.push_back(u);
@@ -121,7 +146,14 @@ void UnitSchedule::prefetch_after(std::size_t position) {
       continue;
     }
     if (ahead + t.elements > o_.prefetch_elements || live_elements_ + t.elements > o_.max_live_elements) break;
-    start(v);
+    try {
+      start(v);
+    } catch (...) {
+      // Fetching ahead is an optimisation: a unit that cannot be fetched
+      // now (out of memory) is left to its own gather, which reports it.
+      abandon(v);
+      break;
+    }
     t.prefetched = true;
     ahead += t.elements;
   }

@@ -105,6 +105,10 @@ class UnitSchedule {
   void start(int unit);
   void finish(int unit);
   void drop(int unit);
+  // After a gather of `unit` failed part-way (out of memory): its pending
+  // copies and collectives waited for quietly, its buckets released, as if
+  // it had never started. Never throws.
+  void abandon(int unit) noexcept;
   void prefetch_after(std::size_t position);
   bool needed_soon(int unit) const;
   // A training step's gather (forward with gradients, or backward), not a

@@ -27,39 +27,33 @@ std::unordered_map<const torch::nn::Module*, std::weak_ptr<const torch::nn::Modu
   return m;
 }
 
-// The handler registered for module address `m` now (nullptr: none).
-UnitHandler* handler_at(const torch::nn::Module* m) {
-  std::lock_guard<std::mutex> lock(registry_mutex());
-  const auto it = registry().find(m);
-  return it == registry().end() ? nullptr : it->second;
-}
-
 // The backward half of one call of a unit: gathered when the output's
 // gradient arrives (before the unit's backward), released when the input's
 // gradient has been computed (after it) — or, if the backward never reaches
 // the input, when the graph holding the hooks is freed. The graph may
 // outlive the engine (its hooks live as long as the graph): the handler is
-// used only while it is still the module's; once the engine is gone the
-// module holds its parameters again and the backward is plain LibTorch's.
+// used only while it is alive (its liveness token, not its address, which a
+// new engine's handler may reuse); once the engine is gone the module holds
+// its parameters again and the backward is plain LibTorch's. (The graph's
+// backward runs on one thread, as does the engine's destruction.)
 struct BackwardState {
-  BackwardState(const torch::nn::Module* m, UnitHandler* h) : module(m), handler(h) {}
+  explicit BackwardState(UnitHandler* h) : handler(h), alive(h->liveness()) {}
   ~BackwardState() { release(); }
   void gather() {
     if (!gathered) {
       gathered = true;
-      live = handler_at(module) == handler;
-      if (live) handler->gather();
+      if (!alive.expired()) handler->gather();
     }
   }
   void release() {
     if (gathered && !released) {
       released = true;
-      if (live && handler_at(module) == handler) handler->release();
+      if (!alive.expired()) handler->release();
     }
   }
-  const torch::nn::Module* module;  // only compared, never used: it may be gone
   UnitHandler* handler;
-  bool gathered = false, released = false, live = false;
+  std::weak_ptr<const void> alive;
+  bool gathered = false, released = false;
 };
 
 }  // namespace
@@ -128,7 +122,7 @@ at::Tensor unit(const torch::nn::Module& m, const at::Tensor& x,
   }
   h->release();
   if (track && out.requires_grad()) {
-    auto state = std::make_shared<BackwardState>(&m, h);
+    auto state = std::make_shared<BackwardState>(h);
     out.register_hook([state](const at::Tensor& g) {
       state->gather();
       return g;

@@ -27,6 +27,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 
 #include <ATen/Tensor.h>
 #include <torch/nn/module.h>
@@ -40,6 +41,12 @@ class UnitHandler {
   virtual ~UnitHandler() = default;
   virtual void gather() = 0;
   virtual void release() = 0;
+  // Expires with the handler: a unit's backward hooks (which may outlive
+  // the engine, with the graph that holds them) use it only while alive.
+  std::weak_ptr<const void> liveness() const { return alive_; }
+
+ private:
+  std::shared_ptr<const void> alive_ = std::make_shared<char>(0);
 };
 
 // Marks `m` as a unit of ZeRO stage 3 (idempotent). m must be owned by a
