@@ -23,6 +23,9 @@
 //              forward (64 MiB) must fail with the out-of-memory error, and
 //              the engine, destroyed while that error unwinds, must not
 //              need memory to give the module back
+//   gather-oom-retry  the same, but the error is caught, the limit lifted,
+//              and the forward tried again: it must train (the failed
+//              gather left nothing half done)
 #include <sys/resource.h>
 
 #include <csignal>
@@ -78,7 +81,8 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-// RLIMIT_AS = what the process maps now + `extra` bytes.
+// RLIMIT_AS = what the process maps now + `extra` bytes (the soft limit:
+// lift_address_space_limit() raises it again).
 void limit_address_space(long extra) {
   std::ifstream status("/proc/self/status");
   std::string line;
@@ -88,13 +92,22 @@ void limit_address_space(long extra) {
   }
   ZERO_CHECK(kib > 0, "fault_driver: no VmSize in /proc/self/status");
   const rlim_t limit = static_cast<rlim_t>(kib) * 1024 + static_cast<rlim_t>(extra);
-  const rlimit r{limit, limit};
+  rlimit r{};
+  ZERO_CHECK(getrlimit(RLIMIT_AS, &r) == 0, "fault_driver: getrlimit failed");
+  r.rlim_cur = limit;
+  ZERO_CHECK(setrlimit(RLIMIT_AS, &r) == 0, "fault_driver: setrlimit failed");
+}
+
+void lift_address_space_limit() {
+  rlimit r{};
+  ZERO_CHECK(getrlimit(RLIMIT_AS, &r) == 0, "fault_driver: getrlimit failed");
+  r.rlim_cur = r.rlim_max;
   ZERO_CHECK(setrlimit(RLIMIT_AS, &r) == 0, "fault_driver: setrlimit failed");
 }
 
 // A stage-3 engine whose one unit (a 4096 x 4096 linear, 64 MiB in fp32)
 // cannot be gathered.
-int gather_oom(zero::comm::Communicator& comm) {
+int gather_oom(zero::comm::Communicator& comm, bool retry) {
   const zero::config::Config cfg = zero::config::parse_config(
       R"({"train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": 3,
           "stage3_param_persistence_threshold": 0}})",
@@ -115,6 +128,16 @@ int gather_oom(zero::comm::Communicator& comm) {
   auto model = std::make_shared<Net>();
   zero::Engine engine(model, cfg, comm);
   limit_address_space(32 << 20);
+  if (retry) {
+    try {
+      (void)model->forward(at::randn({4, 16}));
+      throw zero::Error("fault_driver: the gather did not run out of memory");
+    } catch (const zero::Error& e) {
+      if (std::string(e.what()).find("out of host memory while gathering") == std::string::npos) throw;
+      std::printf("caught: %.60s...\n", e.what());
+    }
+    lift_address_space_limit();
+  }
   const at::Tensor loss = at::mse_loss(model->forward(at::randn({4, 16})), at::randn({4, 4}));
   engine.backward(loss);
   engine.step();
@@ -131,7 +154,7 @@ int run(const Options& o, std::unique_ptr<zero::comm::Communicator>& comm_out) {
                            "\", \"stop_after\": " + std::to_string(o.stop_after) + "}}";
   const zero::config::Config cfg = zero::config::parse_config(json, comm.world_size(), "fault_driver");
   torch::manual_seed(7);
-  if (o.inject == "gather-oom") return gather_oom(comm);
+  if (o.inject == "gather-oom" || o.inject == "gather-oom-retry") return gather_oom(comm, o.inject == "gather-oom-retry");
   const bool oom = o.inject == "host-oom";
   auto model = oom ? std::make_shared<torch::nn::SequentialImpl>(torch::nn::Linear(4096, 4096))
                    : std::make_shared<torch::nn::SequentialImpl>(torch::nn::Linear(16, 32), torch::nn::Tanh(),

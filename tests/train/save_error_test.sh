@@ -9,12 +9,16 @@ set -u
 train=$1 mpiexec=$2 corpus=$3 work=$4
 rm -rf "$work" && mkdir -p "$work"
 fail() { echo "FAIL: $*"; exit 1; }
-args=("$corpus" --model gpt2-tiny --steps 6 --eval-every 0 --save-every 2 --out "$work/out")
+base=("$corpus" --model gpt2-tiny --eval-every 0 --out "$work/out")
+args=("${base[@]}" --steps 6 --save-every 2)
 
 # One process: each rank file (~2 MiB) is past a 400 KiB file-size limit,
 # so every asynchronous save's write fails, and its commit at the next step.
-one() {
+one() {  # with the test's --steps 6 --save-every 2
   ( trap '' XFSZ; ulimit -f 400; ZERO_COMM_BACKEND=single exec timeout 200 "$train" "${args[@]}" "$@" )
+}
+one_base() {  # the caller gives --steps and --save-every
+  ( trap '' XFSZ; ulimit -f 400; ZERO_COMM_BACKEND=single exec timeout 200 "$train" "${base[@]}" "$@" )
 }
 one --save-dir "$work/ck1" >"$work/stop.log" 2>&1 && fail "a failed save with the default --on-save-error stop exited 0"
 [ "$(grep -c "checkpoint 'step-2' was not saved" "$work/stop.log")" = 1 ] \
@@ -33,6 +37,17 @@ grep -q "steps 6, skipped 0" "$work/continue.log" || fail "a failed commit cost 
 left=$(find "$work/ck2" -name '*.partial' 2>/dev/null)
 [ -z "$left" ] || fail "failed saves left partial files behind: $left"
 [ -e "$work/ck2/latest" ] && fail "a failed save wrote latest"
+
+# A save every step, each write held back past the next step: the next
+# save_checkpoint() finishes the one in flight first and reports its failure;
+# the new save must still be made (and fail, and be counted) after that.
+ZERO_TEST_CKPT_WRITE_DELAY_MS=1500 one_base --save-dir "$work/ck3" --steps 3 --save-every 1 --on-save-error continue \
+  --report "$work/r3.json" >"$work/every.log" 2>&1 || { tail -5 "$work/every.log"; fail "--save-every 1: the run did not finish"; }
+for t in 1 2 3; do
+  grep -q "zero-train: warning: checkpoint 'step-$t' was not saved" "$work/every.log" \
+    || { cat "$work/every.log"; fail "--save-every 1: the save of step $t was not made (or its failure not reported)"; }
+done
+grep -q '"failed_saves": 3' "$work/r3.json" || fail "--save-every 1: the report does not count 3 failed saves"
 
 # Two ranks, the save folder under a regular file: every save fails as it
 # starts (synchronously), on both ranks, and the job warns once per save.
