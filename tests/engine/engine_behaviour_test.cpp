@@ -739,11 +739,16 @@ namespace zero::test {
 namespace {
 
 // One micro-batch of the MLP on this rank, through the engine's dtype.
-at::Tensor mlp_loss(torch::nn::Module& model, comm::Communicator& comm, c10::ScalarType dtype) {
-  GlobalBatch gb = global_batch(ModelKind::kMlp, 0);
+// This rank's micro-batch of the fixed global batch (accumulation 1).
+at::Tensor rank_loss(ModelKind kind, torch::nn::Module& model, comm::Communicator& comm, c10::ScalarType dtype) {
+  const GlobalBatch gb = global_batch(kind, 0);
   const int micro = kGlobalBatch / comm.world_size();
-  return micro_loss(ModelKind::kMlp, model, gb.x.narrow(0, comm.rank() * micro, micro),
+  return micro_loss(kind, model, gb.x.narrow(0, comm.rank() * micro, micro),
                     gb.y.narrow(0, comm.rank() * micro, micro), dtype);
+}
+
+at::Tensor mlp_loss(torch::nn::Module& model, comm::Communicator& comm, c10::ScalarType dtype) {
+  return rank_loss(ModelKind::kMlp, model, comm, dtype);
 }
 
 TEST(Lifetime, BackwardAfterTheEngineIsGoneIsPlainLibTorch) {
@@ -784,11 +789,7 @@ TEST(Lifetime, BackwardAndStepAlternate) {
     auto model = make_model(kind);
     Engine engine(model, cfg, comm);
     // The parity loop's fixed global batch, every step.
-    const GlobalBatch gb = global_batch(kind, 0);
-    auto loss = [&] {
-      return micro_loss(kind, *model, gb.x.narrow(0, comm.rank() * micro, micro),
-                        gb.y.narrow(0, comm.rank() * micro, micro), engine.dtype());
-    };
+    auto loss = [&] { return rank_loss(kind, *model, comm, engine.dtype()); };
     for (int step = 0; step < 3; ++step) {
       if (step == 1) {
         try {
@@ -844,11 +845,7 @@ TEST(Lifetime, AGraphRecordedBeforeAStepFailsInBackwardAsInLibTorch) {
     const ModelKind kind = stage == 3 ? ModelKind::kUnitMlp : ModelKind::kMlp;
     auto model = make_model(kind);
     Engine engine(model, cfg, comm);
-    const GlobalBatch gb = global_batch(kind, 0);
-    auto loss = [&] {
-      return micro_loss(kind, *model, gb.x.narrow(0, comm.rank() * micro, micro),
-                        gb.y.narrow(0, comm.rank() * micro, micro), engine.dtype());
-    };
+    auto loss = [&] { return rank_loss(kind, *model, comm, engine.dtype()); };
     const at::Tensor first = loss(), second = loss();
     engine.backward(first);
     ASSERT_TRUE(engine.step());
@@ -873,16 +870,13 @@ TEST(Lifetime, AStage3GraphThatOutlivesItsEngineIsPlainLibTorch) {
   const config::Config cfg = make_config(3, false, false, world, kGlobalBatch / world, 1);
   auto plain = make_model(ModelKind::kUnitMlp);
   auto model = make_model(ModelKind::kUnitMlp);
-  const GlobalBatch gb = global_batch(ModelKind::kUnitMlp, 0);
-  const int micro = kGlobalBatch / world;
-  const at::Tensor x = gb.x.narrow(0, comm.rank() * micro, micro), y = gb.y.narrow(0, comm.rank() * micro, micro);
   at::Tensor loss;
   {
     Engine engine(model, cfg, comm);
-    loss = micro_loss(ModelKind::kUnitMlp, *model, x, y, at::kFloat);
+    loss = rank_loss(ModelKind::kUnitMlp, *model, comm, at::kFloat);
   }
   loss.backward();
-  micro_loss(ModelKind::kUnitMlp, *plain, x, y, at::kFloat).backward();
+  rank_loss(ModelKind::kUnitMlp, *plain, comm, at::kFloat).backward();
   const auto got = model->parameters(), want = plain->parameters();
   ASSERT_EQ(got.size(), want.size());
   for (std::size_t i = 0; i < got.size(); ++i) {
@@ -1167,7 +1161,9 @@ TEST(HostReads, AtMostOnePerOptimizerStepAtEveryStage) {
           engine.step();
         }
         reads += HostReadCounter::count();
-        if (j == 0) EXPECT_EQ(HostReadCounter::count(), 0) << "stage " << stage << " step " << step << ": a micro-batch";
+        if (j == 0) {
+          EXPECT_EQ(HostReadCounter::count(), 0) << "stage " << stage << " step " << step << ": a micro-batch";
+        }
       }
       EXPECT_EQ(reads, 1) << "stage " << stage << " step " << step;
     }

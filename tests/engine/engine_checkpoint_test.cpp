@@ -102,6 +102,26 @@ std::vector<at::Tensor> loaded_master(const config::Config& cfg, const fs::path&
   return u.engine->gather_master_params();
 }
 
+// A full disk on the last rank while this lives: its file size limit at
+// `bytes` (write() then fails with EFBIG, as it fails with ENOSPC on a full
+// disk; SIGXFSZ ignored), restored when it goes.
+class LastRankFileSizeLimit {
+ public:
+  LastRankFileSizeLimit(comm::Communicator& comm, rlim_t bytes) {
+    getrlimit(RLIMIT_FSIZE, &old_);
+    std::signal(SIGXFSZ, SIG_IGN);
+    struct rlimit lim = old_;
+    lim.rlim_cur = bytes;
+    if (comm.rank() == comm.world_size() - 1) setrlimit(RLIMIT_FSIZE, &lim);
+  }
+  ~LastRankFileSizeLimit() { setrlimit(RLIMIT_FSIZE, &old_); }
+  LastRankFileSizeLimit(const LastRankFileSizeLimit&) = delete;
+  LastRankFileSizeLimit& operator=(const LastRankFileSizeLimit&) = delete;
+
+ private:
+  struct rlimit old_ {};
+};
+
 struct ResumeCase {
   const char* name;
   int stage;
@@ -390,24 +410,19 @@ TEST(BadInput, UnwritableFolderAndFullDiskLeaveTheEarlierCheckpoint) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("cannot create the checkpoint folder"), std::string::npos) << e.what();
   }
-  // A full disk mid-file: the file size limit stands in for it (write()
-  // fails with EFBIG, as it fails with ENOSPC on a full disk).
+  // A full disk mid-file: the file size limit stands in for it.
   for (bool async : {false, true}) {
-    struct rlimit old {};
-    getrlimit(RLIMIT_FSIZE, &old);
-    std::signal(SIGXFSZ, SIG_IGN);
-    struct rlimit lim = old;
-    lim.rlim_cur = 4096;
-    if (comm.rank() == world - 1) setrlimit(RLIMIT_FSIZE, &lim);
-    try {
-      t.engine->save_checkpoint(s.dir.string(), "good", {}, async);
-      t.engine->wait_checkpoint();
-      ADD_FAILURE() << "save past the file size limit did not fail";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("after"), std::string::npos) << e.what();
-      EXPECT_NE(std::string(e.what()).find("was not saved"), std::string::npos) << e.what();
+    {
+      const LastRankFileSizeLimit full_disk(comm, 4096);
+      try {
+        t.engine->save_checkpoint(s.dir.string(), "good", {}, async);
+        t.engine->wait_checkpoint();
+        ADD_FAILURE() << "save past the file size limit did not fail";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("after"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("was not saved"), std::string::npos) << e.what();
+      }
     }
-    setrlimit(RLIMIT_FSIZE, &old);
     EXPECT_FALSE(t.engine->checkpoint_in_flight());
   }
   // latest still names "good", whose files are those of the first save.
@@ -584,16 +599,12 @@ TEST(Save, AsyncFailureAtAStepLeavesTheWindowToTheNextCall) {
   std::vector<float> losses, ref_losses;
   t.steps(0, 2, losses);
   ref.steps(0, 3, ref_losses);
-  struct rlimit old {};
-  getrlimit(RLIMIT_FSIZE, &old);
-  std::signal(SIGXFSZ, SIG_IGN);
-  struct rlimit lim = old;
-  lim.rlim_cur = 4096;
-  if (comm.rank() == world - 1) setrlimit(RLIMIT_FSIZE, &lim);
-  t.engine->save_checkpoint(dir.string(), "failed", {}, /*async=*/true);
-  // The writer fails at its first 8 MiB block; give it far more than it needs.
-  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
-  setrlimit(RLIMIT_FSIZE, &old);
+  {
+    const LastRankFileSizeLimit full_disk(comm, 4096);
+    t.engine->save_checkpoint(dir.string(), "failed", {}, /*async=*/true);
+    // The writer fails at its first 8 MiB block; give it far more than it needs.
+    std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  }
   comm.barrier()->wait();
   // Step 2 by hand: two micro-batches, the error at the boundary's step().
   const int micro = static_cast<int>(cfg.train_micro_batch_size_per_gpu);
