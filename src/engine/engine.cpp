@@ -438,7 +438,7 @@ Engine::~Engine() {
   try {
     at::NoGradGuard no_grad;
     if (std::uncaught_exceptions() == 0) {
-      m.units->gather_everything();
+      m.units->hold_all();
     } else {
       const std::size_t emptied = m.params->zero_fill_released();
       if (m.rank == 0) {
@@ -683,6 +683,40 @@ std::vector<at::Tensor> Engine::gather_master_params() {
   at::NoGradGuard no_grad;
   m.delayed->wait();
   return m.params->gather(m.optimizer->full_master(), comm_);
+}
+
+GatheredParameters Engine::gather_parameters() {
+  Impl& m = *impl_;
+  m.check_not_damaged("gather_parameters");
+  if (!m.units) return GatheredParameters(nullptr, {});
+  at::NoGradGuard no_grad;
+  try {
+    m.units->hold_all();
+  } catch (const std::exception& e) {
+    detail::rethrow_if_out_of_memory(e, "gathering every stage-3 unit's parameters (gather_parameters())", ledger_);
+    throw;
+  }
+  return GatheredParameters(this, alive_);
+}
+
+void Engine::release_gathered() noexcept {
+  if (!impl_ || !impl_->units) return;
+  try {
+    at::NoGradGuard no_grad;
+    impl_->units->release_all();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "zerocpp: rank %d: releasing the parameters of gather_parameters(): %s\n", impl_->rank,
+                 e.what());
+  }
+}
+
+GatheredParameters::GatheredParameters(GatheredParameters&& other) noexcept
+    : engine_(other.engine_), alive_(std::move(other.alive_)) {
+  other.engine_ = nullptr;
+}
+
+GatheredParameters::~GatheredParameters() {
+  if (engine_ != nullptr && !alive_.expired()) engine_->release_gathered();
 }
 
 std::string Engine::summary() const {

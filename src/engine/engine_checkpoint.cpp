@@ -201,7 +201,7 @@ void Engine::save_checkpoint(const std::string& dir, const std::string& tag, con
   record_layout(L, man);
   for (std::size_t i = 0; i < P.params().size(); ++i) {
     const ParamSlot& s = L.params()[i];
-    man.params.push_back({P.names()[i], P.params()[i].sizes().vec(), s.numel, s.offset});
+    man.params.push_back({P.names()[i], P.shape(i).vec(), s.numel, s.offset});
   }
   man.engine.steps = stats_.step;
   man.engine.optimizer_step = m.optimizer_step;
@@ -458,8 +458,8 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
                  "' (it has ", man.params.size(), " trainable parameters, this module ", P.params().size(),
                  "). Load it into the model it was saved from");
       const ckpt::ParamRecord& s = man.params[it->second];
-      ZERO_CHECK(s.shape == P.params()[i].sizes().vec(), "checkpoint ", where, " is of another model: parameter '",
-                 name, "' has shape ", P.params()[i].sizes(), " here but ", c10::IntArrayRef(s.shape),
+      ZERO_CHECK(s.shape == P.shape(i).vec(), "checkpoint ", where, " is of another model: parameter '",
+                 name, "' has shape ", P.shape(i), " here but ", c10::IntArrayRef(s.shape),
                  " in the checkpoint");
       const ParamSlot& slot = L.params()[i];
       params.push_back({it->second, slot.offset, slot.numel, slot.bucket});

@@ -8,6 +8,7 @@
 
 #include <ATen/ops/zeros.h>
 #include <c10/core/StreamGuard.h>
+#include <c10/util/accumulate.h>
 
 #include "planned_tensor.h"
 #include "zero/core/error.h"
@@ -30,6 +31,7 @@ ParamStore::ParamStore(std::shared_ptr<torch::nn::Module> module, c10::ScalarTyp
     }
     if (!seen.insert(p.unsafeGetTensorImpl()).second) continue;
     names_.push_back(item.key());
+    shapes_.push_back(p.sizes().vec());
     ZERO_CHECK(p.scalar_type() == at::kFloat, "parameter '", item.key(), "' is ", c10::toString(p.scalar_type()),
                ": give zero::Engine an fp32 module; it makes the bf16/fp16 copy itself");
     params_.push_back(p);
@@ -88,7 +90,7 @@ void ParamStore::initial_value(std::size_t i, const at::Tensor& dst) const {
 
 std::vector<std::size_t> ParamStore::numels() const {
   std::vector<std::size_t> n;
-  for (const auto& p : params_) n.push_back(static_cast<std::size_t>(p.numel()));
+  for (const auto& s : shapes_) n.push_back(static_cast<std::size_t>(c10::multiply_integers(s)));
   return n;
 }
 
@@ -299,7 +301,7 @@ std::vector<at::Tensor> ParamStore::gather(const at::Tensor& master_partition, c
   std::vector<at::Tensor> out;
   for (std::size_t i = 0; i < params_.size(); ++i) {
     const ParamSlot& s = L.params()[i];
-    out.push_back(full.narrow(0, i64(s.offset), i64(s.numel)).view(params_[i].sizes()).clone());
+    out.push_back(full.narrow(0, i64(s.offset), i64(s.numel)).view(shapes_[i]).clone());
   }
   return out;
 }

@@ -56,6 +56,9 @@ class ParamStore {
   void use_plan(const MemoryPlan& plan);
 
   const std::vector<at::Tensor>& params() const { return params_; }
+  // Parameter i's shape in the module (at stage 3 a released one is hollow:
+  // read its shape here, not from the tensor).
+  c10::IntArrayRef shape(std::size_t i) const { return shapes_[i]; }
   // Their names in the module (a tied parameter: its first name).
   const std::vector<std::string>& names() const { return names_; }
   // Once built: which storage each trainable parameter views. check_intact()
@@ -110,6 +113,15 @@ class ParamStore {
   // are dropped (after another error).
   void confirm_collectives(bool quiet = false);
   void release(int b);
+  // Stage 3: a released bucket's parameters made hollow, shape [0] on the
+  // same storage, so that reading one outside its unit gives an empty
+  // tensor, not a read of freed memory (DeepSpeed's convention); gathering
+  // the bucket gives them their shapes back. Not while a backward may still
+  // run: autograd's AccumulateGrad, which may come after the unit's release,
+  // reads its parameter's shape (UnitSchedule hollows at the end of
+  // backward). hollow_released(): every released bucket not hollow yet.
+  void hollow(int b);
+  void hollow_released();
   bool gathered(int b) const { return buckets_[static_cast<std::size_t>(b)].held(); }
   // Stage 3, when the engine goes while unwinding (no collective then):
   // released buckets get zeros, so that the module can be given back. A
@@ -176,6 +188,8 @@ class ParamStore {
   // Stage 3: bucket bi's gathered bytes into the ledger (values, padding),
   // not checked against the budget (the construction check covers them).
   void register_bucket(std::size_t bi, const char* what);
+  // Bucket bi's parameters as views of its storage: full (their shapes) or hollow.
+  void view_params(std::size_t bi, bool full);
 
   std::shared_ptr<torch::nn::Module> module_;
   c10::ScalarType dtype_;
@@ -183,6 +197,7 @@ class ParamStore {
   InitFn init_;
   std::vector<at::Tensor> params_;
   std::vector<std::string> names_;
+  std::vector<std::vector<std::int64_t>> shapes_;
   std::vector<const c10::StorageImpl*> storages_;
   std::int64_t frozen_ = 0;
   FlatLayout layout_;
@@ -204,6 +219,7 @@ class ParamStore {
   at::Tensor partition_;                // the rank's chunks of every bucket, training precision
   std::vector<BucketStorage> buckets_;  // one per bucket of the layout
   std::vector<std::array<memory::MemoryLedger::Registration, 2>> bucket_regs_;  // while held: values, padding
+  std::vector<char> hollow_;            // per bucket: its parameters are hollow
   memory::MemoryLedger* ledger_ = nullptr;
   // Where the rank's chunk goes into a bucket when not on the caller's
   // stream (a host partition on a GPU; the deferred lane in tests). After

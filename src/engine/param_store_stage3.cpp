@@ -36,6 +36,7 @@ void ParamStore::adopt_partitioned(comm::Communicator& comm, memory::MemoryLedge
   const std::vector<Bucket>& buckets = layout_.buckets();
   buckets_.resize(buckets.size());
   bucket_regs_.resize(buckets.size());
+  hollow_.assign(buckets.size(), 0);
   for (std::size_t bi = 0; bi < buckets.size(); ++bi) {
     const Bucket& b = buckets[bi];
     at::Tensor full32 = flat32.narrow(0, 0, i64(b.padded));
@@ -58,7 +59,10 @@ void ParamStore::adopt_partitioned(comm::Communicator& comm, memory::MemoryLedge
       replace_data(p, t.narrow(0, i64(s.offset - b.offset), i64(s.numel)).view(p.sizes()));
       p.mutable_grad().reset();
     }
-    if (b.group >= 0) buckets_[bi].release();
+    if (b.group >= 0) {
+      buckets_[bi].release();
+      hollow(static_cast<int>(bi));
+    }
   }
   flat32 = at::Tensor();
   flat32_temp_.release();
@@ -81,6 +85,7 @@ ParamStore::PendingGather ParamStore::start_gather(int bi, comm::Communicator& c
     // not refused here, inside forward, where one rank could fail alone.
     register_bucket(static_cast<std::size_t>(bi), "the gathered units");
   }
+  if (hollow_[static_cast<std::size_t>(bi)]) view_params(static_cast<std::size_t>(bi), /*full=*/true);
   const std::size_t mine = static_cast<std::size_t>(shard_rank_) * b.chunk;
   const at::Tensor dst = st.raw(mine, b.chunk);
   const at::Tensor src = partition_.narrow(0, i64(b.partition_offset), i64(b.chunk));
@@ -139,6 +144,29 @@ void ParamStore::release(int bi) {
   for (auto& r : bucket_regs_[static_cast<std::size_t>(bi)]) r.release();
 }
 
+void ParamStore::hollow(int bi) {
+  const auto b = static_cast<std::size_t>(bi);
+  if (!buckets_[b].held() && !hollow_[b]) view_params(b, /*full=*/false);
+}
+
+void ParamStore::hollow_released() {
+  for (std::size_t b = 0; b < buckets_.size(); ++b) hollow(static_cast<int>(b));
+}
+
+void ParamStore::view_params(std::size_t bi, bool full) {
+  const Bucket& b = layout_.buckets()[bi];
+  const at::Tensor& t = buckets_[bi].tensor();
+  // set_data keeps the parameter's autograd metadata, version counter and
+  // storage (check_intact() still knows it); only its shape changes.
+  for (int i : b.params) {
+    const ParamSlot& s = layout_.params()[static_cast<std::size_t>(i)];
+    at::Tensor& p = params_[static_cast<std::size_t>(i)];
+    replace_data(p, full ? t.narrow(0, i64(s.offset - b.offset), i64(s.numel)).view(shapes_[static_cast<std::size_t>(i)])
+                         : t.narrow(0, i64(s.offset - b.offset), 0));
+  }
+  hollow_[bi] = full ? 0 : 1;
+}
+
 std::size_t ParamStore::zero_fill_released() noexcept {
   std::size_t emptied = 0;
   for (std::size_t bi = 0; bi < buckets_.size(); ++bi) {
@@ -147,6 +175,7 @@ std::size_t ParamStore::zero_fill_released() noexcept {
     try {
       st.refill();
       st.raw(0, static_cast<std::size_t>(st.tensor().numel())).zero_();
+      if (hollow_[bi]) view_params(bi, /*full=*/true);
       continue;
     } catch (const std::exception&) {
     }

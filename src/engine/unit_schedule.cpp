@@ -90,7 +90,10 @@ void UnitSchedule::drop(int u) {
   if (s.prefetched) ++counts_.unused;
   s.prefetched = false;
   finish(u);
-  for (int b : s.buckets) store_.release(b);
+  for (int b : s.buckets) {
+    store_.release(b);
+    if (!in_backward_) store_.hollow(b);
+  }
   s.resident = false;
   live_elements_ -= s.elements;
 }
@@ -106,6 +109,7 @@ void UnitSchedule::abandon(int u) noexcept {
   s.pending.clear();
   for (int b : s.buckets) {
     if (store_.gathered(b)) store_.release(b);
+    if (!in_backward_) store_.hollow(b);
   }
   if (s.resident) live_elements_ -= s.elements;
   s.resident = false;
@@ -191,6 +195,7 @@ void UnitSchedule::end_backward() {
   for (std::size_t u = 0; u < units_.size(); ++u) {
     if (units_[u].refs == 0) drop(static_cast<int>(u));  // fetched ahead, not used
   }
+  store_.hollow_released();  // those the backward released
   if (current_ != recorded_) recorded_ = current_;
   current_.clear();
   following_ = !recorded_.empty();
@@ -201,18 +206,36 @@ void UnitSchedule::abort() {
     units_[u].refs = 0;
     drop(static_cast<int>(u));
   }
+  store_.hollow_released();
   current_.clear();
   following_ = false;
   in_backward_ = false;
 }
 
-void UnitSchedule::gather_everything() {
-  for (std::size_t u = 0; u < units_.size(); ++u) {
-    if (!units_[u].resident) start(static_cast<int>(u));
-    ++units_[u].refs;  // kept: nothing releases it any more
+void UnitSchedule::hold_all() {
+  std::size_t held = 0;
+  try {
+    for (; held < units_.size(); ++held) {
+      if (!units_[held].resident) start(static_cast<int>(held));
+      ++units_[held].refs;
+    }
+    for (std::size_t u = 0; u < units_.size(); ++u) finish(static_cast<int>(u));
+    store_.confirm_collectives();
+  } catch (...) {
+    // As if not called: what it started is waited for and released.
+    for (std::size_t u = 0; u < units_.size(); ++u) {
+      if (u < held) --units_[u].refs;
+      if (units_[u].refs == 0) abandon(static_cast<int>(u));
+    }
+    throw;
   }
-  for (std::size_t u = 0; u < units_.size(); ++u) finish(static_cast<int>(u));
-  store_.confirm_collectives();
+}
+
+void UnitSchedule::release_all() {
+  for (std::size_t u = 0; u < units_.size(); ++u) {
+    UnitState& s = units_[u];
+    if (s.refs > 0 && --s.refs == 0) drop(static_cast<int>(u));
+  }
 }
 
 std::string UnitSchedule::describe(std::int64_t persistence_threshold, c10::ScalarType dtype) const {

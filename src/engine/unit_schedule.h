@@ -72,9 +72,11 @@ class UnitSchedule {
   void end_backward();
   // After a backward that threw: everything released.
   void abort();
-  // Every unit's buckets gathered and kept (the engine going: the module
-  // gets its values back). Collective.
-  void gather_everything();
+  // Every unit's buckets gathered and held (one reference each) until
+  // release_all(): Engine::gather_parameters(), and the engine going (the
+  // module gets its values back). Collective. If it throws, nothing is held.
+  void hold_all();
+  void release_all();
   std::size_t count() const { return units_.size(); }
   // What the engine says at construction: the units and what stays
   // gathered, or, with no unit, that the whole model does and the fix.

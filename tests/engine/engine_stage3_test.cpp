@@ -6,7 +6,10 @@
 // module given back when the engine goes. The model is zero::models::Gpt,
 // whose blocks are its units.
 #include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <memory>
+#include <optional>
 #include <cstdio>
 #include <string>
 #include <unordered_set>
@@ -16,6 +19,7 @@
 #include <ATen/ops/mse_loss.h>
 #include <ATen/ops/randint.h>
 #include <ATen/ops/randn.h>
+#include <ATen/ops/zeros.h>
 #include <gtest/gtest.h>
 #include <torch/utils.h>
 
@@ -400,6 +404,127 @@ TEST(Stage3, ModuleGetsItsTrainedParametersBack) {
   torch::NoGradGuard no_grad;
   const at::Tensor idx = at::randint(tiny_gpt().vocab_size, {1, kSeq});
   EXPECT_TRUE(model->forward(idx).isfinite().all().item<bool>());
+}
+
+// ---- between steps: hollow parameters, gather_parameters() --------------------
+
+// The module's trainable parameters, each once, by name.
+std::vector<std::pair<std::string, at::Tensor>> trainable(models::Gpt& model) {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  std::unordered_set<const void*> seen;
+  for (const auto& item : model.named_parameters()) {
+    if (seen.insert(item.value().unsafeGetTensorImpl()).second) out.emplace_back(item.key(), item.value());
+  }
+  return out;
+}
+bool in_a_block(const std::string& name) { return name.size() > 1 && name[0] == 'h' && std::isdigit(name[1]); }
+
+// Outside its unit a unit's parameter is hollow (shape [0]): reading it
+// gives an empty tensor instead of a read of freed memory, and a write
+// fails on the shape. gather_parameters() gives the module every value (in
+// fp32 training, the master weights) until its scope ends.
+TEST(Stage3, BetweenStepsAUnitsParameterIsHollowAndGatherParametersGivesItsValues) {
+  comm::Communicator& comm = world_comm();
+  auto model = make_gpt();
+  std::vector<std::vector<std::int64_t>> shapes;
+  for (const auto& [name, p] : trainable(*model)) shapes.push_back(p.sizes().vec());
+  config::Config cfg = stage3_config(comm.world_size(), /*bf16=*/false);
+  Engine engine(model, cfg, comm);
+  // `all`: every block's; otherwise a block may still be gathered (fetched
+  // ahead for a backward that did not come), and then it holds its values.
+  auto expect_hollow = [&](const char* when, bool all = true) {
+    std::size_t i = 0, hollow = 0;
+    for (const auto& [name, p] : trainable(*model)) {
+      if (in_a_block(name)) {
+        if (all || p.numel() == 0) {
+          EXPECT_EQ(p.numel(), 0) << name << " " << when;
+          EXPECT_EQ(p.detach().sum().item<float>(), 0.0f) << name << " " << when;
+        } else {
+          EXPECT_EQ(p.sizes().vec(), shapes[i]) << name << " " << when;
+          EXPECT_TRUE(p.isfinite().all().item<bool>()) << name << " " << when;
+        }
+        hollow += p.numel() == 0 ? 1 : 0;
+      } else {
+        EXPECT_EQ(p.sizes().vec(), shapes[i]) << name << " stays gathered " << when;
+      }
+      ++i;
+    }
+    if (all) EXPECT_GT(hollow, 0u) << when;
+  };
+  expect_hollow("after construction");
+  const std::vector<at::Tensor> master = train_gpt(*model, engine, comm, 2).params;
+  expect_hollow("after two steps");
+  {
+    torch::NoGradGuard no_grad;
+    const at::Tensor idx = at::randint(tiny_gpt().vocab_size, {1, kSeq});
+    EXPECT_TRUE(model->forward(idx).isfinite().all().item<bool>());
+  }
+  expect_hollow("after a forward without gradients");
+  {
+    const at::Tensor idx = at::randint(tiny_gpt().vocab_size, {1, kSeq});
+    EXPECT_TRUE(model->forward(idx).isfinite().all().item<bool>());  // its graph dropped, no backward
+  }
+  expect_hollow("after a forward whose graph was dropped", /*all=*/false);
+  {
+    GatheredParameters all = engine.gather_parameters();
+    GatheredParameters nested = engine.gather_parameters();
+    std::size_t i = 0;
+    for (const auto& [name, p] : trainable(*model)) {
+      EXPECT_EQ(p.sizes().vec(), shapes[i]) << name;
+      EXPECT_TRUE(at::equal(p.detach(), master[i])) << name;
+      ++i;
+    }
+  }
+  expect_hollow("after gather_parameters()'s scope");
+  // A write into a hollow parameter fails on its shape.
+  for (const auto& [name, p] : trainable(*model)) {
+    if (!in_a_block(name)) continue;
+    torch::NoGradGuard no_grad;
+    EXPECT_ANY_THROW(p.copy_(at::zeros(at::IntArrayRef(shapes[0]))));
+    break;
+  }
+}
+
+// Training inside gather_parameters() (units held, not released between
+// uses) is the same training as without it; the scope may outlive the engine.
+TEST(Stage3, TrainingInsideGatherParametersIsTheSame) {
+  comm::Communicator& comm = world_comm();
+  auto run = [&](bool inside) {
+    auto model = make_gpt();
+    config::Config cfg = stage3_config(comm.world_size(), /*bf16=*/false);
+    cfg.gradient_accumulation_steps = 2;
+    cfg.train_batch_size *= 2;
+    auto engine = std::make_unique<Engine>(model, cfg, comm);
+    GptRun first = train_gpt(*model, *engine, comm, 2);
+    std::optional<GatheredParameters> held;
+    if (inside) held.emplace(engine->gather_parameters());
+    GptRun second = train_gpt(*model, *engine, comm, 4);
+    if (inside) {
+      for (const auto& [name, p] : trainable(*model)) EXPECT_GT(p.numel(), 0) << name << " inside the scope";
+    }
+    engine.reset();
+    held.reset();  // after the engine: does nothing
+    second.losses.insert(second.losses.begin(), first.losses.begin(), first.losses.end());
+    return second;
+  };
+  const GptRun plain = run(false), inside = run(true);
+  ASSERT_EQ(plain.losses.size(), inside.losses.size());
+  for (std::size_t i = 0; i < plain.losses.size(); ++i) EXPECT_EQ(plain.losses[i], inside.losses[i]) << "step " << i;
+  for (std::size_t i = 0; i < plain.params.size(); ++i) {
+    EXPECT_TRUE(at::equal(plain.params[i], inside.params[i])) << "parameter " << i;
+  }
+}
+
+// At stage 2 the module always has its parameters: the scope holds nothing.
+TEST(Stage3, GatherParametersAtStageTwoHoldsNothing) {
+  comm::Communicator& comm = world_comm();
+  auto model = make_gpt();
+  config::Config cfg = stage3_config(comm.world_size(), /*bf16=*/false);
+  cfg.zero_optimization.stage = 2;
+  Engine engine(model, cfg, comm);
+  train_gpt(*model, engine, comm, 1);
+  GatheredParameters none = engine.gather_parameters();
+  for (const auto& [name, p] : trainable(*model)) EXPECT_GT(p.numel(), 0) << name;
 }
 
 // ---- offload_param with the optimizer offloaded and the delayed update ------

@@ -31,7 +31,9 @@
 //    construction, zero::unit where they are called) are gathered while they
 //    run in forward and backward, and released after. Parameters of no unit
 //    stay gathered. Every rank must run the same units in the same order.
-//    docs/engine.md "Stage 3".
+//    Outside its unit a unit's parameter is hollow (shape [0], as in
+//    DeepSpeed): gather_parameters() gives the module all of them for a
+//    while (to read, save or evaluate). docs/engine.md "Stage 3".
 //  - The module is on the CPU or on one CUDA GPU (cuda:<local rank>); every
 //    trainable parameter on the same device. Or EngineOptions names the
 //    device, and the module is built elsewhere (on the CPU, or on the meta
@@ -133,6 +135,27 @@ struct EngineOptions {
   std::function<void(const std::string& name, const at::Tensor& value)> init;
 };
 
+class Engine;
+
+// What Engine::gather_parameters() returns: while it lives, every stage-3
+// unit's parameters are gathered in the module (their values and shapes).
+// Ending it releases them again; it does nothing once the engine is gone.
+// Move-only.
+class GatheredParameters {
+ public:
+  GatheredParameters(GatheredParameters&& other) noexcept;
+  GatheredParameters& operator=(GatheredParameters&&) = delete;
+  GatheredParameters(const GatheredParameters&) = delete;
+  ~GatheredParameters();
+
+ private:
+  friend class Engine;
+  GatheredParameters(Engine* engine, std::weak_ptr<const void> alive)
+      : engine_(engine), alive_(std::move(alive)) {}
+  Engine* engine_ = nullptr;  // null: nothing held (stages 0-2, moved from)
+  std::weak_ptr<const void> alive_;
+};
+
 class Engine {
  public:
   Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
@@ -231,6 +254,15 @@ class Engine {
   // The full fp32 master weights, one tensor per trainable parameter in the
   // module's order (all ranks must call it: it all-gathers the partitions).
   std::vector<at::Tensor> gather_master_params();
+  // Stage 3: every unit's parameters gathered into the module, in the
+  // training precision, until the returned scope ends: read them (a norm, a
+  // comparison, torch::save), evaluate, or train on inside it (units are
+  // then not released in between). Collective: every rank calls it (ending
+  // it is not collective). Values written into the parameters are not kept
+  // (the next step's update overwrites them, as at every stage). At stages
+  // 0-2 (and for parameters that stay gathered) it holds nothing: the
+  // module always has them. Out of memory: the error names it, nothing held.
+  [[nodiscard]] GatheredParameters gather_parameters();
 
   // A human-readable summary: memory per tier and kind, communication, steps.
   std::string summary() const;
@@ -246,6 +278,10 @@ class Engine {
   bool step_at_boundary();
   // Logs a skipped step; throws when the nonfinite policy says stop.
   void report_skipped_step() const;
+  friend class GatheredParameters;
+  void release_gathered() noexcept;
+  // Expires with the engine: a GatheredParameters that outlives it does nothing.
+  std::shared_ptr<const void> alive_ = std::make_shared<char>(0);
   config::Config config_;
   comm::Communicator& comm_;
   memory::MemoryLedger ledger_;
