@@ -95,7 +95,7 @@ int main(int argc, char** argv) {
   app.add_flag("--cpu-checkpointing", cpu_checkpoint,
                "checkpoints kept on the host (activation_checkpointing.cpu_checkpointing; implies "
                "--checkpoint-activations)");
-  app.add_option("--bucket", bucket, "reduce_bucket_size in elements")->capture_default_str();
+  app.add_option("--bucket", bucket, "reduce_bucket_size in elements (0: a bucket per parameter)")->capture_default_str();
   app.add_option("--device-mem", device_mem_text, "device memory per rank (80GB = 80*10^9 B, 80GiB = 80*2^30 B); "
                  "lists what fits");
   app.add_option("--host-mem", host_mem_text, "host memory per rank (e.g. 256GiB)");
@@ -122,7 +122,7 @@ int main(int argc, char** argv) {
     ZERO_CHECK(offload_ratio == 1.0 || offload, "--offload-ratio is the offloaded share of the optimizer state: "
                "it needs --offload");
     ZERO_CHECK(world >= 1, "--world must be at least 1, got ", world);
-    ZERO_CHECK(bucket > 0, "--bucket (reduce_bucket_size) must be positive, got ", bucket);
+    ZERO_CHECK(bucket >= 0, "--bucket (reduce_bucket_size) must be 0 or more, got ", bucket);
     ZERO_CHECK(micro >= 1, "--micro must be at least 1, got ", micro);
     ZERO_CHECK(seq >= 0, "--seq must be positive, got ", seq);
     const bool shape_given = layer_opt->count() || head_opt->count() || embd_opt->count() || block_opt->count();
@@ -135,7 +135,7 @@ int main(int argc, char** argv) {
     }
     EstimateInput in;
     in.world = world;
-    in.bucket_numel = bucket;
+    in.bucket_numel = std::max<std::int64_t>(bucket, 1);  // 0: a bucket per parameter (DeepSpeed's meaning)
     ZERO_CHECK(precision == "bf16" || precision == "fp16" || precision == "fp32",
                "--precision must be bf16, fp16 or fp32, got '", precision, "'");
     in.element_bytes = precision == "fp32" ? 4 : 2;

@@ -247,8 +247,10 @@ void read_zero_optimization(SectionReader& top, ZeroOptimizationConfig& zero) {
   read_deprecated_offload(z, zero);
   if (auto v = z.read_bool("overlap_comm")) zero.overlap_comm = *v;
   if (auto v = z.read_bool("contiguous_gradients")) zero.contiguous_gradients = *v;
-  if (auto v = z.read_int("reduce_bucket_size", kPositive)) zero.reduce_bucket_size = *v;
-  if (auto v = z.read_int("allgather_bucket_size", kPositive)) zero.allgather_bucket_size = *v;
+  // 0 is DeepSpeed's too (its configs use it: transformers' ZeRO-3 test
+  // config): every parameter reduced on its own, a bucket each.
+  if (auto v = z.read_int("reduce_bucket_size", kNonNegative)) zero.reduce_bucket_size = *v;
+  if (auto v = z.read_int("allgather_bucket_size", kNonNegative)) zero.allgather_bucket_size = *v;
   if (auto v = z.read_bool("reduce_scatter")) zero.reduce_scatter = *v;
   if (auto v = z.read_int("stage3_prefetch_bucket_size", kNonNegative)) {
     zero.stage3_prefetch_bucket_size = *v;
@@ -256,7 +258,7 @@ void read_zero_optimization(SectionReader& top, ZeroOptimizationConfig& zero) {
   if (auto v = z.read_int("stage3_param_persistence_threshold", kNonNegative)) {
     zero.stage3_param_persistence_threshold = *v;
   }
-  if (auto v = z.read_int("stage3_max_live_parameters", kPositive)) {
+  if (auto v = z.read_int("stage3_max_live_parameters", kNonNegative)) {
     zero.stage3_max_live_parameters = *v;
   }
 }

@@ -280,10 +280,12 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
     const int accumulation = static_cast<int>(config_.gradient_accumulation_steps);
     // Every buffer's size, tier and lifetime: the memory plan, which
     // zero-estimate sums too.
-    ZERO_CHECK(z.reduce_bucket_size > 0, "zero_optimization.reduce_bucket_size must be positive");
+    ZERO_CHECK(z.reduce_bucket_size >= 0, "zero_optimization.reduce_bucket_size must be 0 or more, got ",
+               z.reduce_bucket_size);
     PlanInput pi;
     pi.numels = P.numels();
-    pi.bucket_numel = static_cast<std::size_t>(z.reduce_bucket_size);
+    // 0 (DeepSpeed's meaning): a bucket per parameter.
+    pi.bucket_numel = static_cast<std::size_t>(std::max<std::int64_t>(z.reduce_bucket_size, 1));
     pi.world = m.world;
     pi.rank = m.rank;
     pi.stage = m.stage;

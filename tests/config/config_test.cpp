@@ -205,6 +205,20 @@ TEST(Config, NullMeansNotGiven) {
   EXPECT_EQ(c.zero_optimization.reduce_bucket_size, 500000000);
 }
 
+// Values DeepSpeed's own schema allows (ge=0) and its users' configs use:
+// transformers' ZeRO-3 test config has reduce_bucket_size 0.
+TEST(Config, ZerosDeepSpeedAllowsAreAccepted) {
+  Config c = parse(with(R"("zero_optimization": {"stage": 3, "reduce_bucket_size": 0, "allgather_bucket_size": 0,
+                                                 "stage3_max_live_parameters": 0, "stage3_prefetch_bucket_size": 0,
+                                                 "stage3_param_persistence_threshold": 0})"));
+  EXPECT_EQ(c.zero_optimization.reduce_bucket_size, 0);
+  EXPECT_EQ(c.zero_optimization.stage3_max_live_parameters, 0);
+  Config back = parse_config(to_json(c).dump(), 1);
+  c.warnings.clear();
+  back.warnings.clear();
+  EXPECT_EQ(back, c);
+}
+
 TEST(Config, WarningsAreSentencesNamingTheSource) {
   Config c = parse(with(R"("trian_batch_size": 8, "prescale_gradients": true)"));
   for (const std::string& w : c.warnings) EXPECT_EQ(w.rfind("test.json: ", 0), 0u) << w;
@@ -284,13 +298,13 @@ TEST(Config, RangesAreChecked) {
       {R"("fp16": {"min_loss_scale": 0})", "fp16.min_loss_scale: expected a number > 0, got 0"},
       {R"("fp16": {"loss_scale": -1})", "fp16.loss_scale: expected a number >= 0, got -1"},
       {R"("fp16": {"initial_scale_power": 128})", "fp16.initial_scale_power: expected an integer 0..127, got 128"},
-      {R"("zero_optimization": {"reduce_bucket_size": 0})", "zero_optimization.reduce_bucket_size: expected a positive integer, got 0"},
-      {R"("zero_optimization": {"allgather_bucket_size": -5})", "zero_optimization.allgather_bucket_size: expected a positive integer, got -5"},
+      {R"("zero_optimization": {"reduce_bucket_size": -1})", "zero_optimization.reduce_bucket_size: expected an integer >= 0, got -1"},
+      {R"("zero_optimization": {"allgather_bucket_size": -5})", "zero_optimization.allgather_bucket_size: expected an integer >= 0, got -5"},
       {R"("zero_optimization": {"stage3_prefetch_bucket_size": -1})", "zero_optimization.stage3_prefetch_bucket_size: expected an integer >= 0, got -1"},
-      {R"("zero_optimization": {"stage3_max_live_parameters": 0})", "zero_optimization.stage3_max_live_parameters: expected a positive integer"},
+      {R"("zero_optimization": {"stage3_max_live_parameters": -2})", "zero_optimization.stage3_max_live_parameters: expected an integer >= 0"},
       {R"("zero_optimization": {"stage3_param_persistence_threshold": -1})", "zero_optimization.stage3_param_persistence_threshold: expected an integer >= 0, got -1"},
-      {R"("zero_optimization": {"reduce_bucket_size": 1e30})", "zero_optimization.reduce_bucket_size: expected a positive integer, got 1e+30"},
-      {R"("zero_optimization": {"reduce_bucket_size": 18446744073709551615})", "zero_optimization.reduce_bucket_size: expected a positive integer, got 18446744073709551615"},
+      {R"("zero_optimization": {"reduce_bucket_size": 1e30})", "zero_optimization.reduce_bucket_size: expected an integer >= 0, got 1e+30"},
+      {R"("zero_optimization": {"reduce_bucket_size": 18446744073709551615})", "zero_optimization.reduce_bucket_size: expected an integer >= 0, got 18446744073709551615"},
       {R"("zero_optimization": {"offload_optimizer": {"cpu_threads": -1}})", "zero_optimization.offload_optimizer.cpu_threads: expected an integer >= 0"},
       {R"("zero_optimization": {"offload_optimizer": {"device": "cpu", "ratio": 1.5}})", "zero_optimization.offload_optimizer.ratio: expected a number in [0, 1], got 1.5"},
       {R"("zero_optimization": {"offload_optimizer": {"delayed_param_update_warmup_steps": -1}})", "zero_optimization.offload_optimizer.delayed_param_update_warmup_steps: expected an integer >= 0 (at most 2147483647), got -1"},

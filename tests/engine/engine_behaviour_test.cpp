@@ -1357,6 +1357,40 @@ TEST(Config, IgnoredSettingsAreNamedAtConstruction) {
   }
 }
 
+// reduce_bucket_size 0 is DeepSpeed's "every parameter reduced on its own"
+// (transformers' ZeRO-3 test config has it): a bucket per parameter, and
+// the same training as with buckets of many.
+TEST(Config, ReduceBucketSizeZeroIsABucketPerParameter) {
+  comm::Communicator& comm = world_comm();
+  auto train = [&](std::int64_t bucket, std::string* start_line) {
+    config::Config cfg = make_config(2, false, false, comm.world_size(), 2, 1);
+    cfg.zero_optimization.reduce_bucket_size = bucket;
+    auto model = make_model(ModelKind::kMlp);
+    testing::internal::CaptureStderr();
+    Engine engine(model, cfg, comm);
+    *start_line = testing::internal::GetCapturedStderr();
+    for (int step = 0; step < 3; ++step) {
+      GlobalBatch gb = global_batch(ModelKind::kMlp, step);
+      engine.backward(micro_loss(ModelKind::kMlp, *model, gb.x.narrow(0, comm.rank() * 2, 2),
+                                 gb.y.narrow(0, comm.rank() * 2, 2), engine.dtype()));
+      engine.step();
+    }
+    return engine.gather_master_params();
+  };
+  std::string zero_line, default_line;
+  const std::vector<at::Tensor> per_param = train(0, &zero_line);
+  const std::vector<at::Tensor> bucketed = train(500000000, &default_line);
+  if (comm.rank() == 0) {
+    const std::size_t n = make_model(ModelKind::kMlp)->parameters().size();
+    EXPECT_NE(zero_line.find(" parameters in " + std::to_string(n) + " buckets"), std::string::npos) << zero_line;
+    EXPECT_NE(default_line.find(" parameters in 1 bucket "), std::string::npos) << default_line;
+  }
+  ASSERT_EQ(per_param.size(), bucketed.size());
+  for (std::size_t i = 0; i < bucketed.size(); ++i) {
+    EXPECT_TRUE(at::allclose(per_param[i], bucketed[i], 1e-6, 1e-7)) << "parameter " << i;
+  }
+}
+
 // A host too small for the engine's buffers: refused before anything is
 // allocated, on every rank, with the numbers and the fixes (never the
 // kernel's OOM killer). ZERO_HOST_MEMORY_LIMIT stands for a small host.
