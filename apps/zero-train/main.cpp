@@ -263,6 +263,8 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
     sched.total_num_steps = o.steps;
     sched.warmup_type = "linear";
     sched.cos_min_ratio = static_cast<float>(o.min_lr_ratio);
+    // DeepSpeed's warm-up lasts at least 2 steps: --warmup 0 warms from lr to lr.
+    if (sched.warmup_num_steps == 0) sched.warmup_min_lr = cfg.optimizer.lr;
   }
   const LrSchedule schedule(sched, cfg.optimizer.lr);
   data::BatchSampler sampler(static_cast<std::int64_t>(corpus.train.size()), o.seq_len, micro, accum,

@@ -479,7 +479,7 @@ void Engine::backward(const at::Tensor& loss) {
   m.grads->begin_backward(is_accumulation_boundary());
   if (m.units) m.units->begin_backward();
   try {
-    m.precision.backward(loss);
+    m.precision.backward(loss, static_cast<int>(config_.gradient_accumulation_steps));
     at::NoGradGuard no_grad;
     m.grads->end_backward();
     if (m.units) m.units->end_backward();
@@ -564,7 +564,7 @@ bool Engine::step_at_boundary() {
     comm_.all_reduce(v.data_ptr(), 1, DType::kFloat32)->wait();
     sq = v.item<float>();
   }
-  const detail::StepDecision d = m.precision.decide(sq, m.world, config_.gradient_accumulation_steps);
+  const detail::StepDecision d = m.precision.decide(sq, m.world);
   auto finish_step_stats = [&] {
     const comm::CommStats now = comm_.stats();
     for (std::size_t i = 0; i < now.bytes_sent.size(); ++i) {

@@ -9,25 +9,36 @@ LrSchedule::LrSchedule(const config::SchedulerConfig& s, float base_lr) : s_(s),
   if (s_.warmup_max_lr == 0.0f) s_.warmup_max_lr = base_lr;
 }
 
+// DeepSpeed warms up over max(2, warmup_num_steps) steps (its log curve
+// divides by ln W).
+std::int64_t LrSchedule::warmup_steps() const { return std::max<std::int64_t>(s_.warmup_num_steps, 2); }
+
 float LrSchedule::warmup(std::int64_t step) const {
-  const double w = static_cast<double>(std::max<std::int64_t>(s_.warmup_num_steps, 1));
-  const double frac = s_.warmup_type == "linear"
-                          ? static_cast<double>(step) / w
-                          : std::log(static_cast<double>(step) + 1.0) / std::log(std::max(w, 2.0));
-  return static_cast<float>(s_.warmup_min_lr + (s_.warmup_max_lr - s_.warmup_min_lr) * std::min(1.0, frac));
+  const double w = static_cast<double>(warmup_steps());
+  const double gamma = s_.warmup_type == "linear" ? static_cast<double>(step) / w
+                                                  : std::log(static_cast<double>(step) + 1.0) / std::log(w);
+  return static_cast<float>(s_.warmup_min_lr + (s_.warmup_max_lr - s_.warmup_min_lr) * gamma);
 }
 
 float LrSchedule::lr(std::int64_t step) const {
   if (s_.type.empty()) return base_lr_;
-  if (step < s_.warmup_num_steps) return warmup(step);
-  const double max_lr = s_.warmup_max_lr;
+  const std::int64_t w = warmup_steps();
+  if (step < w) return warmup(step);
+  const double max_lr = s_.warmup_max_lr, min_lr = s_.warmup_min_lr;
   if (s_.type == "WarmupLR") return static_cast<float>(max_lr);
-  const double span = static_cast<double>(std::max<std::int64_t>(s_.total_num_steps - s_.warmup_num_steps, 1));
-  const double progress = std::clamp(static_cast<double>(step - s_.warmup_num_steps) / span, 0.0, 1.0);
-  if (s_.type == "WarmupDecayLR") return static_cast<float>(max_lr * (1.0 - progress));
-  // WarmupCosineLR
+  const double total = static_cast<double>(s_.total_num_steps);
+  if (s_.type == "WarmupDecayLR") {
+    // Linear from the peak at the end of warm-up to warmup_min_lr at total_num_steps.
+    const double gamma = std::max(0.0, (total - static_cast<double>(step)) / std::max(1.0, total - static_cast<double>(w)));
+    return static_cast<float>(min_lr + (max_lr - min_lr) * gamma);
+  }
+  // WarmupCosineLR: step w already takes the first step of the cosine, and
+  // step total_num_steps - 1 reaches its floor (DeepSpeed's "+ 1"). Past
+  // the end it stays at the floor (DeepSpeed's cosine would rise again).
+  const double span = total - static_cast<double>(w);
+  const double x = span > 0.0 ? std::min(1.0, static_cast<double>(step - w + 1) / span) : 1.0;
   const double ratio = s_.cos_min_ratio;
-  return static_cast<float>(max_lr * (ratio + (1.0 - ratio) * 0.5 * (1.0 + std::cos(M_PI * progress))));
+  return static_cast<float>(max_lr * std::max(0.0, ratio + (1.0 - ratio) * 0.5 * (1.0 + std::cos(M_PI * x))));
 }
 
 }  // namespace zero

@@ -24,18 +24,18 @@ Precision::Precision(const config::Config& config)
   scaler_ = LossScaler(so);
 }
 
-void Precision::backward(const at::Tensor& loss) const {
-  const float scale = scaler_.scale();
-  if (scale != 1.0f) {
-    (loss.to(at::kFloat) * scale).backward();
+void Precision::backward(const at::Tensor& loss, int accumulation) const {
+  const double factor = static_cast<double>(scaler_.scale()) / accumulation;
+  if (factor != 1.0) {
+    (loss.to(at::kFloat) * factor).backward();
   } else {
     loss.backward();
   }
 }
 
-StepDecision Precision::decide(double global_sq, int world, int accumulation) {
-  // Sum over ranks and micro-batches, times the loss scale -> the mean gradient.
-  const double inv = 1.0 / (static_cast<double>(world) * accumulation * scaler_.scale());
+StepDecision Precision::decide(double global_sq, int world) {
+  // Sum over ranks of the window's mean, times the loss scale -> the mean gradient.
+  const double inv = 1.0 / (static_cast<double>(world) * scaler_.scale());
   StepDecision d;
   d.norm = std::sqrt(global_sq) * inv;
   if (scaler_.update(!std::isfinite(d.norm))) {

@@ -31,13 +31,16 @@ class Precision {
   std::int64_t skipped_steps() const { return scaler_.skipped_steps(); }
   LossScaler& scaler() { return scaler_; }
 
-  // backward() of loss times the current scale.
-  void backward(const at::Tensor& loss) const;
+  // backward() of loss times the current scale over the micro-batches of
+  // the window, as DeepSpeed's engine does (scale_wrt_gas): the gradients
+  // summed over a window are then no larger than one micro-batch's, and
+  // fp16's range holds them at the same loss scale whatever the accumulation.
+  void backward(const at::Tensor& loss, int accumulation) const;
 
   // global_sq: the squared norm of the gradients summed over `world` ranks
-  // and `accumulation` micro-batches, still times the loss scale. Updates
+  // (each already the window's mean), still times the loss scale. Updates
   // the scaler.
-  StepDecision decide(double global_sq, int world, int accumulation);
+  StepDecision decide(double global_sq, int world);
 
  private:
   c10::ScalarType dtype_;

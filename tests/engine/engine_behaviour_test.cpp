@@ -513,6 +513,44 @@ TEST(Overflow, Fp16DynamicScaleFollowsHysteresisAcrossRanks) {
   }
 }
 
+// fp16 with accumulation: backward() scales the loss by 1/accumulation, as
+// DeepSpeed's engine does, so a window of 4 micro-batches stands the same
+// loss scale as one. Before, the window's gradients summed to 4x one
+// micro-batch's and overflowed where DeepSpeed's do not (every fp16 config
+// with accumulation skipped its first steps).
+TEST(Overflow, Fp16AccumulationStandsTheLossScaleOfOneMicroBatch) {
+  comm::Communicator& comm = world_comm();
+  const int world = comm.world_size();
+  const int micro = kGlobalBatch / world;
+  for (int stage : {0, 2}) {
+    // Whether the window's step was taken: `accumulation` micro-batches of
+    // the same rows at a static loss scale.
+    auto stepped = [&](int accumulation, float scale) {
+      config::Config cfg = make_config(stage, false, false, world, micro, accumulation);
+      cfg.fp16.enabled = true;
+      cfg.fp16.loss_scale = scale;
+      auto model = make_model(ModelKind::kMlp);
+      Engine engine(model, cfg, comm);
+      const GlobalBatch gb = global_batch(ModelKind::kMlp, 0);
+      bool took = false;
+      for (int m = 0; m < accumulation; ++m) {
+        engine.backward(micro_loss(ModelKind::kMlp, *model, gb.x.narrow(0, comm.rank() * micro, micro),
+                                   gb.y.narrow(0, comm.rank() * micro, micro), engine.dtype()));
+        took = engine.step();
+      }
+      return took;
+    };
+    // The largest power-of-two scale one micro-batch's fp16 gradients stand.
+    float scale = 0.0f;
+    for (int k = 30; k >= 0 && scale == 0.0f; --k) {
+      if (stepped(1, std::ldexp(1.0f, k))) scale = std::ldexp(1.0f, k);
+    }
+    ASSERT_GT(scale, 1.0f) << "stage " << stage;
+    ASSERT_LT(scale, std::ldexp(1.0f, 30)) << "stage " << stage << ": no scale overflows; the test needs one";
+    EXPECT_TRUE(stepped(4, scale)) << "stage " << stage << ": 4 micro-batches at loss scale " << scale;
+  }
+}
+
 TEST(LossScaler, DeepSpeedDynamicSemantics) {
   LossScalerOptions o;
   o.dynamic = true;

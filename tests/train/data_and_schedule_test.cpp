@@ -180,7 +180,12 @@ TEST(BatchSampler, RanksTileTheGlobalBatchWhateverTheWorldSize) {
   EXPECT_THROW(data::BatchSampler(10, 64, 1, 1, 1, 0, 1), ::zero::Error);
 }
 
-TEST(LrSchedule, WarmupCosineAndDeepSpeedShapes) {
+// Expected values from DeepSpeed's deepspeed/runtime/lr_schedules.py,
+// worked by hand (k = last_batch_iteration, W = max(2, warmup_num_steps)):
+//   warm-up (all three): min + (max-min) * (linear: k/W; log: ln(k+1)/ln W)
+//   WarmupDecayLR after: min + (max-min) * max(0, (T-k) / max(1, T-W))
+//   WarmupCosineLR after: max * (c + (1-c) * (1 + cos(pi (k-W+1)/(T-W))) / 2)
+TEST(LrSchedule, FollowsDeepSpeedsSchedules) {
   config::SchedulerConfig s;
   s.type = "WarmupCosineLR";
   s.warmup_num_steps = 10;
@@ -190,20 +195,49 @@ TEST(LrSchedule, WarmupCosineAndDeepSpeedShapes) {
   LrSchedule cos(s, 1e-3f);
   EXPECT_FLOAT_EQ(cos.lr(0), 0.0f);
   EXPECT_FLOAT_EQ(cos.lr(5), 0.5e-3f);
-  EXPECT_FLOAT_EQ(cos.lr(10), 1e-3f);
-  EXPECT_NEAR(cos.lr(60), 1e-3 * (0.1 + 0.9 * 0.5), 1e-9);
-  EXPECT_NEAR(cos.lr(110), 1e-4, 1e-9);
+  EXPECT_NEAR(cos.lr(10), 1e-3 * (0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI * 1 / 100))), 1e-9);
+  EXPECT_NEAR(cos.lr(59), 1e-3 * (0.1 + 0.9 * 0.5), 1e-9);  // (59-10+1)/100 = 1/2
+  EXPECT_NEAR(cos.lr(109), 1e-4, 1e-9);
+  EXPECT_NEAR(cos.lr(500), 1e-4, 1e-9);  // held at the floor past T
+  // The probe's case: lr 1e-3, warm-up 2, T 6, ratios 0.1.
+  s.warmup_num_steps = 2;
+  s.total_num_steps = 6;
+  LrSchedule short_cos(s, 1e-3f);
+  EXPECT_NEAR(short_cos.lr(2), 1e-3 * (0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI / 4))), 1e-9);  // 8.68e-4
+  EXPECT_NEAR(short_cos.lr(5), 1e-4, 1e-9);
+
   s.type = "WarmupLR";
+  s.warmup_num_steps = 10;
   s.warmup_type = "log";
   s.warmup_min_lr = 0.0f;
   LrSchedule log_warm(s, 1e-3f);
   EXPECT_NEAR(log_warm.lr(4), 1e-3 * std::log(5.0) / std::log(10.0), 1e-9);
   EXPECT_FLOAT_EQ(log_warm.lr(50), 1e-3f);
-  s.type = "WarmupDecayLR";
+  // warmup_num_steps 0 and 1 warm up over 2 steps, as in DeepSpeed.
+  s.warmup_num_steps = 0;
+  s.warmup_min_lr = 1e-4f;
+  EXPECT_FLOAT_EQ(LrSchedule(s, 1e-3f).lr(0), 1e-4f);
+  EXPECT_FLOAT_EQ(LrSchedule(s, 1e-3f).lr(1), 1e-3f);  // ln 2 / ln 2
   s.warmup_type = "linear";
+  s.warmup_num_steps = 1;
+  EXPECT_FLOAT_EQ(LrSchedule(s, 1e-3f).lr(1), 1e-4f + 0.9e-3f * 0.5f);
+
+  // WarmupDecayLR ends at warmup_min_lr, not 0: min 1e-4, max 1e-3, W 2, T 4.
+  s.type = "WarmupDecayLR";
+  s.warmup_num_steps = 2;
+  s.total_num_steps = 4;
+  s.warmup_max_lr = 1e-3f;
   LrSchedule decay(s, 1e-3f);
-  EXPECT_NEAR(decay.lr(60), 0.5e-3, 1e-9);
-  EXPECT_NEAR(decay.lr(110), 0.0, 1e-9);
+  EXPECT_NEAR(decay.lr(2), 1e-3, 1e-9);
+  EXPECT_NEAR(decay.lr(3), 5.5e-4, 1e-9);
+  EXPECT_NEAR(decay.lr(4), 1e-4, 1e-9);
+  EXPECT_NEAR(decay.lr(40), 1e-4, 1e-9);
+  s.warmup_min_lr = 0.0f;
+  s.warmup_num_steps = 10;
+  s.total_num_steps = 110;
+  EXPECT_NEAR(LrSchedule(s, 1e-3f).lr(60), 0.5e-3, 1e-9);
+  EXPECT_NEAR(LrSchedule(s, 1e-3f).lr(110), 0.0, 1e-9);
+
   s.type = "";
   EXPECT_FLOAT_EQ(LrSchedule(s, 2e-3f).lr(1000), 2e-3f);
 }

@@ -54,10 +54,11 @@
 //    constructor they are the very tensors they were. Another Engine can be
 //    built on the module.
 //
-// Loss scaling: backward() multiplies the loss by the current scale (fp16);
-// the optimizer step divides by it. The gradient average over ranks and
-// micro-batches (1 / (world * accumulation)) is applied at the step too, so
-// give backward() the mean loss of the micro-batch, as with DDP.
+// Loss scaling: backward() multiplies the loss by the current scale (fp16)
+// over the accumulation steps, as DeepSpeed does (a window's summed
+// gradients are the size of one micro-batch's, and fp16's range holds them
+// at any accumulation); the optimizer step divides by the scale and by the
+// world size. Give backward() the mean loss of the micro-batch, as with DDP.
 //
 // Delayed parameter update (offload_optimizer.delayed_param_update): after
 // delayed_param_update_warmup_steps ordinary steps, the CPU optimizer step of

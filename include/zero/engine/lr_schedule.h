@@ -1,14 +1,18 @@
 // Learning-rate schedules with DeepSpeed's names and meaning
-// (deepspeed/runtime/lr_schedules.py):
+// (deepspeed/runtime/lr_schedules.py); lr(k) is DeepSpeed's rate at
+// last_batch_iteration k. W = max(2, warmup_num_steps), as DeepSpeed has it.
 //   ""              constant base lr
-//   WarmupLR        warm-up from warmup_min_lr to warmup_max_lr over
-//                   warmup_num_steps ("log": min + (max-min) * ln(s+1)/ln(W);
-//                   "linear": min + (max-min) * s/W), then constant
-//   WarmupDecayLR   the same warm-up, then linear decay to 0 at total_num_steps
+//   WarmupLR        warm-up from warmup_min_lr to warmup_max_lr over W steps
+//                   ("log": min + (max-min) * ln(k+1)/ln(W); "linear":
+//                   min + (max-min) * k/W), then constant
+//   WarmupDecayLR   the same warm-up, then linear decay to warmup_min_lr:
+//                   min + (max-min) * max(0, (T-k) / max(1, T-W))
 //   WarmupCosineLR  the same warm-up (from warmup_min_lr), then cosine from
-//                   warmup_max_lr down to cos_min_ratio * warmup_max_lr at
-//                   total_num_steps
-// `step` counts optimizer steps from 0.
+//                   warmup_max_lr down to cos_min_ratio * warmup_max_lr:
+//                   ratio + (1-ratio) * (1 + cos(pi * (k-W+1)/(T-W))) / 2,
+//                   held at the floor from k = T-1 on (DeepSpeed's rises
+//                   again past T)
+// with T = total_num_steps; `k` counts optimizer steps from 0.
 #pragma once
 
 #include <cstdint>
@@ -24,6 +28,7 @@ class LrSchedule {
 
  private:
   float warmup(std::int64_t step) const;
+  std::int64_t warmup_steps() const;
   config::SchedulerConfig s_;
   float base_lr_;
 };
