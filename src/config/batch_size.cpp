@@ -98,9 +98,12 @@ BatchSizes resolve_batch_sizes(const GivenBatchSizes& g, int world, std::string_
     out = {multiply(source, g, world, *m, world), *m, 1};
   } else {
     fail(source, g, world,
-         "set train_batch_size or train_micro_batch_size_per_gpu (or both); "
-         "train_batch_size = train_micro_batch_size_per_gpu x gradient_accumulation_steps "
-         "x world size");
+         std::string(g.any_auto ? "the batch sizes are \"auto\" (a value the Hugging Face Trainer fills in; zerocpp "
+                                  "reads it as not given): "
+                                : "") +
+             "set train_batch_size or train_micro_batch_size_per_gpu (or both) to a number; "
+             "train_batch_size = train_micro_batch_size_per_gpu x gradient_accumulation_steps "
+             "x world size");
   }
   // The engine counts micro-batches and scales gradients with 32-bit ints.
   if (out.gradient_accumulation_steps > std::numeric_limits<std::int32_t>::max()) {

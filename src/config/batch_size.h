@@ -11,6 +11,7 @@ struct GivenBatchSizes {
   std::optional<std::int64_t> train_batch_size;
   std::optional<std::int64_t> micro_batch_per_gpu;
   std::optional<std::int64_t> gradient_accumulation_steps;
+  bool any_auto = false;  // one of them was "auto" (read as not given)
 };
 
 struct BatchSizes {

@@ -157,11 +157,15 @@ void read_scheduler(SectionReader& top, const OptimizerConfig& opt, SchedulerCon
     p.note_ignored("cos_min_ratio", "it applies to WarmupCosineLR");
   }
 
+  const bool total_auto = p.is_auto("total_num_steps");
   auto total = p.read_int("total_num_steps", kPositive);
   if (decays) {
     if (!total) {
-      p.fail("total_num_steps", "required by " + sched.type +
-                                    ": the step at which the decay ends (a positive integer)");
+      p.fail("total_num_steps", std::string(total_auto ? "is \"auto\" (the Hugging Face Trainer fills in its step "
+                                                         "count), and it is " : "") +
+                                    "required by " + sched.type +
+                                    ": the step at which the decay ends (a positive integer; zero-train: the "
+                                    "--steps of the run)");
     }
     sched.total_num_steps = *total;
     if (sched.total_num_steps < sched.warmup_num_steps) {
@@ -283,6 +287,14 @@ void check_combinations(const ParseContext& ctx, const Config& c) {
   }
   const auto& oo = z.offload_optimizer;
   const auto& op = z.offload_param;
+  for (const auto& [key, device] : {std::pair<const char*, const std::string*>{"offload_optimizer", &oo.device},
+                                    {"offload_param", &op.device}}) {
+    if (*device == "nvme") {
+      ctx.fail(std::string("zero_optimization.") + key + ".device",
+               "\"nvme\" (ZeRO-Infinity's NVMe tier) is not available in zerocpp yet: use \"cpu\" (host memory) "
+               "or \"none\"");
+    }
+  }
   if (oo.device == "nvme" && oo.nvme_path.empty()) {
     ctx.fail("zero_optimization.offload_optimizer.nvme_path",
              "required when offload_optimizer.device is \"nvme\": the directory for the "
@@ -354,6 +366,10 @@ Config parse_config(std::string_view json_text, int world_size, std::string_view
   given.train_batch_size = top.read_int("train_batch_size", kPositive);
   given.micro_batch_per_gpu = top.read_int("train_micro_batch_size_per_gpu", kPositive);
   given.gradient_accumulation_steps = top.read_int("gradient_accumulation_steps", kPositive);
+  for (const char* key : {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"}) {
+    const auto it = root.find(key);
+    if (it != root.end() && it->is_string() && it->get_ref<const std::string&>() == "auto") given.any_auto = true;
+  }
   if (auto v = top.read_float("gradient_clipping", kNonNegativeReal)) c.gradient_clipping = *v;
 
   read_fp16(top, c.fp16);

@@ -13,7 +13,8 @@ namespace zero::config::detail {
 
 enum class KeyKind {
   kRead,         // parsed into Config
-  kIgnored,      // a DeepSpeed key that does not change training here: a note
+  kIgnored,      // a DeepSpeed key that does not change training here: a note,
+                 // unless the value is `neutral` (what zerocpp does anyway)
   kUnsupported,  // a DeepSpeed feature zerocpp lacks: a warning, unless the
                  // value is `neutral` (the feature turned off)
 };
@@ -23,7 +24,7 @@ struct KnownKey {
   std::string_view name;
   KeyKind kind;
   std::string_view why = {};      // for kIgnored / kUnsupported: the reason, a clause
-  std::string_view neutral = {};  // for kUnsupported: JSON of the "off" value
+  std::string_view neutral = {};  // JSON: kUnsupported's "off" value, kIgnored's "as zerocpp does"
 };
 
 std::span<const KnownKey> known_keys();

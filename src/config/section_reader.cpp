@@ -144,6 +144,8 @@ void SectionReader::report_keys() {
       }
       ctx_.warn(sentence);
     } else if (known->kind == KeyKind::kIgnored) {
+      // The value zerocpp behaves as anyway (prescale_gradients: false): nothing to say.
+      if (!known->neutral.empty() && is_neutral(it.value(), known->neutral)) continue;
       ctx_.warn(shown + " is a DeepSpeed key that zerocpp ignores: " + std::string(known->why) + ".");
     } else if (known->kind == KeyKind::kUnsupported) {
       if (is_neutral(it.value(), known->neutral)) {
@@ -182,6 +184,12 @@ const Json* SectionReader::find(std::string_view key) const {
   auto it = object_->find(key);
   if (it == object_->end() || it->is_null()) return nullptr;
   return &*it;
+}
+
+bool SectionReader::is_auto(std::string_view key) const {
+  if (!object_) return false;
+  auto it = object_->find(key);
+  return it != object_->end() && it->is_string() && it->get_ref<const std::string&>() == "auto";
 }
 
 const Json* SectionReader::find_unless_auto(std::string_view key) {

@@ -89,6 +89,8 @@ class SectionReader {
   // ("betas": "auto" is common in Hugging Face configs).
   const Json* find_unless_auto(std::string_view key);
   bool given(std::string_view key) const { return find(key) != nullptr; }
+  // Whether the value is the string "auto" (Hugging Face's placeholder).
+  bool is_auto(std::string_view key) const;
 
   std::string path_of(std::string_view key) const;
   const std::string& path() const { return path_; }
