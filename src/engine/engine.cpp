@@ -479,7 +479,9 @@ void Engine::backward(const at::Tensor& loss) {
   m.grads->begin_backward(is_accumulation_boundary());
   if (m.units) m.units->begin_backward();
   try {
+    m.in_backward = true;
     m.precision.backward(loss, static_cast<int>(config_.gradient_accumulation_steps));
+    m.in_backward = false;
     at::NoGradGuard no_grad;
     m.grads->end_backward();
     if (m.units) m.units->end_backward();
@@ -489,6 +491,7 @@ void Engine::backward(const at::Tensor& loss) {
   } catch (...) {
     // Part of this micro-batch's gradients may be in the buffers: the whole
     // accumulation window is dropped and the next backward starts a new one.
+    m.in_backward = false;
     at::NoGradGuard no_grad;
     m.grads->abort();
     if (m.units) m.units->abort();

@@ -49,6 +49,9 @@ struct Engine::Impl {
   // A backward() since the last step(): each micro-batch is one backward()
   // and one step(), in that order.
   bool backward_done = false;
+  // Inside engine.backward()'s autograd pass: gradients that arrive
+  // otherwise (loss.backward() called directly) are refused, not reduced.
+  bool in_backward = false;
   std::int64_t optimizer_step = 0;  // the optimizer's own step count (bias correction)
   comm::CommStats comm_at_step_start;
   // Declared last, so destroyed first: the hooks go before what they call,
@@ -63,6 +66,15 @@ struct Engine::Impl {
   struct GradHook : torch::autograd::PostAccumulateGradHook {
     GradHook(Impl* impl, int index) : impl_(impl), index_(index) {}
     void operator()(const at::Tensor& p) override {
+      if (!impl_->in_backward) {
+        // Before any buffer is touched: the gradient is dropped, and the
+        // window being accumulated stays as it was.
+        p.mutable_grad().reset();
+        ZERO_CHECK(false, "the gradient of parameter '", impl_->params->names()[static_cast<std::size_t>(index_)],
+                   "' came from a backward that was not engine.backward(loss) (loss.backward() called directly?): "
+                   "the engine reduces and steps only the gradients of engine.backward(). It is dropped; call "
+                   "engine.backward(loss) instead");
+      }
       ZERO_CHECK(p.grad().layout() == at::kStrided, "parameter '", impl_->params->names()[static_cast<std::size_t>(index_)],
                  "' has a sparse gradient (torch::nn::Embedding with sparse(true)?): zerocpp reduces and steps "
                  "gradients densely; build that module with sparse(false)");

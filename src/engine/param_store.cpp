@@ -38,6 +38,7 @@ ParamStore::ParamStore(std::shared_ptr<torch::nn::Module> module, c10::ScalarTyp
   }
   ZERO_CHECK(!params_.empty(), "the module has no trainable parameters (", frozen_,
              " frozen): nothing to train. Check requires_grad on its parameters.");
+  claim_ = ParamClaim(params_, names_);
   const bool meta = has_meta_tensors(*module_);
   ZERO_CHECK(!meta || init_, "the module has parameters or buffers on the meta device (zero::to_meta) but no "
              "init function: give zero::EngineOptions::init, which fills each of them on the engine's device");

@@ -32,6 +32,7 @@
 #include "device_context.h"
 #include "gather_lane.h"
 #include "module_guard.h"
+#include "param_claim.h"
 #include "step_timeline.h"
 #include "zero/comm/communicator.h"
 #include "zero/memory/memory_ledger.h"
@@ -198,6 +199,7 @@ class ParamStore {
   std::vector<at::Tensor> params_;
   std::vector<std::string> names_;
   std::vector<std::vector<std::int64_t>> shapes_;
+  ParamClaim claim_;  // no other live engine trains these parameters
   std::vector<const c10::StorageImpl*> storages_;
   std::int64_t frozen_ = 0;
   FlatLayout layout_;

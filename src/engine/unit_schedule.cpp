@@ -139,6 +139,11 @@ void UnitSchedule::gather(int u) {
   if (following_ && o_.prefetch) prefetch_after(position);
 }
 
+void UnitSchedule::gather_until_backward_ends(int u) {
+  gather(u);
+  until_backward_ends_.push_back(u);
+}
+
 void UnitSchedule::prefetch_after(std::size_t position) {
   std::size_t ahead = 0;
   for (std::size_t i = position; i < recorded_.size(); ++i) {
@@ -192,6 +197,8 @@ bool UnitSchedule::needed_soon(int u) const {
 
 void UnitSchedule::end_backward() {
   in_backward_ = false;
+  for (int u : until_backward_ends_) release(u);
+  until_backward_ends_.clear();
   for (std::size_t u = 0; u < units_.size(); ++u) {
     if (units_[u].refs == 0) drop(static_cast<int>(u));  // fetched ahead, not used
   }
@@ -202,6 +209,7 @@ void UnitSchedule::end_backward() {
 }
 
 void UnitSchedule::abort() {
+  until_backward_ends_.clear();
   for (std::size_t u = 0; u < units_.size(); ++u) {
     units_[u].refs = 0;
     drop(static_cast<int>(u));

@@ -64,6 +64,8 @@ class UnitSchedule {
 
   void gather(int unit);
   void release(int unit);
+  // gather(), released at end_backward() (or abort()).
+  void gather_until_backward_ends(int unit);
   // Around the engine's backward (its gathers are recorded whatever the
   // grad mode inside autograd's engine).
   void begin_backward() { in_backward_ = true; }
@@ -93,6 +95,7 @@ class UnitSchedule {
     Handler(UnitSchedule* s, int u) : schedule(s), unit(u) {}
     void gather() override { schedule->gather(unit); }
     void release() override { schedule->release(unit); }
+    void gather_until_backward_ends() override { schedule->gather_until_backward_ends(unit); }
     UnitSchedule* schedule;
     int unit;
   };
@@ -127,6 +130,7 @@ class UnitSchedule {
   std::vector<int> recorded_, current_;  // gather order: the last step's, this step's so far
   bool following_ = false;               // this step has matched the recording so far
   bool in_backward_ = false;
+  std::vector<int> until_backward_ends_;  // units gathered by gather_until_backward_ends()
   PrefetchCounts counts_;
 };
 

@@ -37,12 +37,18 @@ std::unordered_map<const torch::nn::Module*, std::weak_ptr<const torch::nn::Modu
 // its parameters again and the backward is plain LibTorch's. (The graph's
 // backward runs on one thread, as does the engine's destruction.)
 struct BackwardState {
-  explicit BackwardState(UnitHandler* h) : handler(h), alive(h->liveness()) {}
+  BackwardState(UnitHandler* h, bool until_end) : handler(h), alive(h->liveness()), until_backward_ends(until_end) {}
   ~BackwardState() { release(); }
   void gather() {
     if (!gathered) {
       gathered = true;
-      if (!alive.expired()) handler->gather();
+      if (alive.expired()) return;
+      if (until_backward_ends) {
+        released = true;  // the handler releases it
+        handler->gather_until_backward_ends();
+      } else {
+        handler->gather();
+      }
     }
   }
   void release() {
@@ -53,6 +59,7 @@ struct BackwardState {
   }
   UnitHandler* handler;
   std::weak_ptr<const void> alive;
+  bool until_backward_ends = false;
   bool gathered = false, released = false;
 };
 
@@ -105,13 +112,19 @@ at::Tensor unit(const torch::nn::Module& m, const at::Tensor& x,
     if (!is_unit(m)) mark_unit(m);
     return fn(x);
   }
-  // A view of the input of its own, so that its gradient hook fires once the
-  // unit's backward has produced it (not when other users of x have too).
+  // A view of the input of its own, made before fn runs, so that its
+  // gradient hook fires once the unit's whole backward has run (autograd
+  // runs later-made nodes first: those of fn, including the ones computed
+  // from the unit's parameters alone) and not when other users of x have.
   // An input that needs no gradient (data entering a first unit) is made a
-  // leaf that does, under grad mode: its hook then marks the end of the
-  // unit's backward (at the cost of that input's gradient).
+  // leaf that does, under grad mode, and viewed the same way (the leaf's own
+  // hook would fire at once, as soon as its gradient exists); one that
+  // cannot have a gradient (integer token ids) is the end of the backward.
   const bool track = at::GradMode::is_enabled();
-  const at::Tensor in = !track ? x : x.requires_grad() ? x.view_as(x) : x.detach().requires_grad_(true);
+  const bool differentiable = x.is_floating_point() || x.is_complex();
+  const at::Tensor in = !track || !differentiable ? x
+                        : x.requires_grad()        ? x.view_as(x)
+                                                   : x.detach().requires_grad_(true).view_as(x);
   h->gather();
   at::Tensor out;
   try {
@@ -122,15 +135,17 @@ at::Tensor unit(const torch::nn::Module& m, const at::Tensor& x,
   }
   h->release();
   if (track && out.requires_grad()) {
-    auto state = std::make_shared<BackwardState>(h);
+    auto state = std::make_shared<BackwardState>(h, /*until_end=*/!in.requires_grad());
     out.register_hook([state](const at::Tensor& g) {
       state->gather();
       return g;
     });
-    in.register_hook([state](const at::Tensor& g) {
-      state->release();
-      return g;
-    });
+    if (in.requires_grad()) {
+      in.register_hook([state](const at::Tensor& g) {
+        state->release();
+        return g;
+      });
+    }
   }
   return out;
 }

@@ -815,8 +815,10 @@ TEST(Lifetime, BackwardAfterTheEngineIsGoneIsPlainLibTorch) {
 
 // Each micro-batch is one backward() and then one step(): a step() with no
 // backward would count a micro-batch without gradients (and step on zeros),
-// a second backward() would add to the first in ways that differ by stage.
-// Both are refused, and training goes on as if they had not been called.
+// a second backward() would add to the first in ways that differ by stage,
+// and loss.backward() called directly (not engine.backward) added its
+// gradients into the window before an internal error. All are refused, and
+// training goes on as if they had not been called.
 TEST(Lifetime, BackwardAndStepAlternate) {
   comm::Communicator& comm = world_comm();
   const int world = comm.world_size();
@@ -844,6 +846,14 @@ TEST(Lifetime, BackwardAndStepAlternate) {
         } catch (const Error& e) {
           EXPECT_NE(std::string(e.what()).find("backward() called twice"), std::string::npos) << e.what();
         }
+        try {
+          loss().backward();
+          ADD_FAILURE() << "stage " << stage << ": loss.backward() outside the engine was accepted";
+        } catch (const std::exception& e) {
+          EXPECT_NE(std::string(e.what()).find("came from a backward that was not engine.backward(loss)"),
+                    std::string::npos)
+              << e.what();
+        }
         EXPECT_TRUE(engine.step()) << "stage " << stage;  // the first backward's micro-batch
       }
       engine.backward(loss());
@@ -859,6 +869,38 @@ TEST(Lifetime, BackwardAndStepAlternate) {
       EXPECT_TRUE(got[i].equal(want.params[i])) << "stage " << stage << " parameter " << i;
     }
     EXPECT_EQ(engine.stats().step, 4) << "stage " << stage;
+  }
+}
+
+// A second live engine on the module (or on a part of it) would adopt the
+// first one's views (at stage 3 their hollow shapes) and break both: it is
+// refused, naming a parameter; once the first is gone, a new one builds.
+TEST(Lifetime, ASecondLiveEngineOnTheModuleIsRefused) {
+  comm::Communicator& comm = world_comm();
+  const int world = comm.world_size();
+  for (int stage : {0, 3}) {
+    const config::Config cfg = make_config(stage, false, false, world, kGlobalBatch / world, 1);
+    const ModelKind kind = stage == 3 ? ModelKind::kUnitMlp : ModelKind::kMlp;
+    auto model = make_model(kind);
+    {
+      Engine first(model, cfg, comm);
+      auto part = model->children().front();
+      for (const auto& target : {model, part}) {
+        try {
+          Engine second(target, cfg, comm);
+          ADD_FAILURE() << "stage " << stage << ": a second live engine was built";
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("is trained by another zero::Engine that is still alive"),
+                    std::string::npos)
+              << e.what();
+        }
+      }
+      first.backward(rank_loss(kind, *model, comm, first.dtype()));
+      EXPECT_TRUE(first.step()) << "stage " << stage << ": the first engine trains on";
+    }
+    Engine again(model, cfg, comm);
+    again.backward(rank_loss(kind, *model, comm, again.dtype()));
+    EXPECT_TRUE(again.step()) << "stage " << stage;
   }
 }
 

@@ -103,10 +103,13 @@ struct TiedMlp : torch::nn::Module {
   torch::nn::Linear l1{nullptr}, l2{nullptr}, head{nullptr};
 };
 
-// Every shape of unit stage 3 must handle: l1, l3 and head ordinary units;
-// l2 a unit called twice in one forward; `tied` a unit that holds l3's weight
-// too (a parameter of two units, which stays gathered); `scale` a parameter
-// of no unit; the first unit fed with data that needs no gradient.
+// Every shape of unit stage 3 must handle: l3 and head ordinary units; l2 a
+// unit called twice in one forward; `tied` a unit that holds l3's weight too
+// (a parameter of two units, which stays gathered); `scale` a parameter of
+// no unit; `ids` an Embedding unit fed integer token ids (no input gradient
+// marks the end of its backward); l1 a unit fed with data that needs no
+// gradient, computing from its weight alone first (weight normalisation:
+// nodes that autograd may run after the input's gradient exists).
 struct UnitMlp : torch::nn::Module {
   UnitMlp() {
     l1 = register_module("l1", torch::nn::Linear(16, 32));
@@ -116,11 +119,20 @@ struct UnitMlp : torch::nn::Module {
     tied->register_parameter("weight", l3->weight);
     head = register_module("head", torch::nn::Linear(32, 4));
     scale = register_parameter("scale", at::ones({32}));
+    ids = register_module("ids", torch::nn::Embedding(8, 16));
     for (auto* l : {&l1, &l2, &l3, &head}) zero::mark_unit(**l);
     zero::mark_unit(*tied);
+    zero::mark_unit(*ids);
   }
   at::Tensor forward(const at::Tensor& x) {
-    at::Tensor h = at::gelu(as_unit(l1, x)) * scale;
+    // Token ids that do not depend on the precision x is in: the row index.
+    const at::Tensor tokens = at::arange(x.size(0), x.options().dtype(at::kLong)).remainder(8);  // [B] in 0..7
+    const at::Tensor e = as_unit(ids, tokens);                                    // [B, 16]
+    at::Tensor h = zero::unit(*l1, x, [&](const at::Tensor& in) {
+      const at::Tensor w = l1->weight / l1->weight.norm() * 4.0;
+      return at::linear(in, w, l1->bias);
+    });
+    h = at::gelu(h + e.sum(-1, /*keepdim=*/true) * 0.1) * scale;
     h = at::gelu(as_unit(l2, h));
     h = at::gelu(as_unit(l2, h));
     h = at::gelu(as_unit(l3, h));
@@ -130,6 +142,7 @@ struct UnitMlp : torch::nn::Module {
   }
   torch::nn::Linear l1{nullptr}, l2{nullptr}, l3{nullptr}, head{nullptr};
   std::shared_ptr<torch::nn::Module> tied;
+  torch::nn::Embedding ids{nullptr};
   at::Tensor scale;
 };
 

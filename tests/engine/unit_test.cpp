@@ -29,6 +29,11 @@ struct Recorder : UnitHandler {
     --live;
     log->push_back("release " + name);
   }
+  void gather_until_backward_ends() override {
+    ++live;
+    ++gathers;
+    log->push_back("gather " + name + " until the backward ends");
+  }
   std::string name;
   std::vector<std::string>* log;
   int live = 0, gathers = 0;

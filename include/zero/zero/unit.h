@@ -11,18 +11,23 @@
 // module on its first call, and a model marks its units at construction with
 // mark_unit(*block) (zero::models::Gpt does) — or runs one forward before
 // the engine is built. A module marked but then called directly (not through
-// zero::unit) would run on released parameters: the engine refuses the step
-// (its parameters got gradients while it was not gathered).
+// zero::unit) meets its released parameters hollow (shape [0]), and most
+// LibTorch kernels fail on that shape (some, as LSTM's, crash): call units
+// only through zero::unit.
 //
 // Outside a stage-3 engine (no handler registered for the module) this is
 // just the call. Under one, the module's handler gathers before `fn`,
 // releases after, and — through gradient hooks on the unit's input and
 // output — gathers again before the unit's backward and releases after it.
 // A unit called twice in one forward, and recomputation by activation
-// checkpointing inside `fn`, are balanced: each gather has its release. An
-// input that needs no gradient is given one (a leaf) under grad mode, so
-// that the end of the unit's backward is known: one extra input gradient
-// for a first unit fed with data.
+// checkpointing inside `fn`, are balanced: each gather has its release. The
+// end of a unit's backward is the gradient of a view of its input, taken
+// before `fn` runs: autograd runs the nodes made later (all of the unit's,
+// those computed from its parameters alone too) before it. A floating-point
+// input that needs no gradient (data entering a first unit) is given one
+// under grad mode, a leaf viewed the same way: one extra input gradient. An
+// input that cannot have one (token ids into an Embedding unit) leaves no
+// such mark: that unit stays gathered until the whole backward ends.
 // zero::models::Gpt marks its blocks.
 #pragma once
 
@@ -41,6 +46,9 @@ class UnitHandler {
   virtual ~UnitHandler() = default;
   virtual void gather() = 0;
   virtual void release() = 0;
+  // A gather() whose release() comes when the whole backward ends (the
+  // backward of a unit whose input cannot carry a gradient).
+  virtual void gather_until_backward_ends() = 0;
   // Expires with the handler: a unit's backward hooks (which may outlive
   // the engine, with the graph that holds them) use it only while alive.
   std::weak_ptr<const void> liveness() const { return alive_; }
