@@ -904,6 +904,22 @@ TEST(Lifetime, ASecondLiveEngineOnTheModuleIsRefused) {
   }
 }
 
+// An Embedding unit fed token ids (no input gradient marks the end of its
+// backward) stays gathered until the backward ends, and is released then:
+// between steps its weight is hollow like every unit's.
+TEST(Stage3Units, AnEmbeddingUnitIsReleasedWhenTheBackwardEnds) {
+  comm::Communicator& comm = world_comm();
+  const int world = comm.world_size();
+  auto model = make_model(ModelKind::kUnitMlp);
+  Engine engine(model, make_config(3, false, false, world, kGlobalBatch / world, 1), comm);
+  const at::Tensor weight = model->named_parameters()["ids.weight"];
+  for (int step = 0; step < 2; ++step) {
+    engine.backward(rank_loss(ModelKind::kUnitMlp, *model, comm, engine.dtype()));
+    EXPECT_EQ(weight.numel(), 0) << "step " << step << ": the Embedding unit is still gathered after backward";
+    EXPECT_TRUE(engine.step());
+  }
+}
+
 // A graph recorded before a step reads weights the step changed: LibTorch's
 // own optimizers make its backward fail (the step's in-place update moves
 // the parameters' version counter), and so does the engine's step, at every

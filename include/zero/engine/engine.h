@@ -51,8 +51,8 @@
 //    the module computed with (in bf16/fp16 training the training-precision
 //    value, widened: gather_master_params() first for the fp32 masters), and
 //    frozen parameters and buffers have their own dtype back. After a failed
-//    constructor they are the very tensors they were. Another Engine can be
-//    built on the module.
+//    constructor they are the very tensors they were. Another Engine can then
+//    be built on the module (while one lives, a second is refused).
 //
 // Loss scaling: backward() multiplies the loss by the current scale (fp16)
 // over the accumulation steps, as DeepSpeed does (a window's summed
