@@ -125,8 +125,11 @@ struct UnitMlp : torch::nn::Module {
     zero::mark_unit(*ids);
   }
   at::Tensor forward(const at::Tensor& x) {
-    // Token ids that do not depend on the precision x is in: the row index.
-    const at::Tensor tokens = at::arange(x.size(0), x.options().dtype(at::kLong)).remainder(8);  // [B] in 0..7
+    // Token ids from the signs of a sample's first three features: the same
+    // in every precision (rounding keeps a sign) and for every split of the
+    // batch over ranks.
+    const at::Tensor bits = (x.narrow(1, 0, 3) > 0).to(at::kLong);
+    const at::Tensor tokens = bits.select(1, 0) + 2 * bits.select(1, 1) + 4 * bits.select(1, 2);  // [B] in 0..7
     const at::Tensor e = as_unit(ids, tokens);                                    // [B, 16]
     at::Tensor h = zero::unit(*l1, x, [&](const at::Tensor& in) {
       const at::Tensor w = l1->weight / l1->weight.norm() * 4.0;
