@@ -295,16 +295,6 @@ void check_combinations(const ParseContext& ctx, const Config& c) {
                "or \"none\"");
     }
   }
-  if (oo.device == "nvme" && oo.nvme_path.empty()) {
-    ctx.fail("zero_optimization.offload_optimizer.nvme_path",
-             "required when offload_optimizer.device is \"nvme\": the directory for the "
-             "optimizer state files");
-  }
-  if (op.device == "nvme" && op.nvme_path.empty()) {
-    ctx.fail("zero_optimization.offload_param.nvme_path",
-             "required when offload_param.device is \"nvme\": the directory for the "
-             "parameter files");
-  }
   if (oo.device != "none" && z.stage == 0) {
     ctx.fail("zero_optimization.offload_optimizer.device",
              "is " + quoted(oo.device) +
@@ -366,10 +356,8 @@ Config parse_config(std::string_view json_text, int world_size, std::string_view
   given.train_batch_size = top.read_int("train_batch_size", kPositive);
   given.micro_batch_per_gpu = top.read_int("train_micro_batch_size_per_gpu", kPositive);
   given.gradient_accumulation_steps = top.read_int("gradient_accumulation_steps", kPositive);
-  for (const char* key : {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"}) {
-    const auto it = root.find(key);
-    if (it != root.end() && it->is_string() && it->get_ref<const std::string&>() == "auto") given.any_auto = true;
-  }
+  given.any_auto = top.is_auto("train_batch_size") || top.is_auto("train_micro_batch_size_per_gpu") ||
+                   top.is_auto("gradient_accumulation_steps");
   if (auto v = top.read_float("gradient_clipping", kNonNegativeReal)) c.gradient_clipping = *v;
 
   read_fp16(top, c.fp16);
