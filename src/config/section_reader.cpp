@@ -33,6 +33,9 @@ bool equals_ignoring_case(std::string_view a, std::string_view b) {
 
 std::string quote(std::string_view s) { return "'" + std::string(s) + "'"; }
 
+// Hugging Face's placeholder for a value it fills in.
+bool is_auto_value(const Json& v) { return v.is_string() && v.get_ref<const std::string&>() == "auto"; }
+
 // Is `value` the "feature off" value of an unsupported key? An object
 // neutral ({"enabled": false}) matches when those keys match, whatever else
 // the section holds.
@@ -189,12 +192,12 @@ const Json* SectionReader::find(std::string_view key) const {
 bool SectionReader::is_auto(std::string_view key) const {
   if (!object_) return false;
   auto it = object_->find(key);
-  return it != object_->end() && it->is_string() && it->get_ref<const std::string&>() == "auto";
+  return it != object_->end() && is_auto_value(*it);
 }
 
 const Json* SectionReader::find_unless_auto(std::string_view key) {
   const Json* v = find(key);
-  if (v && v->is_string() && v->get_ref<const std::string&>() == "auto") {
+  if (v && is_auto_value(*v)) {
     ctx_.warn(quote(path_of(key)) +
               " is \"auto\", which zerocpp reads as not given (the default or a value "
               "derived from other keys is used).");

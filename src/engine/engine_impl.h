@@ -66,16 +66,17 @@ struct Engine::Impl {
   struct GradHook : torch::autograd::PostAccumulateGradHook {
     GradHook(Impl* impl, int index) : impl_(impl), index_(index) {}
     void operator()(const at::Tensor& p) override {
+      const std::string& name = impl_->params->names()[static_cast<std::size_t>(index_)];
       if (!impl_->in_backward) {
         // Before any buffer is touched: the gradient is dropped, and the
         // window being accumulated stays as it was.
         p.mutable_grad().reset();
-        ZERO_CHECK(false, "the gradient of parameter '", impl_->params->names()[static_cast<std::size_t>(index_)],
+        ZERO_CHECK(false, "the gradient of parameter '", name,
                    "' came from a backward that was not engine.backward(loss) (loss.backward() called directly?): "
                    "the engine reduces and steps only the gradients of engine.backward(). It is dropped; call "
                    "engine.backward(loss) instead");
       }
-      ZERO_CHECK(p.grad().layout() == at::kStrided, "parameter '", impl_->params->names()[static_cast<std::size_t>(index_)],
+      ZERO_CHECK(p.grad().layout() == at::kStrided, "parameter '", name,
                  "' has a sparse gradient (torch::nn::Embedding with sparse(true)?): zerocpp reduces and steps "
                  "gradients densely; build that module with sparse(false)");
       impl_->grads->on_grad(index_, p.grad());

@@ -51,14 +51,12 @@ void ParamStore::adopt_partitioned(comm::Communicator& comm, memory::MemoryLedge
     partition_.narrow(0, i64(b.partition_offset), i64(b.chunk)).copy_(mine32);
     buckets_[bi] = BucketStorage(full32.to(dtype_, /*non_blocking=*/false, /*copy=*/true));
     if (b.group < 0) register_bucket(bi, "the parameters of no unit (kept gathered)");  // the plan's kFlatParams
-    const at::Tensor& t = buckets_[bi].tensor();
     for (int i : b.params) {
-      const ParamSlot& s = layout_.params()[static_cast<std::size_t>(i)];
       at::Tensor& p = params_[static_cast<std::size_t>(i)];
       guard.will_replace_trainable(p);
-      replace_data(p, t.narrow(0, i64(s.offset - b.offset), i64(s.numel)).view(p.sizes()));
       p.mutable_grad().reset();
     }
+    view_params(bi, /*full=*/true);
     if (b.group >= 0) {
       buckets_[bi].release();
       hollow(static_cast<int>(bi));

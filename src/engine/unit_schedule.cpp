@@ -90,12 +90,16 @@ void UnitSchedule::drop(int u) {
   if (s.prefetched) ++counts_.unused;
   s.prefetched = false;
   finish(u);
-  for (int b : s.buckets) {
-    store_.release(b);
-    if (!in_backward_) store_.hollow(b);
-  }
+  release_buckets(s);
   s.resident = false;
   live_elements_ -= s.elements;
+}
+
+void UnitSchedule::release_buckets(const UnitState& s) {
+  for (int b : s.buckets) {
+    if (store_.gathered(b)) store_.release(b);
+    if (!in_backward_) store_.hollow(b);  // in backward: at its end (ParamStore::hollow)
+  }
 }
 
 void UnitSchedule::abandon(int u) noexcept {
@@ -107,10 +111,7 @@ void UnitSchedule::abandon(int u) noexcept {
     }
   }
   s.pending.clear();
-  for (int b : s.buckets) {
-    if (store_.gathered(b)) store_.release(b);
-    if (!in_backward_) store_.hollow(b);
-  }
+  release_buckets(s);
   if (s.resident) live_elements_ -= s.elements;
   s.resident = false;
   s.prefetched = false;

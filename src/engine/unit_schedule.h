@@ -110,6 +110,8 @@ class UnitSchedule {
   void start(int unit);
   void finish(int unit);
   void drop(int unit);
+  // The unit's gathered buckets released, and made hollow unless a backward runs.
+  void release_buckets(const UnitState& s);
   // After a gather of `unit` failed part-way (out of memory): its pending
   // copies and collectives waited for quietly, its buckets released, as if
   // it had never started. Never throws.
