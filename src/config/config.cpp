@@ -190,6 +190,13 @@ void read_offload_optimizer(SectionReader& zero, OffloadOptimizerConfig& off) {
     off.delayed_param_update_warmup_steps = *v;
   }
   if (auto v = r.read_int32("cpu_threads", kNonNegative)) off.cpu_threads = *v;
+  if (auto v = r.read_int32("buffer_count", {2, 64})) {
+    if (off.device == "nvme") {
+      off.buffer_count = *v;
+    } else if (*v != 4) {
+      r.note_ignored("buffer_count", "it is the swap buffers of device \"nvme\"");
+    }
+  }
   if (auto v = r.read_float("ratio", kUnitInterval)) {
     if (off.device == "cpu") {
       off.ratio = *v;
@@ -265,6 +272,7 @@ void read_zero_optimization(SectionReader& top, ZeroOptimizationConfig& zero) {
   if (auto v = z.read_int("stage3_max_live_parameters", kNonNegative)) {
     zero.stage3_max_live_parameters = *v;
   }
+  if (auto v = z.read_int("sub_group_size", kPositive)) zero.sub_group_size = *v;
 }
 
 void read_activation_checkpointing(SectionReader& top, ActivationCheckpointingConfig& ac) {
@@ -287,13 +295,15 @@ void check_combinations(const ParseContext& ctx, const Config& c) {
   }
   const auto& oo = z.offload_optimizer;
   const auto& op = z.offload_param;
-  for (const auto& [key, device] : {std::pair<const char*, const std::string*>{"offload_optimizer", &oo.device},
-                                    {"offload_param", &op.device}}) {
-    if (*device == "nvme") {
-      ctx.fail(std::string("zero_optimization.") + key + ".device",
-               "\"nvme\" (ZeRO-Infinity's NVMe tier) is not available in zerocpp yet: use \"cpu\" (host memory) "
-               "or \"none\"");
-    }
+  if (op.device == "nvme") {
+    ctx.fail("zero_optimization.offload_param.device",
+             "\"nvme\" (parameters on NVMe) is not available in zerocpp yet: use \"cpu\" (host memory) or "
+             "\"none\"; the optimizer state can go to NVMe (offload_optimizer.device \"nvme\")");
+  }
+  if (oo.device == "nvme" && oo.nvme_path.empty()) {
+    ctx.fail("zero_optimization.offload_optimizer.nvme_path",
+             "is required with offload_optimizer.device \"nvme\": the folder on the NVMe drive for the "
+             "optimizer state (each rank writes one file there)");
   }
   if (oo.device != "none" && z.stage == 0) {
     ctx.fail("zero_optimization.offload_optimizer.device",
@@ -302,9 +312,9 @@ void check_combinations(const ParseContext& ctx, const Config& c) {
                  "optimizer; set zero_optimization.stage to 1 or 2 (or 3), or set "
                  "offload_optimizer.device to \"none\"");
   }
-  if (oo.delayed_param_update && oo.device != "cpu") {
+  if (oo.delayed_param_update && oo.device != "cpu" && oo.device != "nvme") {
     ctx.fail("zero_optimization.offload_optimizer.delayed_param_update",
-             "needs offload_optimizer.device \"cpu\" (it overlaps the CPU optimizer step with "
+             "needs offload_optimizer.device \"cpu\" or \"nvme\" (it overlaps the CPU optimizer step with "
              "the next step), but the device is " +
                  quoted(oo.device) +
                  "; set offload_optimizer.device to \"cpu\" or delayed_param_update to false");
@@ -329,6 +339,15 @@ void read_failure_handling(SectionReader& top, Config& c) {
     SectionReader r(top.context(), "nonfinite", section);
     if (auto v = r.read_choice("policy", {"skip", "stop"})) c.nonfinite.policy = *v;
     if (auto v = r.read_int("stop_after", kPositive)) c.nonfinite.stop_after = *v;
+  }
+  if (const Json* section = top.read_object("aio", "{\"block_size\": 1048576, \"thread_count\": 1}")) {
+    SectionReader r(top.context(), "aio", section);
+    if (auto v = r.read_int("block_size", {4096, std::int64_t{1} << 30})) {
+      if (*v % 4096 != 0) r.fail("block_size", "must be a multiple of 4096 bytes (what O_DIRECT asks), got " + std::to_string(*v));
+      c.aio.block_size = *v;
+    }
+    if (auto v = r.read_int32("thread_count", {1, 64})) c.aio.thread_count = *v;
+    if (auto v = r.read_int32("intra_op_parallelism", {1, 64})) c.aio.thread_count = *v;  // DeepSpeed's newer name
   }
   if (const Json* section = top.read_object("flight_recorder", "{\"entries\": 1024, \"dir\": \"/tmp/fr\"}")) {
     SectionReader r(top.context(), "flight_recorder", section);

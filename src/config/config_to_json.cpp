@@ -54,7 +54,8 @@ json zero_json(const ZeroOptimizationConfig& z) {
         {"delayed_param_update", oo.delayed_param_update},
         {"delayed_param_update_warmup_steps", oo.delayed_param_update_warmup_steps},
         {"cpu_threads", oo.cpu_threads},
-        {"ratio", oo.ratio}}},
+        {"ratio", oo.ratio},
+        {"buffer_count", oo.buffer_count}}},
       {"offload_param",
        {{"device", op.device}, {"pin_memory", op.pin_memory}, {"nvme_path", op.nvme_path}}},
       {"overlap_comm", z.overlap_comm},
@@ -65,6 +66,7 @@ json zero_json(const ZeroOptimizationConfig& z) {
       {"stage3_prefetch_bucket_size", z.stage3_prefetch_bucket_size},
       {"stage3_param_persistence_threshold", z.stage3_param_persistence_threshold},
       {"stage3_max_live_parameters", z.stage3_max_live_parameters},
+      {"sub_group_size", z.sub_group_size},
   };
 }
 
@@ -99,6 +101,7 @@ json to_json(const Config& c) {
       {"comm_sequence_check", c.comm_sequence_check},
       {"nonfinite", {{"policy", c.nonfinite.policy}, {"stop_after", c.nonfinite.stop_after}}},
       {"flight_recorder", {{"entries", c.flight_recorder.entries}, {"dir", c.flight_recorder.dir}}},
+      {"aio", {{"block_size", c.aio.block_size}, {"thread_count", c.aio.thread_count}}},
   };
   if (!c.scheduler.type.empty()) out["scheduler"] = scheduler_json(c.scheduler);
   return out;

@@ -24,6 +24,7 @@
 #include "any_rank.h"
 #include "engine_impl.h"
 #include "out_of_memory.h"
+#include "rank_agreement.h"
 #include "zero/comm/launcher_env.h"
 #include "zero/core/error.h"
 #include "zero/core/host_memory.h"
@@ -87,6 +88,7 @@ void check_host_memory(const MemoryPlan& plan, bool on_gpu, comm::Communicator& 
 // ", offload cpu", with the device share when offload_optimizer.ratio < 1.
 std::string offload_text(const MemoryPlan& plan) {
   const std::size_t part = plan.layout.partition_numel();
+  if (plan[Buffer::kSwapBuffers].present) return ", offload nvme (optimizer state in a swap file)";
   if (plan.offload_split >= part) return ", offload cpu";
   char buf[160];
   std::snprintf(buf, sizeof buf, ", offload cpu (%.1f%% of the optimizer state; %zu elements per rank stepped on the device)",
@@ -154,7 +156,8 @@ detail::ParamStore::UpdateSource Engine::Impl::update_source(int buf, Share shar
   if (grads->update_in_grads()) {
     values = grads->host(buf);
   } else if (fp32) {
-    values = optimizer->master();
+    // (NVMe: the master weights are in the swap file; the step copies them.)
+    values = optimizer->swapped() ? optimizer->staging() : optimizer->master();
   } else if (offload) {
     values = optimizer->staging();
   }
@@ -235,15 +238,17 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
     m.stage = z.stage;
     ZERO_CHECK(m.stage >= 0 && m.stage <= 3, "zero_optimization.stage=", m.stage,
                " does not exist: ZeRO stages are 0, 1, 2 and 3");
-    m.offload = z.offload_optimizer.device == "cpu";
+    // "nvme" is an offload whose optimizer state lives in a swap file
+    // (the CPU steps it all the same).
+    const bool nvme = z.offload_optimizer.device == "nvme";
+    m.offload = z.offload_optimizer.device == "cpu" || nvme;
     ZERO_CHECK(z.offload_param.device != "nvme",
                "offload_param.device=\"nvme\" is not available yet: use \"cpu\" or \"none\"");
     const bool offload_param = m.stage == 3 && z.offload_param.device == "cpu";
-    ZERO_CHECK(z.offload_optimizer.device != "nvme",
-               "offload_optimizer.device=\"nvme\" is not available yet: use \"cpu\" or \"none\"");
-    ZERO_CHECK(!m.offload || m.stage >= 1,
-               "offload_optimizer.device=\"cpu\" needs zero_optimization.stage 1, 2 or 3 (ZeRO-Offload "
-               "offloads the rank's optimizer partition)");
+    ZERO_CHECK(!m.offload || m.stage >= 1, "offload_optimizer.device=\"", z.offload_optimizer.device,
+               "\" needs zero_optimization.stage 1, 2 or 3 (ZeRO-Offload offloads the rank's optimizer partition)");
+    ZERO_CHECK(!nvme || !z.offload_optimizer.nvme_path.empty(), "offload_optimizer.device=\"nvme\" needs "
+               "offload_optimizer.nvme_path: a folder on the NVMe drive for the optimizer state");
     const bool dpu = m.offload && z.offload_optimizer.delayed_param_update;
     const c10::ScalarType dtype = m.precision.dtype();
     lr_ = config_.optimizer.lr;
@@ -291,7 +296,10 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
     pi.stage = m.stage;
     pi.offload = m.offload;
     pi.dpu = dpu;
-    pi.offload_ratio = m.offload ? z.offload_optimizer.ratio : 1.0;
+    pi.offload_ratio = m.offload && !nvme ? z.offload_optimizer.ratio : 1.0;
+    pi.nvme = nvme;
+    pi.nvme_buffers = z.offload_optimizer.buffer_count;
+    pi.sub_group_elements = static_cast<std::size_t>(std::max<std::int64_t>(z.sub_group_size, 1));
     pi.on_gpu = m.ctx.on_accelerator();
     pi.accumulation = accumulation;
     pi.element_bytes = static_cast<int>(c10::elementSize(dtype));
@@ -319,10 +327,17 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
 
     detail::OptimizerPartition::Options oo;
     oo.offload = m.offload;
+    oo.nvme = nvme;
     oo.dtype = dtype;
     m.optimizer = std::make_unique<detail::OptimizerPartition>(config_, m.plan, m.ctx, oo, ledger_);
 
     at::NoGradGuard no_grad;
+    if (nvme) {
+      // One rank's drive can fail alone (missing, full, taken): every rank
+      // leaves here together, before the collectives below.
+      detail::agree(comm_, m.ctx.device, detail::error_of([&] { m.optimizer->open_swap(); }),
+                    "opening the NVMe swap file");
+    }
     // The order of these allocations is the construction peak the ledger sees.
     if (m.stage == 3) {
       m.optimizer->allocate_master();

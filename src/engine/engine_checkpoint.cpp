@@ -18,6 +18,7 @@
 #include "any_rank.h"
 #include "engine_impl.h"
 #include "host_snapshot.h"
+#include "rank_agreement.h"
 #include "zero/ckpt/checkpoint_dir.h"
 #include "zero/ckpt/checkpoint_error.h"
 #include "zero/ckpt/reshard.h"
@@ -32,6 +33,10 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 namespace {
+
+using detail::agree;
+using detail::all_gather_text;
+using detail::error_of;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
@@ -56,55 +61,6 @@ c10::ScalarType scalar_type_of(const std::string& name) {
   }
   ZERO_INTERNAL_ASSERT(false, "no scalar type for checkpoint dtype ", name);
   return at::kFloat;
-}
-
-// Every rank's string, on every rank (through the device the communicator
-// works on; the words are copied, never summed).
-std::vector<std::string> all_gather_text(comm::Communicator& comm, const c10::Device& device, const std::string& mine) {
-  const int world = comm.world_size();
-  if (world == 1) return {mine};
-  const auto gather_words = [&](const std::vector<std::int32_t>& words) {
-    const auto n = static_cast<std::int64_t>(words.size());
-    at::Tensor in = at::from_blob(const_cast<std::int32_t*>(words.data()), {n}, at::kInt).to(device, false, true);
-    at::Tensor out = at::empty({n * world}, at::TensorOptions().dtype(at::kInt).device(device));
-    comm.all_gather(in.data_ptr(), out.data_ptr(), static_cast<std::size_t>(n), DType::kFloat32)->wait();
-    out = out.to(at::kCPU);
-    return std::vector<std::int32_t>(out.data_ptr<std::int32_t>(), out.data_ptr<std::int32_t>() + n * world);
-  };
-  const std::vector<std::int32_t> lengths = gather_words({static_cast<std::int32_t>(mine.size())});
-  const std::size_t longest = static_cast<std::size_t>(*std::max_element(lengths.begin(), lengths.end()));
-  std::vector<std::int32_t> words((longest + 3) / 4 + 1, 0);
-  std::memcpy(words.data(), mine.data(), mine.size());
-  const std::vector<std::int32_t> all = gather_words(words);
-  std::vector<std::string> out;
-  for (int r = 0; r < world; ++r) {
-    const char* p = reinterpret_cast<const char*>(all.data() + static_cast<std::size_t>(r) * words.size());
-    out.emplace_back(p, static_cast<std::size_t>(lengths[static_cast<std::size_t>(r)]));
-  }
-  return out;
-}
-
-// Each rank's error ("" for none) to every rank; throws on every rank when
-// any failed: its own message where it failed, the first failing rank's
-// otherwise.
-// Throws E on every rank when any rank's `error` is not empty.
-template <class E = Error>
-void agree(comm::Communicator& comm, const c10::Device& device, const std::string& error, const std::string& what) {
-  const std::vector<std::string> errors = all_gather_text(comm, device, error);
-  if (!error.empty()) throw E(error);
-  for (std::size_t r = 0; r < errors.size(); ++r) {
-    if (!errors[r].empty()) throw E(detail::str_cat(what, " failed on rank ", r, ": ", errors[r]));
-  }
-}
-
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return {};
 }
 
 std::vector<ckpt::BucketRecord> bucket_records(const FlatLayout& L) {
@@ -231,11 +187,15 @@ void Engine::save_checkpoint(const std::string& dir, const std::string& tag, con
     // The partition's sections change only at the next optimizer step: an
     // asynchronous save writes their host memory in place until then
     // (CheckpointSave::fence()).
-    sections.push_back({"master", "fp32", {}, hosts(m.optimizer->master_parts()), true});
-    sections.push_back({"exp_avg", "fp32", {}, hosts(m.optimizer->exp_avg_parts()), true});
+    // (NVMe: host copies read from the swap file now, which nothing else
+    // writes.)
+    using State = detail::OptimizerPartition::State;
+    const bool live = !m.optimizer->swapped();
+    sections.push_back({"master", "fp32", {}, hosts(m.optimizer->state(State::kMaster)), live});
+    sections.push_back({"exp_avg", "fp32", {}, hosts(m.optimizer->state(State::kExpAvg)), live});
     if (man.moments == 2) {
       man.partition_sections.push_back("exp_avg_sq");
-      sections.push_back({"exp_avg_sq", "fp32", {}, hosts(m.optimizer->exp_avg_sq_parts()), true});
+      sections.push_back({"exp_avg_sq", "fp32", {}, hosts(m.optimizer->state(State::kExpAvgSq)), live});
     }
     detail::SaveSection params{"params", tdtype, {}, {}, true};
     for (const Bucket& b : L.buckets()) params.pieces.push_back(host(P.rank_chunk(b)));
@@ -436,6 +396,7 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
   std::string where;
   fs::path folder;
   std::vector<LoadTarget> targets;
+  std::vector<std::pair<detail::OptimizerPartition::State, std::vector<at::Tensor>>> swapped_states;
   LoadTarget* params_target = nullptr;
   at::Tensor update, rng, rng_device;
   std::vector<std::pair<at::Tensor, at::Tensor>> module_updates;  // (module tensor, loaded value)
@@ -484,17 +445,22 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
       return targets.back();
     };
     // Each state's shares at their places in the partition.
-    auto shares = [&](const char* section, const std::vector<at::Tensor>& parts) {
+    // (NVMe: into host copies of the swap file's states, written back after
+    // the reads.)
+    using State = detail::OptimizerPartition::State;
+    auto shares = [&](const char* section, State s) {
       LoadTarget& t = target(section);
+      std::vector<at::Tensor> parts = m.optimizer->state(s);
       std::size_t at = 0;
       for (const at::Tensor& part : parts) {
         t.add(at, part);
         at += static_cast<std::size_t>(part.numel());
       }
+      if (m.optimizer->swapped()) swapped_states.emplace_back(s, std::move(parts));
     };
-    shares("master", m.optimizer->master_parts());
-    shares("exp_avg", m.optimizer->exp_avg_parts());
-    if (man.moments == 2) shares("exp_avg_sq", m.optimizer->exp_avg_sq_parts());
+    shares("master", State::kMaster);
+    shares("exp_avg", State::kExpAvg);
+    if (man.moments == 2) shares("exp_avg_sq", State::kExpAvgSq);
     if (same_dtype) {
       params_target = &target("params");
       for (const Bucket& b : L.buckets()) params_target->add(b.partition_offset, P.rank_chunk(b).contiguous());
@@ -562,6 +528,12 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
   }
   for (const LoadTarget& t : targets) {
     if (&t != params_target) t.copy_up();
+  }
+  if (!swapped_states.empty()) {
+    error = error_of([&] {
+      for (const auto& [s, parts] : swapped_states) m.optimizer->store_state(s, parts);
+    });
+    agree(comm_, m.ctx.device, error, "loading checkpoint " + where + " (writing the optimizer state to NVMe)");
   }
 
   // The training-precision parameters: the saved ones (bitwise, read in

@@ -1,6 +1,9 @@
 #include "optimizer_partition.h"
 
 #include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <limits>
 #include <thread>
 
 #include <ATen/ops/cat.h>
@@ -40,9 +43,18 @@ OptimizerPartition::OptimizerPartition(const config::Config& config, const Memor
     threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) - 1);
   }
   pool_ = std::make_unique<optim::ThreadPool>(threads);
+  const auto& oo = config.zero_optimization.offload_optimizer;
+  if (o_.nvme) {
+    ZERO_CHECK(split_ == layout_.partition_numel(), "offload_optimizer.ratio applies to device \"cpu\" only");
+    aio_.io_threads = config.aio.thread_count;
+    aio_.block_bytes = static_cast<std::size_t>(config.aio.block_size);
+    swap_path_ = (std::filesystem::path(oo.nvme_path) /
+                  ("zerocpp-optimizer-rank" + std::to_string(plan.shard_rank) + ".swap")).string();
+  }
+  const std::size_t cap = o_.nvme ? static_cast<std::size_t>(config.zero_optimization.sub_group_size)
+                                  : std::numeric_limits<std::size_t>::max();
   for (const Bucket& b : layout_.buckets()) {
-    const std::size_t eighth = (b.chunk / 8 + kPieceAlign - 1) / kPieceAlign * kPieceAlign;
-    const std::size_t piece = std::clamp(eighth, kPieceAlign, kMaxPieceElements);
+    const std::size_t piece = step_piece_elements(b, cap);
     for (std::size_t off = 0; off < b.chunk;) {
       std::size_t n = std::min(piece, b.chunk - off);
       const std::size_t at = b.partition_offset + off;
@@ -70,6 +82,7 @@ at::Tensor OptimizerPartition::allocate(Buffer id, c10::ScalarType dtype, bool z
 }
 
 at::Tensor OptimizerPartition::full_master() const {
+  if (swapped()) return state(State::kMaster).front();
   if (!dev_master_.defined()) return master_;
   return at::cat({master_, dev_master_.to(master_.device())});
 }
@@ -83,11 +96,27 @@ void OptimizerPartition::seed_master(const at::Tensor& flat32) {
 }
 
 void OptimizerPartition::allocate_master() {
+  if (o_.nvme) {
+    open_swap();
+    return;
+  }
   master_ = allocate(Buffer::kMaster, at::kFloat, /*zero=*/false);
   if (plan_[Buffer::kDevMaster].present) dev_master_ = allocate(Buffer::kDevMaster, at::kFloat, /*zero=*/false);
 }
 
 void OptimizerPartition::seed_master_chunk(const Bucket& b, const at::Tensor& chunk32) {
+  if (swapped()) {
+    // Each of the bucket's pieces into its slot, through the first buffer.
+    char* buf = swap_buffer(0);
+    for (const Piece& pc : pieces_) {
+      if (pc.bucket->offset != b.offset) continue;  // (b may be another copy of the layout's bucket)
+      const std::size_t region = swap_region_bytes(pc.n);
+      std::memset(buf, 0, region);
+      std::memcpy(buf, chunk32.narrow(0, i64(pc.offset), i64(pc.n)).contiguous().data_ptr<float>(), pc.n * 4);
+      swap_->wait(swap_->write(slots_[pc.index], buf, region));
+    }
+    return;
+  }
   const std::size_t host = chunk_before(b, split_), dev = b.chunk - host;
   if (host > 0) master_.narrow(0, i64(b.partition_offset), i64(host)).copy_(chunk32.narrow(0, 0, i64(host)));
   if (dev > 0) {
@@ -96,11 +125,22 @@ void OptimizerPartition::seed_master_chunk(const Bucket& b, const at::Tensor& ch
 }
 
 void OptimizerPartition::allocate_moments() {
-  exp_avg_ = allocate(Buffer::kExpAvg, at::kFloat, /*zero=*/true);
-  if (adagrad_) {
-    exp_avg_.fill_(opt_.initial_accumulator_value);
+  if (swapped()) {
+    // Each piece's moment regions: zeros (Adagrad: its initial sum).
+    char* buf = swap_buffer(0);
+    for (const Piece& pc : pieces_) {
+      const std::size_t region = swap_region_bytes(pc.n);
+      std::memset(buf, 0, region * static_cast<std::size_t>(moments()));
+      if (adagrad_) std::fill_n(reinterpret_cast<float*>(buf), pc.n, opt_.initial_accumulator_value);
+      swap_->wait(swap_->write(slots_[pc.index] + region, buf, region * static_cast<std::size_t>(moments())));
+    }
   } else {
-    exp_avg_sq_ = allocate(Buffer::kExpAvgSq, at::kFloat, /*zero=*/true);
+    exp_avg_ = allocate(Buffer::kExpAvg, at::kFloat, /*zero=*/true);
+    if (adagrad_) {
+      exp_avg_.fill_(opt_.initial_accumulator_value);
+    } else {
+      exp_avg_sq_ = allocate(Buffer::kExpAvgSq, at::kFloat, /*zero=*/true);
+    }
   }
   if (plan_[Buffer::kStaging].present) staging_ = allocate(Buffer::kStaging, o_.dtype, /*zero=*/false);
   if (plan_[Buffer::kDevExpAvg].present) {
@@ -118,6 +158,10 @@ void OptimizerPartition::step(Share share, const GradsFn& grads, const HalfOutFn
                               float lr, std::int64_t step, const PieceDoneFn& after_piece) {
   if (pieces(share).empty()) return;
   const bool dev = share == Share::kDevice;
+  if (!dev && swapped()) {
+    step_swapped(grads, half_out, grad_scale, lr, step, after_piece);
+    return;
+  }
   // Where the share's state is, indexed from the share's start.
   const std::size_t base = dev ? split_ : 0;
   float* master = (dev ? dev_master_ : master_).data_ptr<float>();
@@ -130,42 +174,172 @@ void OptimizerPartition::step(Share share, const GradsFn& grads, const HalfOutFn
     const at::Tensor g = grads(pc);
     void* half = o_.dtype != at::kFloat ? half_out(pc, g) : nullptr;
     const std::size_t po = pc.at() - base;
-    if (adagrad_) {
-      optim::AdagradHyper h;
-      h.lr = lr;
-      h.eps = opt_.eps;
-      h.weight_decay = opt_.weight_decay;
-      h.step = step;
-      optim::AdagradBuffers buf{master + po, g.data_ptr(), to_dtype(g.scalar_type()), m1 + po,
-                                pc.n, grad_scale, half, to_dtype(o_.dtype)};
-      optim::adagrad_step(h, buf, pool_.get());
-    } else {
-      optim::AdamHyper h;
-      h.lr = lr;
-      h.beta1 = opt_.beta1;
-      h.beta2 = opt_.beta2;
-      h.eps = opt_.eps;
-      h.weight_decay = opt_.weight_decay;
-      h.decoupled_weight_decay = opt_.decoupled_weight_decay();
-      h.step = step;
-      optim::AdamBuffers buf;
-      buf.params = master + po;
-      buf.grads = g.data_ptr();
-      buf.grad_dtype = to_dtype(g.scalar_type());
-      buf.exp_avg = m1 + po;
-      buf.exp_avg_sq = m2 + po;
-      buf.n = pc.n;
-      buf.grad_scale = grad_scale;
-      buf.half_out = half;
-      buf.half_dtype = to_dtype(o_.dtype);
-      if (on_device) {
-        const c10::DeviceGuard on_device_guard(ctx_.device);
-        device_adam_(h, buf, ctx_.native_stream());
-      } else {
-        optim::adam_step(h, buf, pool_.get());
-      }
-    }
+    step_piece(pc, master + po, m1 + po, m2 == nullptr ? nullptr : m2 + po, g, half, grad_scale, lr, step, on_device);
     if (after_piece) after_piece(pc);
+  }
+}
+
+void OptimizerPartition::step_piece(const Piece& pc, float* master, float* m1, float* m2, const at::Tensor& g,
+                                    void* half, float grad_scale, float lr, std::int64_t step, bool on_device) {
+  if (adagrad_) {
+    optim::AdagradHyper h;
+    h.lr = lr;
+    h.eps = opt_.eps;
+    h.weight_decay = opt_.weight_decay;
+    h.step = step;
+    optim::AdagradBuffers buf{master, g.data_ptr(), to_dtype(g.scalar_type()), m1, pc.n, grad_scale, half,
+                              to_dtype(o_.dtype)};
+    optim::adagrad_step(h, buf, pool_.get());
+    return;
+  }
+  optim::AdamHyper h;
+  h.lr = lr;
+  h.beta1 = opt_.beta1;
+  h.beta2 = opt_.beta2;
+  h.eps = opt_.eps;
+  h.weight_decay = opt_.weight_decay;
+  h.decoupled_weight_decay = opt_.decoupled_weight_decay();
+  h.step = step;
+  optim::AdamBuffers buf;
+  buf.params = master;
+  buf.grads = g.data_ptr();
+  buf.grad_dtype = to_dtype(g.scalar_type());
+  buf.exp_avg = m1;
+  buf.exp_avg_sq = m2;
+  buf.n = pc.n;
+  buf.grad_scale = grad_scale;
+  buf.half_out = half;
+  buf.half_dtype = to_dtype(o_.dtype);
+  if (on_device) {
+    const c10::DeviceGuard on_device_guard(ctx_.device);
+    device_adam_(h, buf, ctx_.native_stream());
+  } else {
+    optim::adam_step(h, buf, pool_.get());
+  }
+}
+
+// ---- NVMe ----------------------------------------------------------------
+
+void OptimizerPartition::open_swap() {
+  if (swap_) return;
+  // Each main piece's slot: its master, then its moments, each a region
+  // rounded up to 4096 bytes (the plan's kMaster/kExpAvg/kExpAvgSq sizes).
+  std::size_t bytes = 0, largest = 0;
+  slots_.clear();
+  for (const Piece& pc : pieces_) {
+    slots_.push_back(bytes);
+    const std::size_t region = swap_region_bytes(pc.n);
+    largest = std::max(largest, region);
+    bytes += region * static_cast<std::size_t>(1 + moments());
+  }
+  swap_buffer_bytes_ = largest * static_cast<std::size_t>(1 + moments()) + kSwapAlignBytes;
+  const PlannedBuffer& planned = plan_[Buffer::kSwapBuffers];
+  ZERO_INTERNAL_ASSERT(planned.present && planned.bytes() % static_cast<std::int64_t>(swap_buffer_bytes_) == 0,
+                       "the plan's NVMe swap buffers (", planned.bytes(), " bytes) are not whole buffers of ",
+                       swap_buffer_bytes_);
+  swap_buffer_count_ = static_cast<std::size_t>(planned.bytes()) / swap_buffer_bytes_;
+  swap_buffers_ = allocate(Buffer::kSwapBuffers, at::kByte, /*zero=*/true);
+  swap_ = std::make_unique<offload::SwapFile>(swap_path_, bytes, aio_);
+  // The file, as the plan has it: each state's regions (valid and padding).
+  for (Buffer id : {Buffer::kMaster, Buffer::kExpAvg, Buffer::kExpAvgSq}) {
+    const PlannedBuffer& b = plan_[id];
+    if (!b.present) continue;
+    regs_.push_back(ledger_.add(b.tier, b.kind, b.valid_bytes(), b.what));
+    regs_.push_back(ledger_.add(b.tier, memory::Kind::kPadding, b.bytes() - b.valid_bytes(), b.what));
+  }
+}
+
+char* OptimizerPartition::swap_buffer(std::size_t k) const {
+  auto* base = static_cast<char*>(swap_buffers_.data_ptr()) + k * swap_buffer_bytes_;
+  const auto at = reinterpret_cast<std::uintptr_t>(base);
+  return base + (kSwapAlignBytes - at % kSwapAlignBytes) % kSwapAlignBytes;
+}
+
+// Piece i is stepped in buffer i % K. Reads run K - 1 pieces ahead: the read
+// of piece i + K - 1 goes into the buffer piece i - 1 was stepped in, once
+// that piece's write is done. The last writes are waited for before the
+// step returns, so that the file always holds the last finished step.
+void OptimizerPartition::step_swapped(const GradsFn& grads, const HalfOutFn& half_out, float grad_scale, float lr,
+                                      std::int64_t step, const PieceDoneFn& after_piece) {
+  const std::size_t count = pieces_.size(), k = swap_buffer_count_;
+  std::vector<offload::SwapFile::Ticket> reads(count, 0), writes(count, 0);
+  auto slot_bytes = [&](const Piece& pc) { return swap_region_bytes(pc.n) * static_cast<std::size_t>(1 + moments()); };
+  auto read = [&](std::size_t i) {
+    reads[i] = swap_->read(slots_[i], swap_buffer(i % k), slot_bytes(pieces_[i]));
+  };
+  try {
+    for (std::size_t i = 0; i + 1 < k && i < count; ++i) read(i);
+    for (std::size_t i = 0; i < count; ++i) {
+      const Piece& pc = pieces_[i];
+      const std::size_t ahead = i + k - 1;
+      if (ahead < count) {
+        if (i >= 1) {
+          swap_->wait(writes[i - 1]);
+          writes[i - 1] = 0;
+        }
+        read(ahead);
+      }
+      swap_->wait(reads[i]);
+      reads[i] = 0;
+      char* buf = swap_buffer(i % k);
+      const std::size_t region = swap_region_bytes(pc.n);
+      auto* master = reinterpret_cast<float*>(buf);
+      auto* m1 = reinterpret_cast<float*>(buf + region);
+      auto* m2 = adagrad_ ? nullptr : reinterpret_cast<float*>(buf + 2 * region);
+      const at::Tensor g = grads(pc);
+      void* half = o_.dtype != at::kFloat ? half_out(pc, g) : nullptr;
+      step_piece(pc, master, m1, m2, g, half, grad_scale, lr, step, /*on_device=*/false);
+      if (o_.dtype == at::kFloat) {  // fp32 publishes from the staging copy
+        std::memcpy(staging_.data_ptr<float>() + pc.at(), master, pc.n * sizeof(float));
+      }
+      writes[i] = swap_->write(slots_[i], buf, slot_bytes(pc));
+      if (after_piece) after_piece(pc);
+    }
+    for (std::size_t i = 0; i < count; ++i) {
+      if (writes[i] != 0) swap_->wait(writes[i]);
+      writes[i] = 0;
+    }
+  } catch (...) {
+    // No request may still write into (or read from) the buffers.
+    try {
+      swap_->wait_all();
+    } catch (...) {
+    }
+    throw;
+  }
+}
+
+std::vector<at::Tensor> OptimizerPartition::state(State s) const {
+  const at::Tensor& main = s == State::kMaster ? master_ : s == State::kExpAvg ? exp_avg_ : exp_avg_sq_;
+  const at::Tensor& dev = s == State::kMaster ? dev_master_ : s == State::kExpAvg ? dev_exp_avg_ : dev_exp_avg_sq_;
+  if (!swapped()) return parts(main, dev);
+  ZERO_INTERNAL_ASSERT(s != State::kExpAvgSq || !adagrad_, "Adagrad has no second moment");
+  at::Tensor out = at::empty({i64(layout_.partition_numel())}, at::kFloat);
+  char* buf = swap_buffer(0);
+  const int which = static_cast<int>(s);
+  for (const Piece& pc : pieces_) {
+    const std::size_t region = swap_region_bytes(pc.n);
+    swap_->wait(swap_->read(slots_[pc.index] + region * static_cast<std::size_t>(which), buf, region));
+    std::memcpy(out.data_ptr<float>() + pc.at(), buf, pc.n * sizeof(float));
+  }
+  return {out};
+}
+
+void OptimizerPartition::store_state(State s, const std::vector<at::Tensor>& parts) {
+  if (!swapped()) return;
+  ZERO_INTERNAL_ASSERT(parts.size() == 1 && parts.front().numel() == i64(layout_.partition_numel()),
+                       "an NVMe state is one tensor of the partition");
+  const at::Tensor values = parts.front().contiguous();
+  // fp32 publishes from the staging copy of the master weights (a delayed
+  // update pending at the load, or the next step's publish).
+  if (s == State::kMaster && o_.dtype == at::kFloat) staging_.copy_(values);
+  char* buf = swap_buffer(0);
+  const int which = static_cast<int>(s);
+  for (const Piece& pc : pieces_) {
+    const std::size_t region = swap_region_bytes(pc.n);
+    std::memset(buf, 0, region);
+    std::memcpy(buf, values.data_ptr<float>() + pc.at(), pc.n * sizeof(float));
+    swap_->wait(swap_->write(slots_[pc.index] + region * static_cast<std::size_t>(which), buf, region));
   }
 }
 

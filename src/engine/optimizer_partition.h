@@ -12,6 +12,14 @@
 // stepped by the device Adam beside the CPU step (on the CPU, where the
 // "device" is host memory too, by the CPU kernels). Without offload the
 // main share is the whole partition.
+//
+// With offload_optimizer.device "nvme" (ZeRO-Infinity) the main share's
+// master and moments live in a swap file (zero/offload/swap_file.h), each
+// piece's states in a slot of their own, and the step goes through the
+// pieces with buffer_count host buffers: the pieces ahead are read while
+// one is stepped and the ones behind are written. Outside the step the
+// states are read into (and written back from) temporary tensors:
+// state(), store_state().
 #pragma once
 
 #include <cstddef>
@@ -25,6 +33,7 @@
 #include "device_context.h"
 #include "zero/config/config.h"
 #include "zero/memory/memory_ledger.h"
+#include "zero/offload/swap_file.h"
 #include "zero/optim/device_adam_registry.h"
 #include "zero/optim/thread_pool.h"
 #include "zero/zero/flat_layout.h"
@@ -36,6 +45,7 @@ class OptimizerPartition {
  public:
   struct Options {
     bool offload = false;         // state in host memory, the CPU kernels
+    bool nvme = false;            // offload too: the state in a swap file under nvme_path
     c10::ScalarType dtype = c10::ScalarType::Float;  // the training precision
   };
   // Throws before allocating when the device has no kernel for the optimizer.
@@ -57,12 +67,11 @@ class OptimizerPartition {
   // layout's order, so that each finished piece can be copied up while the
   // next ones are stepped: about an eighth of a bucket's chunk (the copy of
   // the last piece is what the next forward waits for), at most
-  // kMaxPieceElements, in multiples of kPieceAlign elements. Each piece is a
-  // whole dispatch of the thread pool: pieces of 16M elements made the CPU
+  // kStepPieceMax, in multiples of kStepPieceAlign elements (memory_plan.h:
+  // step_piece_elements; with NVMe at most sub_group_size too). Each piece is
+  // a whole dispatch of the thread pool: pieces of 16M elements made the CPU
   // Adam of a 1.2B model ~20% slower beside a GPU than pieces of 60M
   // (docs/PERFORMANCE.md).
-  static constexpr std::size_t kMaxPieceElements = std::size_t{1} << 26;
-  static constexpr std::size_t kPieceAlign = 64;
   // A piece never straddles the two shares; the device share's pieces are
   // whole buckets' segments (one kernel each; nothing waits for them piece
   // by piece).
@@ -93,13 +102,8 @@ class OptimizerPartition {
             std::int64_t step, const PieceDoneFn& after_piece = {});
 
   // The main share's fp32 master weights (the whole partition without a
-  // device share).
+  // device share); undefined with NVMe (state(), or in fp32 staging()).
   const at::Tensor& master() const { return master_; }
-  // Each state in partition order: the main share, then the device share's
-  // (if any). Adam: m and v; Adagrad: the sum in exp_avg, no exp_avg_sq.
-  std::vector<at::Tensor> master_parts() const { return parts(master_, dev_master_); }
-  std::vector<at::Tensor> exp_avg_parts() const { return parts(exp_avg_, dev_exp_avg_); }
-  std::vector<at::Tensor> exp_avg_sq_parts() const { return parts(exp_avg_sq_, dev_exp_avg_sq_); }
   // The whole partition's master weights in one tensor where the main share
   // is (a copy when there is a device share).
   at::Tensor full_master() const;
@@ -110,8 +114,26 @@ class OptimizerPartition {
   const at::Tensor& device_master() const { return dev_master_; }
   int moments() const { return adagrad_ ? 1 : 2; }
 
+  // NVMe: makes the swap file and the buffers (allocate_master() does it
+  // too; the engine calls it first, under a rank agreement, since one rank's
+  // disk can fail alone). The main share's state is then in the file.
+  void open_swap();
+  bool swapped() const { return swap_ != nullptr; }
+  enum class State : std::uint8_t { kMaster, kExpAvg, kExpAvgSq };
+  // One state of the whole partition in partition order: the live tensors,
+  // or (NVMe) a host copy read from the swap file, which store_state()
+  // writes back (a no-op for live tensors).
+  std::vector<at::Tensor> state(State s) const;
+  void store_state(State s, const std::vector<at::Tensor>& parts);
+
  private:
   at::Tensor allocate(Buffer id, c10::ScalarType dtype, bool zero);
+  // NVMe.
+  char* swap_buffer(std::size_t k) const;  // aligned: (1 + moments) regions of the largest piece
+  void step_swapped(const GradsFn& grads, const HalfOutFn& half_out, float grad_scale, float lr, std::int64_t step,
+                    const PieceDoneFn& after_piece);
+  void step_piece(const Piece& pc, float* master, float* m1, float* m2, const at::Tensor& g, void* half,
+                  float grad_scale, float lr, std::int64_t step, bool on_device);
   static std::vector<at::Tensor> parts(const at::Tensor& main, const at::Tensor& dev) {
     std::vector<at::Tensor> v{main};
     if (dev.defined()) v.push_back(dev);
@@ -132,6 +154,14 @@ class OptimizerPartition {
   std::unique_ptr<optim::ThreadPool> pool_;
   std::vector<Piece> pieces_, device_pieces_;
   std::vector<memory::MemoryLedger::Registration> regs_;
+  // NVMe: the file, the slot of each main piece (byte offset), the buffers.
+  offload::SwapFile::Options aio_;
+  std::string swap_path_;
+  std::unique_ptr<offload::SwapFile> swap_;
+  std::vector<std::size_t> slots_;
+  at::Tensor swap_buffers_;
+  std::size_t swap_buffer_bytes_ = 0;
+  std::size_t swap_buffer_count_ = 0;
 };
 
 }  // namespace zero::detail

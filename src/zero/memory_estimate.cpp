@@ -34,6 +34,9 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   pi.offload = in.offload;
   pi.dpu = in.dpu;
   pi.offload_ratio = in.offload_ratio;
+  pi.nvme = in.nvme;
+  pi.nvme_buffers = in.nvme_buffers;
+  pi.sub_group_elements = static_cast<std::size_t>(std::max<std::int64_t>(in.sub_group_elements, 1));
   pi.on_gpu = in.on_gpu;
   pi.accumulation = in.accumulation;
   pi.element_bytes = in.element_bytes;
@@ -54,6 +57,11 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   for (const PlannedBuffer& b : plan.buffers) {
     if (!b.present || b.lifetime == Lifetime::kConstruction) continue;
     const bool dev = b.tier == memory::Tier::kDevice;
+    if (b.tier == memory::Tier::kNvme) {
+      (b.kind == memory::Kind::kFp32Master ? e.nvme_master : e.nvme_moments) += b.valid_bytes();
+      e.nvme_padding += b.bytes() - b.valid_bytes();
+      continue;
+    }
     if (b.lifetime == Lifetime::kBackward && b.kind == memory::Kind::kHalfParams) {
       e.device_gathered += b.bytes();  // stage 3's gathered units, padding included
       continue;

@@ -96,7 +96,9 @@ MemoryPlan plan_memory(const PlanInput& in) {
   const std::size_t part = L.partition_numel(), valid = L.partition_valid(p.shard_rank);
   const int es = in.element_bytes;
   const bool half = es == 2;
-  const Tier opt = in.offload ? Tier::kHost : Tier::kDevice;
+  ZERO_CHECK(!in.nvme || (in.offload && in.offload_ratio == 1.0), "NVMe offload offloads the whole partition");
+  ZERO_CHECK(!in.nvme || in.nvme_buffers >= 2, "NVMe offload needs at least 2 swap buffers");
+  const Tier opt = in.nvme ? Tier::kNvme : in.offload ? Tier::kHost : Tier::kDevice;
   auto set = [&](Buffer id, PlannedBuffer b) { p.buffers[static_cast<std::size_t>(id)] = b; };
 
   if (stage3) {
@@ -129,10 +131,29 @@ MemoryPlan plan_memory(const PlanInput& in) {
   // Which elements hold parameters (the rest: padding) is counted as if the
   // padding came last.
   const std::size_t host_valid = std::min(split, valid), dev = part - split, dev_valid = valid - host_valid;
-  set(Buffer::kMaster, make(opt, Kind::kFp32Master, Lifetime::kPersistent, split, host_valid, 4, "fp32 master weights"));
-  set(Buffer::kExpAvg, make(opt, Kind::kMoments, Lifetime::kPersistent, split, host_valid, 4, "optimizer moments"));
+  // NVMe: each state of each step piece is a region of the swap file,
+  // rounded up to 4096 bytes; one host buffer holds a piece's states.
+  std::size_t state = split;
+  if (in.nvme) {
+    std::size_t regions = 0, largest = 0;
+    for (const Bucket& b : L.buckets()) {
+      const std::size_t piece = step_piece_elements(b, in.sub_group_elements);
+      for (std::size_t off = 0; off < b.chunk; off += piece) {
+        const std::size_t n = std::min(piece, b.chunk - off);
+        regions += swap_region_bytes(n);
+        largest = std::max(largest, swap_region_bytes(n));
+      }
+    }
+    state = regions / 4;
+    const std::size_t one = largest * static_cast<std::size_t>(1 + in.moments) + kSwapAlignBytes;
+    set(Buffer::kSwapBuffers, make(Tier::kHost, Kind::kStaging, Lifetime::kPersistent,
+                                   one * static_cast<std::size_t>(in.nvme_buffers),
+                                   one * static_cast<std::size_t>(in.nvme_buffers), 1, "the NVMe swap buffers"));
+  }
+  set(Buffer::kMaster, make(opt, Kind::kFp32Master, Lifetime::kPersistent, state, host_valid, 4, "fp32 master weights"));
+  set(Buffer::kExpAvg, make(opt, Kind::kMoments, Lifetime::kPersistent, state, host_valid, 4, "optimizer moments"));
   if (in.moments == 2) {
-    set(Buffer::kExpAvgSq, make(opt, Kind::kMoments, Lifetime::kPersistent, split, host_valid, 4, "optimizer moments"));
+    set(Buffer::kExpAvgSq, make(opt, Kind::kMoments, Lifetime::kPersistent, state, host_valid, 4, "optimizer moments"));
   }
   const bool gpu_offload = in.offload && in.on_gpu;
   // bf16/fp16 on a GPU without accumulation: the update is written over the
@@ -142,6 +163,10 @@ MemoryPlan plan_memory(const PlanInput& in) {
     if (half && !update_in_grads) {
       set(Buffer::kStaging, make(Tier::kHost, Kind::kStaging, Lifetime::kPersistent, split, split, es,
                                  "the host parameter staging buffer"));
+    } else if (in.nvme && !half) {
+      // fp32 publishes from the master weights, which are in the swap file.
+      set(Buffer::kStaging, make(Tier::kHost, Kind::kStaging, Lifetime::kPersistent, split, split, 4,
+                                 "the host copy of the updated master weights"));
     }
     // On a GPU the host gradients are what comes down: the training
     // precision, or the window's fp32 sum when accumulating; on the CPU the

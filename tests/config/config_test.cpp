@@ -152,7 +152,7 @@ TEST(Config, HarmlessDeepSpeedKeysAreIgnoredWithANote) {
   const std::vector<std::string> ignored = {
       "'zero_allow_untested_optimizer'", "'prescale_gradients'", "'gradient_predivide_factor'",
       "'communication_data_type'", "'fp16.auto_cast'", "'fp16.consecutive_hysteresis'",
-      "'zero_optimization.round_robin_gradients'", "'zero_optimization.sub_group_size'",
+      "'zero_optimization.round_robin_gradients'",
       "'zero_optimization.stage3_gather_16bit_weights_on_model_save'",
       "'zero_optimization.allgather_partitions'", "'zero_optimization.load_from_fp32_weights'"};
   ASSERT_EQ(c.warnings.size(), ignored.size()) << all_warnings(c);
@@ -162,6 +162,7 @@ TEST(Config, HarmlessDeepSpeedKeysAreIgnoredWithANote) {
   }
   EXPECT_TRUE(c.fp16.enabled);
   EXPECT_EQ(c.zero_optimization.stage, 2);
+  EXPECT_EQ(c.zero_optimization.sub_group_size, 1000000000);  // read (NVMe's piece bound), silently
 
   c = parse(with(R"("bf16": {"enabled": true, "immediate_grad_update": true})"));
   ASSERT_EQ(c.warnings.size(), 1u);
@@ -397,15 +398,40 @@ TEST(Config, OffloadDevice) {
                   "zero_optimization.offload_param.device: expected one of \"none\", \"cpu\", \"nvme\", got 1");
 }
 
-// The NVMe tier is not there yet: refused at parse time, with the key and
-// the fix (before, the engine refused it after zero-train had loaded the corpus).
-TEST(Config, NvmeIsRefusedWithTheFix) {
-  EXPECT_CONTAINS(error_of(with(R"("zero_optimization": {"stage": 3,
-      "offload_optimizer": {"device": "nvme", "nvme_path": "/local_nvme"}})")),
-                  "test.json: zero_optimization.offload_optimizer.device: \"nvme\" (ZeRO-Infinity's NVMe tier) is not "
-                  "available in zerocpp yet: use \"cpu\" (host memory) or \"none\"");
+// The optimizer's NVMe tier as DeepSpeed spells it (offload_optimizer.nvme_path,
+// buffer_count, sub_group_size, aio); parameters on NVMe are refused at parse
+// time, with the key and the fix.
+TEST(Config, NvmeOptimizerTierIsReadAndParametersOnNvmeRefused) {
+  Config c = parse(with(R"("zero_optimization": {"stage": 3, "sub_group_size": 5000,
+      "offload_optimizer": {"device": "nvme", "nvme_path": "/local_nvme", "buffer_count": 3,
+                            "pipeline_read": true, "delayed_param_update": true}},
+      "aio": {"block_size": 262144, "queue_depth": 8, "thread_count": 2, "single_submit": false,
+              "overlap_events": true})"));
+  const auto& oo = c.zero_optimization.offload_optimizer;
+  EXPECT_EQ(oo.device, "nvme");
+  EXPECT_EQ(oo.nvme_path, "/local_nvme");
+  EXPECT_EQ(oo.buffer_count, 3);
+  EXPECT_TRUE(oo.delayed_param_update);
+  EXPECT_EQ(c.zero_optimization.sub_group_size, 5000);
+  EXPECT_EQ(c.aio.block_size, 262144);
+  EXPECT_EQ(c.aio.thread_count, 2);
+  EXPECT_CONTAINS(all_warnings(c), "'aio.queue_depth' is a DeepSpeed key that zerocpp ignores");
+  EXPECT_CONTAINS(all_warnings(c), "'zero_optimization.offload_optimizer.pipeline_read'");
+  EXPECT_EQ(parse(with(R"("aio": {"intra_op_parallelism": 4})")).aio.thread_count, 4);  // DeepSpeed's newer name
+
+  EXPECT_CONTAINS(error_of(with(R"("zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme"}})")),
+                  "test.json: zero_optimization.offload_optimizer.nvme_path: is required with "
+                  "offload_optimizer.device \"nvme\"");
+  EXPECT_CONTAINS(error_of(with(R"("zero_optimization": {"stage": 2,
+      "offload_optimizer": {"device": "nvme", "nvme_path": "/n", "buffer_count": 1}})")),
+                  "zero_optimization.offload_optimizer.buffer_count: expected an integer 2..64, got 1");
+  EXPECT_CONTAINS(error_of(with(R"("aio": {"block_size": 5000})")), "aio.block_size: must be a multiple of 4096");
+  EXPECT_CONTAINS(all_warnings(parse(with(R"("zero_optimization": {"stage": 2,
+      "offload_optimizer": {"device": "cpu", "buffer_count": 8}})"))),
+                  "'zero_optimization.offload_optimizer.buffer_count'");
   EXPECT_CONTAINS(error_of(with(R"("zero_optimization": {"stage": 3, "offload_param": {"device": "nvme"}})")),
-                  "zero_optimization.offload_param.device: \"nvme\"");
+                  "zero_optimization.offload_param.device: \"nvme\" (parameters on NVMe) is not available in "
+                  "zerocpp yet: use \"cpu\" (host memory) or \"none\"");
 }
 
 TEST(Config, OffloadNeedsAPartitionedOptimizer) {
@@ -590,6 +616,14 @@ TEST(Config, ToJsonRoundTrips) {
   // Adagrad and the other schedulers too.
   c = parse(with(R"("optimizer": {"type": "Adagrad", "params": {"initial_accumulator_value": 0.5}},
                     "scheduler": {"type": "WarmupDecayLR", "params": {"total_num_steps": 9, "warmup_num_steps": 5}})"));
+  back = parse_config(to_json(c).dump(), 1);
+  EXPECT_TRUE(back.warnings.empty()) << all_warnings(back);
+  c.warnings.clear();
+  EXPECT_EQ(back, c);
+  // The NVMe tier's settings.
+  c = parse(with(R"("zero_optimization": {"stage": 2, "sub_group_size": 777,
+                       "offload_optimizer": {"device": "nvme", "nvme_path": "/n", "buffer_count": 5}},
+                    "aio": {"block_size": 8192, "thread_count": 3})"));
   back = parse_config(to_json(c).dump(), 1);
   EXPECT_TRUE(back.warnings.empty()) << all_warnings(back);
   c.warnings.clear();

@@ -87,6 +87,10 @@ struct OffloadOptimizerConfig {
   // optimizer partition offloaded to the CPU; the rest (master, moments) stays
   // on the device and is stepped there, beside the CPU step.
   float ratio = 1.0f;
+  // device "nvme" (ZeRO-Infinity): the host buffers the state is swapped
+  // through, each holding one piece's master and moments (at least 2: one
+  // stepped while the next is read and the last written).
+  int buffer_count = 4;
   bool operator==(const OffloadOptimizerConfig&) const = default;
 };
 
@@ -110,6 +114,9 @@ struct ZeroOptimizationConfig {
   std::int64_t stage3_prefetch_bucket_size = 50000000;
   std::int64_t stage3_param_persistence_threshold = 100000;
   std::int64_t stage3_max_live_parameters = 1000000000;
+  // NVMe offload: the most elements of the optimizer partition stepped (and
+  // swapped) as one piece; DeepSpeed's default.
+  std::int64_t sub_group_size = 1000000000;
   bool operator==(const ZeroOptimizationConfig&) const = default;
 };
 
@@ -136,6 +143,13 @@ struct FlightRecorderConfig {
   std::int64_t entries = 1024;
   std::string dir;  // "" = $ZERO_FLIGHT_RECORDER_DIR, else $TMPDIR/zerocpp-flight-recorder-<job>
   bool operator==(const FlightRecorderConfig&) const = default;
+};
+
+// "aio": how the NVMe swap file is read and written (offload "nvme").
+struct AioConfig {
+  std::int64_t block_size = 1048576;  // bytes per read or write request (a multiple of 4096)
+  int thread_count = 1;               // I/O threads per rank
+  bool operator==(const AioConfig&) const = default;
 };
 
 struct Config {
@@ -166,6 +180,7 @@ struct Config {
   bool comm_sequence_check = true;
   NonfiniteConfig nonfinite;
   FlightRecorderConfig flight_recorder;
+  AioConfig aio;
   // Unknown keys, ignored DeepSpeed keys, "auto" values...: each a full
   // sentence starting with the source name. The caller prints them.
   std::vector<std::string> warnings;

@@ -15,7 +15,12 @@ struct EstimateInput {
   std::int64_t params = 0;  // Psi
   int world = 1;
   int stage = 0;
-  bool offload = false;     // offload_optimizer.device = "cpu"
+  bool offload = false;     // offload_optimizer.device = "cpu" (or "nvme")
+  // offload_optimizer.device = "nvme" (offload set too): master and moments
+  // in the swap file, buffer_count host buffers of a piece each.
+  bool nvme = false;
+  int nvme_buffers = 4;                              // offload_optimizer.buffer_count
+  std::int64_t sub_group_elements = 1'000'000'000;  // zero_optimization.sub_group_size
   bool dpu = false;         // delayed parameter update (double host gradients)
   double offload_ratio = 1.0;  // offload_optimizer.ratio: the offloaded share of the optimizer state
   bool on_gpu = false;      // the module on a GPU (offload keeps host gradients as they come down)
@@ -61,6 +66,10 @@ struct MemoryEstimate {
   std::int64_t host_grads = 0, host_master = 0, host_moments = 0, host_staging = 0;
   std::int64_t host_params = 0;  // stage 3 with offload_param: the parameter partition
   std::int64_t host_activations = 0;  // checkpoints kept on the host (cpu_checkpointing)
+  // NVMe tier (offload "nvme"): the swap file, its states and their
+  // alignment padding. The swap buffers are host_staging.
+  std::int64_t nvme_master = 0, nvme_moments = 0, nvme_padding = 0;
+  std::int64_t nvme_total() const { return nvme_master + nvme_moments + nvme_padding; }
   // The device bytes while the engine is built (the temporary fp32 copy of
   // the parameters beside the flat parameters and, without offload, the
   // master weights), before any activation.

@@ -22,7 +22,13 @@ struct PlanInput {
   int world = 1;
   int rank = 0;  // whose partition (the last rank's holds the most padding)
   int stage = 0;
-  bool offload = false;  // offload_optimizer.device = "cpu"
+  bool offload = false;  // offload_optimizer.device = "cpu" or "nvme"
+  // offload_optimizer.device = "nvme" (offload is set too): the partition's
+  // master and moments live in a swap file and go through nvme_buffers host
+  // buffers piece by piece, pieces of at most sub_group_elements.
+  bool nvme = false;
+  int nvme_buffers = 4;
+  std::size_t sub_group_elements = 1'000'000'000;
   bool dpu = false;      // delayed parameter update
   // offload_optimizer.ratio: the share of the partition whose optimizer
   // state is offloaded; the rest stays on the device (Twin-Flow).
@@ -74,8 +80,9 @@ enum class Buffer : std::uint8_t {
   kDevExpAvgSq,  // its second moment (Adam only)
   kDevGrads,     // its gradients, kept on the device (not when kDevAccum holds them)
   kDevStaging,   // its updated training-precision values until they are published (bf16/fp16)
+  kSwapBuffers,  // NVMe: the host buffers the state goes through, one piece's master and moments each
 };
-inline constexpr int kNumBuffers = 19;
+inline constexpr int kNumBuffers = 20;
 
 struct PlannedBuffer {
   bool present = false;
@@ -117,6 +124,23 @@ struct MemoryPlan {
 inline constexpr std::size_t kPlanAlignElements = 32;
 // The host/device boundary of an offloaded partition is a multiple of this.
 inline constexpr std::size_t kSplitAlignElements = 64;
+// The optimizer step's pieces: an eighth of a bucket's chunk, in multiples
+// of kStepPieceAlign, at most kStepPieceMax elements and at most `cap`
+// (sub_group_size with NVMe). src/engine/optimizer_partition.h says why.
+inline constexpr std::size_t kStepPieceMax = std::size_t{1} << 26;
+inline constexpr std::size_t kStepPieceAlign = 64;
+inline std::size_t step_piece_elements(const Bucket& b, std::size_t cap) {
+  const std::size_t eighth = (b.chunk / 8 + kStepPieceAlign - 1) / kStepPieceAlign * kStepPieceAlign;
+  const std::size_t capped = std::max(kStepPieceAlign, cap / kStepPieceAlign * kStepPieceAlign);
+  return std::min(std::clamp(eighth, kStepPieceAlign, kStepPieceMax), capped);
+}
+// NVMe: one state (fp32) of a piece of n elements in the swap file, rounded
+// up to the 4096 bytes O_DIRECT works in.
+inline constexpr std::size_t kSwapAlignBytes = 4096;
+inline std::size_t swap_region_bytes(std::size_t n) {
+  return (n * 4 + kSwapAlignBytes - 1) / kSwapAlignBytes * kSwapAlignBytes;
+}
+
 // Gradient buckets alive at once in stage 2 / offload: GradReducer's
 // max_in_flight (2) being reduced plus the one being filled.
 inline constexpr int kPlanLiveBuckets = 3;

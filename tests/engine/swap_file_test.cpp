@@ -1,0 +1,141 @@
+// The NVMe tier's swap file (zero/offload/swap_file.h) on its own: what is
+// written reads back, block by block over several I/O threads, with reads
+// and writes in flight together; misuse and bad folders are named; the file
+// is locked while open and removed after.
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "zero/core/error.h"
+#include "zero/offload/swap_file.h"
+
+namespace zero::offload {
+namespace {
+namespace fs = std::filesystem;
+
+struct AlignedBuffer {
+  explicit AlignedBuffer(std::size_t bytes)
+      : data(static_cast<char*>(std::aligned_alloc(SwapFile::kAlign, bytes))), size(bytes) {}
+  ~AlignedBuffer() { std::free(data); }
+  AlignedBuffer(const AlignedBuffer&) = delete;
+  AlignedBuffer& operator=(const AlignedBuffer&) = delete;
+  char* data;
+  std::size_t size;
+};
+
+fs::path temp_dir(const std::string& what) {
+  const fs::path d = fs::temp_directory_path() / ("zero_swap_" + what + "_" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(SwapFile, WhatIsWrittenReadsBackAcrossThreadsAndBlocks) {
+  const fs::path dir = temp_dir("roundtrip");
+  constexpr std::size_t kSlot = 5 * SwapFile::kAlign, kSlots = 24;
+  {
+    SwapFile f(dir / "state.swap", kSlot * kSlots, SwapFile::Options{3, 2 * SwapFile::kAlign});
+    EXPECT_EQ(fs::file_size(dir / "state.swap"), kSlot * kSlots);
+    // Every slot its own pattern, written from two buffers in turn, with
+    // reads of earlier slots in flight beside the writes.
+    std::vector<std::unique_ptr<AlignedBuffer>> out;
+    std::vector<SwapFile::Ticket> writes;
+    for (std::size_t s = 0; s < kSlots; ++s) {
+      out.push_back(std::make_unique<AlignedBuffer>(kSlot));
+      for (std::size_t i = 0; i < kSlot; ++i) out.back()->data[i] = static_cast<char>((s * 131 + i * 7) % 251);
+      writes.push_back(f.write(s * kSlot, out.back()->data, kSlot));
+    }
+    for (SwapFile::Ticket t : writes) f.wait(t);
+    AlignedBuffer in0(kSlot), in1(kSlot);
+    for (std::size_t s = 0; s + 1 < kSlots; s += 2) {
+      std::memset(in0.data, 0, kSlot);
+      std::memset(in1.data, 0, kSlot);
+      const SwapFile::Ticket a = f.read(s * kSlot, in0.data, kSlot), b = f.read((s + 1) * kSlot, in1.data, kSlot);
+      f.wait(b);
+      f.wait(a);
+      EXPECT_EQ(std::memcmp(in0.data, out[s]->data, kSlot), 0) << "slot " << s;
+      EXPECT_EQ(std::memcmp(in1.data, out[s + 1]->data, kSlot), 0) << "slot " << s + 1;
+    }
+    // A ticket is waited for once.
+    EXPECT_NE(error_of([&] { f.wait(writes.front()); }).find("unknown or was waited for already"), std::string::npos);
+    f.wait_all();
+  }
+  EXPECT_FALSE(fs::exists(dir / "state.swap"));  // removed with the SwapFile
+  fs::remove_all(dir);
+}
+
+TEST(SwapFile, MisalignedAndOutOfRangeRequestsAreRefused) {
+  const fs::path dir = temp_dir("misuse");
+  SwapFile f(dir / "s.swap", 4 * SwapFile::kAlign);
+  AlignedBuffer buf(2 * SwapFile::kAlign);
+  EXPECT_NE(error_of([&] { f.read(100, buf.data, SwapFile::kAlign); }).find("not aligned"), std::string::npos);
+  EXPECT_NE(error_of([&] { f.read(0, buf.data + 8, SwapFile::kAlign); }).find("not aligned"), std::string::npos);
+  EXPECT_NE(error_of([&] { f.write(0, buf.data, 100); }).find("not aligned"), std::string::npos);
+  EXPECT_NE(error_of([&] { f.write(3 * SwapFile::kAlign, buf.data, 2 * SwapFile::kAlign); }).find("past the end"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { SwapFile g("/tmp/x.swap", 100); }).find("multiple of 4096"), std::string::npos);
+  fs::remove_all(dir);
+}
+
+TEST(SwapFile, BadFoldersAndASecondUserAreNamed) {
+  const fs::path dir = temp_dir("folders");
+  const std::string missing = error_of([&] { SwapFile f(dir / "no" / "such" / "s.swap", SwapFile::kAlign); });
+  EXPECT_NE(missing.find("is not a folder that exists"), std::string::npos) << missing;
+  EXPECT_NE(missing.find("mkdir -p " + (dir / "no" / "such").string()), std::string::npos) << missing;
+  {
+    SwapFile first(dir / "s.swap", 2 * SwapFile::kAlign);
+    AlignedBuffer buf(SwapFile::kAlign);
+    std::memset(buf.data, 7, SwapFile::kAlign);
+    first.wait(first.write(SwapFile::kAlign, buf.data, SwapFile::kAlign));
+    const std::string taken = error_of([&] { SwapFile second(dir / "s.swap", 2 * SwapFile::kAlign); });
+    EXPECT_NE(taken.find("in use by another running process"), std::string::npos) << taken;
+    // The refused one neither truncated nor removed the first one's file.
+    ASSERT_TRUE(fs::exists(dir / "s.swap"));
+    std::memset(buf.data, 0, SwapFile::kAlign);
+    first.wait(first.read(SwapFile::kAlign, buf.data, SwapFile::kAlign));
+    EXPECT_EQ(buf.data[0], 7);
+    EXPECT_EQ(buf.data[SwapFile::kAlign - 1], 7);
+  }
+  // A file left by a job that died is taken over.
+  { std::FILE* f = std::fopen((dir / "left.swap").c_str(), "w"); std::fputs("old", f); std::fclose(f); }
+  { SwapFile again(dir / "left.swap", SwapFile::kAlign); EXPECT_EQ(fs::file_size(dir / "left.swap"), SwapFile::kAlign); }
+  fs::remove_all(dir);
+}
+
+TEST(SwapFile, NoRoomIsAnErrorAtConstruction) {
+  const fs::path dir = temp_dir("room");
+  struct rlimit old {};
+  getrlimit(RLIMIT_FSIZE, &old);
+  std::signal(SIGXFSZ, SIG_IGN);
+  struct rlimit lim = old;
+  lim.rlim_cur = 64 * 1024;
+  setrlimit(RLIMIT_FSIZE, &lim);
+  const std::string e = error_of([&] { SwapFile f(dir / "big.swap", 1 << 20); });
+  setrlimit(RLIMIT_FSIZE, &old);
+  EXPECT_NE(e.find("cannot allocate 1048576 bytes"), std::string::npos) << e;
+  EXPECT_NE(e.find("free"), std::string::npos) << e;
+  EXPECT_FALSE(fs::exists(dir / "big.swap"));  // nothing left behind
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace zero::offload
