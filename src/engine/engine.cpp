@@ -252,6 +252,7 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
     const bool dpu = m.offload && z.offload_optimizer.delayed_param_update;
     const c10::ScalarType dtype = m.precision.dtype();
     lr_ = config_.optimizer.lr;
+    if (!config_.scheduler.type.empty()) m.schedule.emplace(config_.scheduler, config_.optimizer.lr);
     ledger_.set_device_limit(config_.device_memory_limit);
 
     m.params = std::make_unique<detail::ParamStore>(std::move(module), dtype, m.world, m.rank, options.device,
@@ -405,7 +406,7 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
     // difference from here on.
     m.comm_at_step_start = comm_.stats();
     stats_.loss_scale = m.precision.loss_scale();
-    stats_.lr = lr_;
+    stats_.lr = lr();
     if (m.rank == 0) {
       const std::size_t nb = L.buckets().size();
       std::fprintf(stderr,
@@ -598,6 +599,9 @@ bool Engine::step_at_boundary() {
     }
   };
   stats_.grad_norm = static_cast<float>(d.norm);
+  // The rate of this step (a skipped one reports the rate it would have had).
+  const float lr = this->lr();
+  stats_.lr = lr;
   if (d.skip) {
     stats_.skipped = m.precision.skipped_steps();
     ++stats_.consecutive_skipped;
@@ -623,7 +627,6 @@ bool Engine::step_at_boundary() {
   stats_.clipped_grad_norm = static_cast<float>(d.clipped_norm);
   const float grad_scale = d.grad_scale;
   const std::int64_t opt_step = ++m.optimizer_step;
-  const float lr = lr_;
   m.update_index = buf;
   // The device share (offload_optimizer.ratio < 1) first, on the main
   // thread: on a GPU its kernels are queued on the compute stream before the
@@ -653,9 +656,23 @@ bool Engine::step_at_boundary() {
   ++stats_.step;
   stats_.last_step_skipped = false;
   stats_.loss_scale = m.precision.loss_scale();
-  stats_.lr = lr;
   finish_step_stats();
   return true;
+}
+
+float Engine::lr() const {
+  const Impl& m = *impl_;
+  return m.schedule ? m.schedule->applied(m.optimizer_step) : lr_;
+}
+
+void Engine::set_lr(float lr) {
+  Impl& m = *impl_;
+  if (m.schedule && m.rank == 0) {
+    std::fprintf(stderr, "zerocpp: set_lr() sets the learning rate from now on; the config's scheduler (%s) is "
+                 "off\n", config_.scheduler.type.c_str());
+  }
+  m.schedule.reset();
+  lr_ = lr;
 }
 
 void Engine::report_skipped_step() const {

@@ -600,7 +600,7 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
   m.micro_step = 0;
   m.backward_done = false;
   lr_ = static_cast<float>(man.engine.lr);
-  stats_.lr = lr_;
+  stats_.lr = lr();  // (the config's scheduler: from the restored optimizer step)
   const ckpt::LossScalerRecord& s = man.engine.scaler;
   m.precision.scaler().restore({static_cast<float>(s.scale), s.hysteresis_left, s.iter, s.last_overflow_iter,
                                 s.skipped});

@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <torch/csrc/autograd/function_hook.h>
@@ -20,6 +21,7 @@
 #include "step_timeline.h"
 #include "unit_schedule.h"
 #include "zero/engine/engine.h"
+#include "zero/engine/lr_schedule.h"
 #include "zero/zero/memory_plan.h"
 
 namespace zero {
@@ -53,6 +55,8 @@ struct Engine::Impl {
   // otherwise (loss.backward() called directly) are refused, not reduced.
   bool in_backward = false;
   std::int64_t optimizer_step = 0;  // the optimizer's own step count (bias correction)
+  // The config's scheduler, until set_lr() takes over.
+  std::optional<LrSchedule> schedule;
   comm::CommStats comm_at_step_start;
   // Declared last, so destroyed first: the hooks go before what they call,
   // and the module gets its own tensors back while the flat buffer is alive.

@@ -20,6 +20,13 @@ float LrSchedule::warmup(std::int64_t step) const {
   return static_cast<float>(s_.warmup_min_lr + (s_.warmup_max_lr - s_.warmup_min_lr) * gamma);
 }
 
+float LrSchedule::applied(std::int64_t taken) const {
+  if (taken > 0 || s_.type.empty()) return lr(taken - 1);
+  // Before DeepSpeed's scheduler has stepped: WarmupLR's get_lr() returns
+  // min_lrs there (WarmupDecayLR inherits it), WarmupCosineLR's 0.
+  return s_.type == "WarmupCosineLR" ? 0.0f : s_.warmup_min_lr;
+}
+
 float LrSchedule::lr(std::int64_t step) const {
   if (s_.type.empty()) return base_lr_;
   const std::int64_t w = warmup_steps();

@@ -480,6 +480,45 @@ TEST(Overflow, InjectedInfSkipsStepOnEveryRank) {
   }
 }
 
+// A "scheduler" in the config is the engine's, stepped as DeepSpeed steps it:
+// after each optimizer step taken and not after a skipped one, so the step
+// after n taken runs at lr(n - 1) (the first at warmup_min_lr). The rates
+// are DeepSpeed's linear warm-up, k / 4 * 1e-2, written out. set_lr() then
+// takes over.
+TEST(Schedule, TheConfigsSchedulerIsSteppedAfterEachStepTaken) {
+  comm::Communicator& comm = world_comm();
+  const int world = comm.world_size();
+  config::Config cfg = make_config(2, false, false, world, kGlobalBatch / world, 1);
+  cfg.scheduler.type = "WarmupLR";
+  cfg.scheduler.warmup_type = "linear";
+  cfg.scheduler.warmup_num_steps = 4;
+  cfg.scheduler.warmup_min_lr = 0.0f;
+  cfg.scheduler.warmup_max_lr = 1e-2f;
+  auto model = make_model(ModelKind::kMlp);
+  Engine engine(model, cfg, comm);
+  const std::vector<float> want = {0.0f, 0.0f, 0.0f, 2.5e-3f, 5e-3f, 7.5e-3f, 1e-2f, 1e-2f};
+  for (int step = 0; step < static_cast<int>(want.size()); ++step) {
+    EXPECT_FLOAT_EQ(engine.lr(), want[static_cast<std::size_t>(step)]) << "step " << step;
+    GlobalBatch gb = global_batch(ModelKind::kMlp, step);
+    const int micro = kGlobalBatch / world;
+    at::Tensor loss = micro_loss(ModelKind::kMlp, *model, gb.x.narrow(0, comm.rank() * micro, micro),
+                                 gb.y.narrow(0, comm.rank() * micro, micro), engine.dtype());
+    if (step == 1) loss = loss * std::numeric_limits<float>::infinity();  // skipped: the schedule waits
+    engine.backward(loss);
+    EXPECT_EQ(engine.step(), step != 1);
+    EXPECT_FLOAT_EQ(engine.stats().lr, want[static_cast<std::size_t>(step)]) << "step " << step;
+  }
+  engine.set_lr(3e-3f);
+  EXPECT_FLOAT_EQ(engine.lr(), 3e-3f);
+  GlobalBatch gb = global_batch(ModelKind::kMlp, 0);
+  const int micro = kGlobalBatch / world;
+  engine.backward(micro_loss(ModelKind::kMlp, *model, gb.x.narrow(0, comm.rank() * micro, micro),
+                             gb.y.narrow(0, comm.rank() * micro, micro), engine.dtype()));
+  engine.step();
+  EXPECT_FLOAT_EQ(engine.stats().lr, 3e-3f);
+  EXPECT_FLOAT_EQ(engine.lr(), 3e-3f);
+}
+
 TEST(Overflow, Fp16DynamicScaleFollowsHysteresisAcrossRanks) {
   // fp16 maths runs on the CPU in LibTorch 2.x, so the whole fp16 path is
   // exercised here: scaled backward, unscale in the optimizer, skip, rescale.

@@ -242,5 +242,34 @@ TEST(LrSchedule, FollowsDeepSpeedsSchedules) {
   EXPECT_FLOAT_EQ(LrSchedule(s, 2e-3f).lr(1000), 2e-3f);
 }
 
+// The rate DeepSpeed applies: it steps the scheduler after each optimizer
+// step taken, so the step after n others runs at lr(n - 1), and the first at
+// the value set when the scheduler was built (lr_schedules.py: WarmupLR's
+// get_lr() below iteration 0 is min_lrs; WarmupCosineLR's is 0).
+TEST(LrSchedule, AppliedRateIsDeepSpeedsAfterEachStepTaken) {
+  config::SchedulerConfig s;
+  s.type = "WarmupLR";
+  s.warmup_type = "linear";
+  s.warmup_num_steps = 4;
+  s.warmup_min_lr = 1e-4f;
+  s.warmup_max_lr = 1e-2f;
+  const LrSchedule warm(s, 1e-2f);
+  EXPECT_FLOAT_EQ(warm.applied(0), 1e-4f);
+  EXPECT_FLOAT_EQ(warm.applied(1), warm.lr(0));
+  EXPECT_FLOAT_EQ(warm.applied(1), 1e-4f);
+  EXPECT_FLOAT_EQ(warm.applied(3), 1e-4f + (1e-2f - 1e-4f) * 2.0f / 4.0f);
+  EXPECT_FLOAT_EQ(warm.applied(9), 1e-2f);
+  s.type = "WarmupDecayLR";
+  s.total_num_steps = 20;
+  EXPECT_FLOAT_EQ(LrSchedule(s, 1e-2f).applied(0), 1e-4f);
+  s.type = "WarmupCosineLR";
+  s.warmup_min_lr = 0.0f;
+  const LrSchedule cosine(s, 1e-2f);
+  EXPECT_EQ(cosine.applied(0), 0.0f);
+  EXPECT_FLOAT_EQ(cosine.applied(5), cosine.lr(4));
+  s.type = "";
+  EXPECT_FLOAT_EQ(LrSchedule(s, 2e-3f).applied(0), 2e-3f);
+}
+
 }  // namespace
 }  // namespace zero

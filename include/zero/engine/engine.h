@@ -182,8 +182,13 @@ class Engine {
 
   bool is_accumulation_boundary() const;
   const StepStats& stats() const { return stats_; }
-  float lr() const { return lr_; }
-  void set_lr(float lr) { lr_ = lr; }
+  // The learning rate of the next optimizer step. With a "scheduler" in the
+  // config the engine steps it as DeepSpeed does: after each step taken, not
+  // after a skipped one (LrSchedule::applied). set_lr() sets the rate
+  // itself, and from then on the config's scheduler is off (the caller
+  // schedules; a note says so once).
+  float lr() const;
+  void set_lr(float lr);
   c10::ScalarType dtype() const;
   const config::Config& config() const { return config_; }
   comm::Communicator& communicator() { return comm_; }

@@ -13,6 +13,12 @@
 //                   held at the floor from k = T-1 on (DeepSpeed's rises
 //                   again past T)
 // with T = total_num_steps; `k` counts optimizer steps from 0.
+//
+// DeepSpeed steps its scheduler after each optimizer step taken (not after a
+// step skipped for overflow), so the step taken after n others runs at
+// applied(n) = lr(n - 1), and the first one at the scheduler's value before
+// it started: warmup_min_lr (WarmupLR, WarmupDecayLR), 0 (WarmupCosineLR).
+// The engine applies a config's scheduler this way (Engine::lr()).
 #pragma once
 
 #include <cstdint>
@@ -25,6 +31,8 @@ class LrSchedule {
  public:
   LrSchedule(const config::SchedulerConfig& s, float base_lr);
   float lr(std::int64_t step) const;
+  // The rate of the optimizer step taken after `taken` others (DeepSpeed's).
+  float applied(std::int64_t taken) const;
 
  private:
   float warmup(std::int64_t step) const;
