@@ -9,10 +9,14 @@
 //   stage0    zerocpp stage 0 (bucketed all-reduce overlapping backward)
 //   stage1, stage2, stage3 (prefetch one unit ahead), stage3-noprefetch,
 //   stage2+offload, stage2+offload+dpu
+//   stage2+nvme, stage2+nvme+dpu (with --nvme-path: the optimizer state in
+//             a swap file there, offload_optimizer.device "nvme")
 // Every variant is built first (its own model and engine), then the variants
 // run interleaved, one step each per round, so that a change of machine load
 // during the run hits them alike. The first --warmup rounds are not timed;
 // the median of the rest is reported, with the ratio to plain and to stage0.
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <chrono>
 #include <functional>
@@ -40,6 +44,7 @@ struct StepOptions {
   std::int64_t layers = 8, embd = 512, heads = 8, seq = 128, micro = 2;
   int steps = 10, warmup = 2;
   int cpu_threads = 1;  // CPU Adam threads per rank (offload variants)
+  std::string nvme_path;  // the NVMe variants' folder ("" = no NVMe variants)
   bool json = false;
   bool summaries = false;
 };
@@ -110,8 +115,10 @@ struct EngineRun {
   std::unique_ptr<Engine> engine;
 };
 
+// nvme: a folder for offload_optimizer.device "nvme" (offload must be set),
+// or "" for the CPU offload.
 Variant make_engine(const StepOptions& o, const std::string& name, int stage, bool offload, bool dpu,
-                    bool prefetch = true) {
+                    bool prefetch = true, const std::string& nvme = "") {
   auto run = std::make_shared<EngineRun>();
   run->comm = comm::make_communicator();
   run->model = make_gpt(o);
@@ -123,7 +130,12 @@ Variant make_engine(const StepOptions& o, const std::string& name, int stage, bo
   cfg.optimizer.lr = 1e-4f;
   cfg.zero_optimization.stage = stage;
   cfg.zero_optimization.reduce_bucket_size = 5'000'000;
-  cfg.zero_optimization.offload_optimizer.device = offload ? "cpu" : "none";
+  cfg.zero_optimization.offload_optimizer.device = !offload ? "none" : nvme.empty() ? "cpu" : "nvme";
+  if (!nvme.empty()) {
+    // A folder per variant: each engine's rank file is locked while it lives.
+    ::mkdir(nvme.c_str(), 0700);  // (EEXIST from another rank is fine; a real failure the engine names)
+    cfg.zero_optimization.offload_optimizer.nvme_path = nvme;
+  }
   cfg.zero_optimization.offload_optimizer.delayed_param_update = dpu;
   cfg.zero_optimization.offload_optimizer.delayed_param_update_warmup_steps = 1;
   cfg.zero_optimization.offload_optimizer.cpu_threads = o.cpu_threads;
@@ -163,6 +175,9 @@ void add_step_command(CLI::App& app) {
   cmd->add_option("--cpu-threads", o->cpu_threads,
                   "CPU Adam threads per rank in the offload variants (0: all cores)")
       ->capture_default_str();
+  cmd->add_option("--nvme-path", o->nvme_path,
+                  "also time stage 2 with the optimizer state on NVMe (offload_optimizer.device \"nvme\"), "
+                  "without and with DPU, its swap files in subfolders of this existing folder");
   cmd->add_flag("--summaries", o->summaries, "print every engine variant's memory/comm summary");
   cmd->add_flag("--json", o->json, "print one JSON object as the last line");
   cmd->callback([o] { run_as_job("zero-bench step", [&](comm::Communicator& job) { run_step_on(*o, job); }); });
@@ -187,6 +202,10 @@ void run_step_on(const StepOptions& o, comm::Communicator& job) {
   vs.push_back(make_engine(o, "stage3-noprefetch", 3, false, false, /*prefetch=*/false));
   vs.push_back(make_engine(o, "stage2+offload", 2, true, false));
   vs.push_back(make_engine(o, "stage2+offload+dpu", 2, true, true));
+  if (!o.nvme_path.empty()) {
+    vs.push_back(make_engine(o, "stage2+nvme", 2, true, false, true, o.nvme_path + "/stage2-nvme"));
+    vs.push_back(make_engine(o, "stage2+nvme+dpu", 2, true, true, true, o.nvme_path + "/stage2-nvme-dpu"));
+  }
   for (int round = 0; round < o.warmup + o.steps; ++round) {
     for (Variant& v : vs) {
       comm->barrier()->wait();
