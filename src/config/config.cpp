@@ -40,6 +40,7 @@ void read_fp16(SectionReader& top, Fp16Config& fp16) {
   if (auto v = r.read_int32("initial_scale_power", {0, 127})) fp16.initial_scale_power = *v;
   if (auto v = r.read_int32("loss_scale_window", kPositive)) fp16.loss_scale_window = *v;
   if (auto v = r.read_int32("hysteresis", kPositive)) fp16.hysteresis = *v;
+  if (auto v = r.read_bool("consecutive_hysteresis")) fp16.consecutive_hysteresis = *v;
   if (auto v = r.read_float("min_loss_scale", kPositiveReal)) fp16.min_loss_scale = *v;
 }
 
@@ -107,6 +108,21 @@ void read_optimizer(SectionReader& top, OptimizerConfig& opt) {
     opt.adam_w_mode = true;
   } else {
     opt.adam_w_mode = adam_w_mode.value_or(true);  // DeepSpeed's default: Adam means AdamW
+  }
+
+  if (auto v = p.read_bool("bias_correction")) {
+    if (adagrad) {
+      p.note_ignored("bias_correction", "it applies to Adam only");
+    } else {
+      opt.bias_correction = *v;
+    }
+  }
+  // DeepSpeed's CPU and fused Adam refuse AMSGrad too (only its torch_adam
+  // path has it); training without it where it was asked for would differ
+  // silently.
+  if (p.read_bool("amsgrad") == true) {
+    p.fail("amsgrad", "AMSGrad is not available in zerocpp (nor in DeepSpeed's CPU and fused Adam, which refuse "
+                      "it): set it to false or remove it");
   }
 
   auto accumulator = p.read_float("initial_accumulator_value", kNonNegativeReal);

@@ -28,6 +28,7 @@ json optimizer_json(const OptimizerConfig& o) {
   } else {
     params["betas"] = {shown(o.beta1), shown(o.beta2)};
     params["adam_w_mode"] = o.adam_w_mode;
+    params["bias_correction"] = o.bias_correction;
   }
   return {{"type", o.type}, {"params", params}};
 }
@@ -84,6 +85,7 @@ json to_json(const Config& c) {
         {"initial_scale_power", c.fp16.initial_scale_power},
         {"loss_scale_window", c.fp16.loss_scale_window},
         {"hysteresis", c.fp16.hysteresis},
+        {"consecutive_hysteresis", c.fp16.consecutive_hysteresis},
         {"min_loss_scale", shown(c.fp16.min_loss_scale)}}},
       {"bf16", {{"enabled", c.bf16.enabled}}},
       {"optimizer", optimizer_json(c.optimizer)},

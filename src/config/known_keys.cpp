@@ -90,7 +90,7 @@ constexpr KnownKey kKeys[] = {
     {"fp16", "hysteresis", R},
     {"fp16", "min_loss_scale", R},
     {"fp16", "auto_cast", I, "the model's forward decides its own casts", "false"},
-    {"fp16", "consecutive_hysteresis", I, "the hysteresis counting is not configurable in zerocpp", "false"},
+    {"fp16", "consecutive_hysteresis", R},
     {"fp16", "fp16_master_weights_and_grads", U, "fp16 master weights", "false"},
 
     {"bf16", "enabled", R},
@@ -110,8 +110,8 @@ constexpr KnownKey kKeys[] = {
     {"optimizer.params", "torch_adam", I, "zerocpp's optimizers are its own"},
     {"optimizer.params", "fused", I, "zerocpp's optimizers are its own"},
     {"optimizer.params", "fp32_optimizer_states", I, "zerocpp keeps optimizer states in fp32"},
-    {"optimizer.params", "bias_correction", U, "Adam without bias correction", "true"},
-    {"optimizer.params", "amsgrad", U, "AMSGrad", "false"},
+    {"optimizer.params", "bias_correction", R},
+    {"optimizer.params", "amsgrad", R},
 
     {"scheduler", "type", R},
     {"scheduler", "params", R},

@@ -33,6 +33,9 @@ bool LossScaler::update(bool overflow) {
       }
     }
     last_overflow_iter_ = iter_;
+  } else if (opts_.dynamic && opts_.consecutive_hysteresis) {
+    hysteresis_left_ = opts_.hysteresis;  // DeepSpeed: restored on every step without overflow
+    if ((iter_ - last_overflow_iter_) % opts_.loss_scale_window == 0) scale_ *= 2.0f;
   } else if (opts_.dynamic && (iter_ - last_overflow_iter_) % opts_.loss_scale_window == 0) {
     // DeepSpeed counts the window from the last overflow (or from the start).
     hysteresis_left_ = opts_.hysteresis;

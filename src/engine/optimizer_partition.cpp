@@ -199,6 +199,7 @@ void OptimizerPartition::step_piece(const Piece& pc, float* master, float* m1, f
   h.eps = opt_.eps;
   h.weight_decay = opt_.weight_decay;
   h.decoupled_weight_decay = opt_.decoupled_weight_decay();
+  h.bias_correction = opt_.bias_correction;
   h.step = step;
   optim::AdamBuffers buf;
   buf.params = master;

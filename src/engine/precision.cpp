@@ -19,6 +19,7 @@ Precision::Precision(const config::Config& config)
     so.initial_scale_power = config.fp16.initial_scale_power;
     so.loss_scale_window = config.fp16.loss_scale_window;
     so.hysteresis = config.fp16.hysteresis;
+    so.consecutive_hysteresis = config.fp16.consecutive_hysteresis;
     so.min_loss_scale = config.fp16.min_loss_scale;
   }
   scaler_ = LossScaler(so);

@@ -25,8 +25,8 @@ AdamScalars adam_scalars(const AdamHyper& h, const AdamBuffers& b) {
   // Doubles as LibTorch's options are; the float hyper-parameters widen exactly.
   const double lr = h.lr, beta1 = h.beta1, beta2 = h.beta2, wd = h.weight_decay;
   const double step = static_cast<double>(h.step);
-  const double bc1 = 1.0 - std::pow(beta1, step);
-  const double bc2 = 1.0 - std::pow(beta2, step);
+  const double bc1 = h.bias_correction ? 1.0 - std::pow(beta1, step) : 1.0;
+  const double bc2 = h.bias_correction ? 1.0 - std::pow(beta2, step) : 1.0;
 
   AdamScalars s;
   s.grad_scale = b.grad_scale;

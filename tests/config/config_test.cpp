@@ -144,14 +144,14 @@ TEST(Config, HarmlessDeepSpeedKeysAreIgnoredWithANote) {
     "train_batch_size": 8,
     "zero_allow_untested_optimizer": true, "prescale_gradients": true,
     "gradient_predivide_factor": 2.0, "communication_data_type": "fp32",
-    "fp16": {"enabled": true, "auto_cast": true, "consecutive_hysteresis": true},
+    "fp16": {"enabled": true, "auto_cast": true},
     "zero_optimization": {"stage": 2, "round_robin_gradients": true, "sub_group_size": 1e9,
                           "stage3_gather_16bit_weights_on_model_save": true,
                           "allgather_partitions": false, "load_from_fp32_weights": false}
   })");
   const std::vector<std::string> ignored = {
       "'zero_allow_untested_optimizer'", "'prescale_gradients'", "'gradient_predivide_factor'",
-      "'communication_data_type'", "'fp16.auto_cast'", "'fp16.consecutive_hysteresis'",
+      "'communication_data_type'", "'fp16.auto_cast'",
       "'zero_optimization.round_robin_gradients'",
       "'zero_optimization.stage3_gather_16bit_weights_on_model_save'",
       "'zero_optimization.allgather_partitions'", "'zero_optimization.load_from_fp32_weights'"};
@@ -593,11 +593,24 @@ TEST(Config, UnsupportedSchedulerListsTheSupported) {
 
 // --- Round trip and files -----------------------------------------------------
 
+// DeepSpeed's Adam flags: bias_correction is honoured, amsgrad true refused
+// (DeepSpeed's CPU and fused Adam refuse it too), Adagrad notes the former.
+TEST(Config, AdamBiasCorrectionAndAmsgrad) {
+  EXPECT_TRUE(parse(with(R"("optimizer": {"type": "Adam", "params": {"lr": 0.1}})")).optimizer.bias_correction);
+  Config c = parse(with(R"("optimizer": {"type": "Adam", "params": {"bias_correction": false, "amsgrad": false}})"));
+  EXPECT_FALSE(c.optimizer.bias_correction);
+  EXPECT_TRUE(c.warnings.empty()) << all_warnings(c);
+  EXPECT_CONTAINS(error_of(with(R"("optimizer": {"type": "AdamW", "params": {"amsgrad": true}})")),
+                  "test.json: optimizer.params.amsgrad: AMSGrad is not available in zerocpp");
+  EXPECT_CONTAINS(all_warnings(parse(with(R"("optimizer": {"type": "Adagrad", "params": {"bias_correction": false}})"))),
+                  "'optimizer.params.bias_correction'");
+}
+
 TEST(Config, ToJsonRoundTrips) {
   Config c = parse(R"({
     "train_micro_batch_size_per_gpu": 3, "gradient_accumulation_steps": 5,
     "gradient_clipping": 0.7, "bf16": {"enabled": true},
-    "optimizer": {"type": "adam", "params": {"lr": 0.00123, "betas": [0.85, 0.97],
+    "optimizer": {"type": "adam", "params": {"lr": 0.00123, "betas": [0.85, 0.97], "bias_correction": false,
                                              "adam_w_mode": false, "weight_decay": 0.03}},
     "scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": 1000,
                                                        "warmup_min_ratio": 0.1}},

@@ -519,6 +519,34 @@ TEST(Schedule, TheConfigsSchedulerIsSteppedAfterEachStepTaken) {
   EXPECT_FLOAT_EQ(engine.lr(), 3e-3f);
 }
 
+// optimizer.params.bias_correction reaches the step: Adam's first step from
+// zero moments moves each weight by lr * (1-b1) g / (sqrt(1-b2) |g| + eps),
+// about 3.16 lr, without the corrections, and by about lr with them.
+TEST(Optimizer, BiasCorrectionOffStepsWithTheRawMoments) {
+  comm::Communicator& comm = world_comm();
+  const int world = comm.world_size();
+  for (bool correct : {true, false}) {
+    config::Config cfg = make_config(2, false, false, world, kGlobalBatch / world, 1, /*clipping=*/0.0f);
+    cfg.optimizer.weight_decay = 0.0f;
+    cfg.optimizer.eps = 1e-12f;
+    cfg.optimizer.bias_correction = correct;
+    auto model = make_model(ModelKind::kMlp);
+    Engine engine(model, cfg, comm);
+    const std::vector<at::Tensor> before = engine.gather_master_params();
+    GlobalBatch gb = global_batch(ModelKind::kMlp, 0);
+    const int micro = kGlobalBatch / world;
+    engine.backward(micro_loss(ModelKind::kMlp, *model, gb.x.narrow(0, comm.rank() * micro, micro),
+                               gb.y.narrow(0, comm.rank() * micro, micro), engine.dtype()));
+    ASSERT_TRUE(engine.step());
+    const std::vector<at::Tensor> after = engine.gather_master_params();
+    const double want = cfg.optimizer.lr * (correct ? 1.0 : (1.0 - 0.9) / std::sqrt(1.0 - 0.999));
+    for (std::size_t i = 0; i < after.size(); ++i) {
+      const double moved = (after[i] - before[i]).abs().max().item<double>();
+      EXPECT_NEAR(moved, want, 1e-2 * want) << "parameter " << i << " bias_correction " << correct;
+    }
+  }
+}
+
 TEST(Overflow, Fp16DynamicScaleFollowsHysteresisAcrossRanks) {
   // fp16 maths runs on the CPU in LibTorch 2.x, so the whole fp16 path is
   // exercised here: scaled backward, unscale in the optimizer, skip, rescale.
@@ -614,6 +642,27 @@ TEST(LossScaler, DeepSpeedDynamicSemantics) {
   EXPECT_FALSE(s.update(false));  // 3 good steps since the overflow: doubles
   EXPECT_EQ(s.scale(), 128.0f);
   EXPECT_EQ(s.hysteresis_left(), 2);
+}
+
+// fp16.consecutive_hysteresis (DeepSpeed's): every step without overflow
+// refills the hysteresis, so overflows apart never halve the scale; only
+// `hysteresis` of them in a row do.
+TEST(LossScaler, ConsecutiveHysteresisRefillsOnEveryGoodStep) {
+  LossScalerOptions o;
+  o.dynamic = true;
+  o.initial_scale_power = 8;
+  o.loss_scale_window = 100;
+  o.hysteresis = 2;
+  for (bool consecutive : {false, true}) {
+    o.consecutive_hysteresis = consecutive;
+    LossScaler s(o);
+    s.update(true);   // hysteresis 2 -> 1
+    s.update(false);  // consecutive: back to 2
+    s.update(true);   // plain: halves; consecutive: 2 -> 1
+    EXPECT_EQ(s.scale(), consecutive ? 256.0f : 128.0f) << consecutive;
+    s.update(true);   // two in a row halve either way
+    EXPECT_EQ(s.scale(), consecutive ? 128.0f : 64.0f) << consecutive;
+  }
 }
 
 // ---- Awkward modules ------------------------------------------------------

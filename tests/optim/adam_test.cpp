@@ -297,5 +297,29 @@ TEST(Adam, FirstStepMatchesClosedForm) {
   EXPECT_EQ(v[1], (1.0f - 0.999f) * 4.0f);  // both products exact
 }
 
+TEST(Adam, WithoutBiasCorrectionStepsWithTheRawMoments) {
+  // DeepSpeed's bias_correction: false. Two steps from m = v = 0 with the
+  // same gradient g: m2 = (1-b1)(1+b1) g, v2 = (1-b2)(1+b2) g^2, and
+  // p -= lr * m / (sqrt(v) + eps) each step, nothing divided by 1 - b^t.
+  const float g0 = 0.5f, lr = 0.1f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f;
+  float p[1] = {1.0f}, g[1] = {g0}, m[1] = {}, v[1] = {};
+  AdamHyper h;
+  h.lr = lr;
+  h.bias_correction = false;
+  double want = 1.0, mm = 0.0, vv = 0.0;
+  for (int t = 1; t <= 2; ++t) {
+    h.step = t;
+    adam_step(h, AdamBuffers{p, g, DType::kFloat32, m, v, 1});
+    mm = b1 * mm + (1.0 - b1) * g0;
+    vv = b2 * vv + (1.0 - b2) * g0 * g0;
+    want -= lr * mm / (std::sqrt(vv) + eps);
+  }
+  EXPECT_NEAR(p[0], want, 1e-6);
+  // With the corrections each of these steps moves p by about lr; without,
+  // the first by lr * (1-b1)/sqrt(1-b2) = 3.16 lr and the second by
+  // lr * 0.19/sqrt(0.001999) = 4.25 lr.
+  EXPECT_NEAR(1.0 - want, (3.1623 + 4.2497) * lr, 1e-3);
+}
+
 }  // namespace
 }  // namespace zero::optim

@@ -28,6 +28,9 @@ struct OptimizerConfig {
   // Decoupled weight decay. "Adam" + adam_w_mode true (DeepSpeed's default)
   // means AdamW; type "AdamW" forces true; false for Adagrad.
   bool adam_w_mode = true;
+  // Adam's bias corrections (1 - beta^t); false steps with the raw moments,
+  // as DeepSpeed's bias_correction: false does.
+  bool bias_correction = true;
   float initial_accumulator_value = 0.0f;  // Adagrad only
 
   bool is_adam() const { return type == "Adam" || type == "AdamW"; }
@@ -63,6 +66,7 @@ struct Fp16Config {
   int initial_scale_power = 16;  // dynamic scaling starts at 2^initial_scale_power
   int loss_scale_window = 1000;  // overflow-free steps before the scale doubles
   int hysteresis = 2;            // overflows tolerated before the scale halves
+  bool consecutive_hysteresis = false;  // refill the hysteresis on every step without overflow
   float min_loss_scale = 1.0f;
   bool operator==(const Fp16Config&) const = default;
 };

@@ -8,6 +8,8 @@
 //    scale is divided by 2 (never below min_loss_scale), otherwise one unit of
 //    hysteresis is spent. After `loss_scale_window` steps without overflow
 //    since the last one, the scale doubles and the hysteresis is refilled.
+//    With consecutive_hysteresis every step without overflow refills it, so
+//    only `hysteresis` overflows in a row halve the scale.
 // bf16 and fp32 training use a scale of 1 that never changes; a non-finite
 // gradient there still skips the step (counted and logged), so a bad batch
 // never poisons the weights.
@@ -23,6 +25,7 @@ struct LossScalerOptions {
   int initial_scale_power = 16;  // dynamic: initial scale 2^power
   int loss_scale_window = 1000;
   int hysteresis = 2;
+  bool consecutive_hysteresis = false;
   float min_loss_scale = 1.0f;
 };
 

@@ -50,6 +50,9 @@ struct AdamHyper {
   // true: AdamW (torch.optim.AdamW, decoupled decay);
   // false: Adam with L2 (torch.optim.Adam, weight_decay * p added to the grad).
   bool decoupled_weight_decay = true;
+  // Divide the moments by (1 - beta^t) (torch's Adam always does; DeepSpeed's
+  // bias_correction: false does not).
+  bool bias_correction = true;
   // The step number AFTER increment (1 for the first step), per parameter
   // group; the bias corrections use it. Must be >= 1.
   std::int64_t step = 1;
