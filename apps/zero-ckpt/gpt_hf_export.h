@@ -12,7 +12,10 @@
 namespace zero::tools {
 
 // n_head: 0 takes it from the checkpoint's client state (zero-train saves
-// the GPT's dimensions there). Returns the number of tensors written.
+// the GPT's dimensions there); another value must agree with that record.
+// Both files are written as temporaries in out_dir, fsync'd, and only then
+// renamed over an earlier export's: a failure leaves that export as it was
+// (and no temporaries). Returns the number of tensors written.
 std::size_t export_gpt_to_hf(const ckpt::OpenCheckpoint& c, const std::filesystem::path& out_dir, std::int64_t n_head);
 
 }  // namespace zero::tools

@@ -6,14 +6,18 @@
 //   zero-ckpt export-hf DIR [--tag T] --out HF_DIR [--n-head N]
 //
 // DIR is the folder given to --save-dir (or Engine::save_checkpoint); the
-// tag defaults to the one DIR/latest names.
+// tag defaults to the one DIR/latest names. DIR may also be one tag's folder
+// (DIR/step-6). Every file's presence and size is checked (a stat each);
+// --verify reads them and checks their CRC-32C too.
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 
 #include <CLI/CLI.hpp>
 
 #include "gpt_hf_export.h"
+#include "zero/ckpt/checkpoint_dir.h"
 #include "zero/ckpt/consolidate.h"
 #include "zero/core/error.h"
 
@@ -23,6 +27,42 @@ namespace {
 
 double mib(std::uint64_t b) { return static_cast<double>(b) / (1 << 20); }
 
+// A whole number >= 1 (CLI::PositiveNumber would print its bound as 2.2e-308).
+CLI::Validator at_least_one() {
+  return CLI::Validator(
+      [](std::string& in) -> std::string {
+        std::int64_t v = 0;
+        if (!CLI::detail::lexical_cast(in, v)) return "'" + in + "' is not a whole number";
+        return v >= 1 ? std::string() : "must be >= 1, got " + in;
+      },
+      ">=1");
+}
+
+// DIR may be a tag's own folder (ck/step-6, the one holding the manifest):
+// then that checkpoint, and a --tag beside it must name the same.
+ckpt::OpenCheckpoint open_given(const std::filesystem::path& dir, const std::string& tag, bool tag_given) {
+  const ckpt::TagWording wording{"--tag", "give the folder the checkpoints were saved to (zero-train --save-dir)"};
+  std::error_code ec;
+  if (!std::filesystem::exists(dir / ckpt::kManifestName, ec)) return ckpt::open_checkpoint(dir, tag, wording);
+  const std::filesystem::path full = std::filesystem::weakly_canonical(dir, ec);
+  const std::string own = full.filename().string();
+  ZERO_CHECK(!tag_given || tag == own, dir.string(), " is checkpoint '", own, "' itself (it holds ",
+             ckpt::kManifestName, "), but --tag says '", tag, "': drop --tag, or give the parent folder ",
+             full.parent_path().string(), " with --tag ", tag);
+  return ckpt::open_checkpoint(full.parent_path(), own, wording);
+}
+
+// Every file of the manifest present at its recorded size (a stat each):
+// a deleted or truncated shard is an error even without --verify.
+void check_files(const ckpt::OpenCheckpoint& c) {
+  const std::vector<std::string> bad = ckpt::missing_or_short_files(c);
+  if (bad.empty()) return;
+  std::string list;
+  for (const auto& b : bad) list += "; " + b;
+  ZERO_CHECK(false, "checkpoint ", c.folder.string(), " is incomplete: ", bad.size(), " of ", c.manifest.files.size(),
+             " file(s) missing or not their recorded size", list, ". It cannot be loaded: use another tag");
+}
+
 int inspect(const ckpt::OpenCheckpoint& c, bool verify) {
   const ckpt::Manifest& m = c.manifest;
   std::uint64_t total = 0;
@@ -30,7 +70,7 @@ int inspect(const ckpt::OpenCheckpoint& c, bool verify) {
   std::printf("checkpoint %s (format %d)\n", c.folder.c_str(), m.format_version);
   std::printf("  saved by %d rank(s), stage %d, %s, optimizer %s%s%s\n", m.world_size, m.stage, m.dtype.c_str(),
               m.optimizer.c_str(), m.offload ? ", offload cpu" : "", m.delayed_update ? ", delayed update" : "");
-  std::printf("  %zu trainable parameters tensors, %llu elements; %zu module tensors (frozen, buffers)\n",
+  std::printf("  %zu trainable parameter tensors, %llu elements; %zu module tensors (frozen, buffers)\n",
               m.params.size(), static_cast<unsigned long long>(m.numel()), m.module_tensors.size());
   std::printf("  layout: %zu bucket(s), %llu padded elements, partition %llu per rank\n", m.buckets.size(),
               static_cast<unsigned long long>(m.padded_numel), static_cast<unsigned long long>(m.partition_numel));
@@ -48,6 +88,7 @@ int inspect(const ckpt::OpenCheckpoint& c, bool verify) {
     }
     std::printf("\n");
   }
+  check_files(c);
   if (verify) {
     const auto t0 = std::chrono::steady_clock::now();
     ckpt::verify_files(c, [&](std::size_t i) { std::printf("  verified %s\n", m.files[i].name.c_str()); });
@@ -65,24 +106,31 @@ int main(int argc, char** argv) {
   std::string dir, tag = "latest", out;
   bool verify = false, no_verify = false;
   std::int64_t n_head = 0;
-  auto* ins = app.add_subcommand("inspect", "print the manifest: layout, step, files, sizes, checksums");
-  ins->add_option("dir", dir, "the checkpoint folder (--save-dir)")->required();
+  auto* ins = app.add_subcommand("inspect", "print the manifest: layout, step, files, sizes, checksums; exits 1 "
+                                 "when a file is missing or not its recorded size");
+  ins->add_option("dir", dir, "the checkpoint folder (--save-dir), or one tag's folder in it")->required();
   ins->add_option("--tag", tag, "the checkpoint's tag")->capture_default_str();
   ins->add_flag("--verify", verify, "read every file and check its size and CRC-32C");
   auto* con = app.add_subcommand("consolidate",
                                  "one fp32 state dict under the module's names, as safetensors (streamed: memory "
                                  "bounded by the largest parameter)");
-  con->add_option("dir", dir, "the checkpoint folder (--save-dir)")->required();
+  con->add_option("dir", dir, "the checkpoint folder (--save-dir), or one tag's folder in it")->required();
   con->add_option("--tag", tag, "the checkpoint's tag")->capture_default_str();
-  con->add_option("--out", out, "the .safetensors file to write")->required();
+  con->add_option("--out", out, "the .safetensors file to write (via a .tmp beside it, removed on a failure)")
+      ->required();
   con->add_flag("--no-verify", no_verify, "skip the checksum pass over the files");
   auto* hf = app.add_subcommand("export-hf",
                                 "a zero::models::Gpt checkpoint as a Hugging Face GPT-2 folder (config.json, "
                                 "model.safetensors) that GPT2LMHeadModel.from_pretrained loads");
-  hf->add_option("dir", dir, "the checkpoint folder (--save-dir)")->required();
+  hf->add_option("dir", dir, "the checkpoint folder (--save-dir), or one tag's folder in it")->required();
   hf->add_option("--tag", tag, "the checkpoint's tag")->capture_default_str();
-  hf->add_option("--out", out, "the folder to write")->required();
-  hf->add_option("--n-head", n_head, "attention heads (default: from the checkpoint, as zero-train saves it)");
+  hf->add_option("--out", out, "the folder to write (an earlier export there is replaced only once the new one is "
+                 "complete; other files stay)")
+      ->required();
+  hf->add_option("--n-head", n_head,
+                 "attention heads, for a checkpoint that does not record them (zero-train's do; a value that "
+                 "contradicts the record is an error)")
+      ->check(at_least_one());
   hf->add_flag("--no-verify", no_verify, "skip the checksum pass over the files");
   try {
     app.parse(argc, argv);
@@ -90,9 +138,11 @@ int main(int argc, char** argv) {
     return app.exit(e);
   }
   try {
-    const ckpt::OpenCheckpoint c = ckpt::open_checkpoint(dir, tag);
+    const bool tag_given = app.get_subcommands().front()->get_option("--tag")->count() > 0;
+    const ckpt::OpenCheckpoint c = open_given(dir, tag, tag_given);
     if (*ins) return inspect(c, verify);
     const auto t0 = std::chrono::steady_clock::now();
+    check_files(c);
     if (!no_verify) ckpt::verify_files(c);
     std::size_t n = 0;
     if (*con) {

@@ -54,13 +54,26 @@ std::int64_t parse_bytes(const std::string& flag, const std::string& s) {
   return *v;
 }
 
+// A parameter count in the unit that shows it: 120.6K, 86.41M, 1.500B (the
+// suffixes --params reads), never "0.000B" for a small model.
+std::string format_count(std::int64_t n) {
+  char buf[32];
+  const double v = static_cast<double>(n);
+  if (v >= 1e12) std::snprintf(buf, sizeof buf, "%.3fT", v / 1e12);
+  else if (v >= 1e9) std::snprintf(buf, sizeof buf, "%.3fB", v / 1e9);
+  else if (v >= 1e6) std::snprintf(buf, sizeof buf, "%.2fM", v / 1e6);
+  else if (v >= 1e3) std::snprintf(buf, sizeof buf, "%.1fK", v / 1e3);
+  else std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(n));
+  return buf;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string model = "gpt2", params_text, device_mem_text, host_mem_text, precision = "bf16", stage_text, optimizer = "AdamW";
   int world = 1, stage = -1;
   bool offload = false, dpu = false, json = false, checkpoint = false, cpu_checkpoint = false, on_gpu = false;
-  bool offload_param = false;
+  bool offload_param = false, nvme = false;
   std::int64_t prefetch = 50'000'000, persistence = 100'000;
   double offload_ratio = 1.0;
   std::int64_t micro = 1, seq = 0, bucket = 500'000'000, n_layer = 0, n_head = 0, n_embd = 0, block_size = 0;
@@ -82,6 +95,9 @@ int main(int argc, char** argv) {
                  "holds the largest unit plus this much fetched ahead")->capture_default_str();
   app.add_option("--persistence-threshold", persistence, "stage3_param_persistence_threshold: parameters with "
                  "fewer elements stay gathered")->capture_default_str();
+  app.add_flag("--nvme", nvme, "offload_optimizer.device = nvme: the offloaded configurations with the "
+               "master and moments in a swap file (the nvme column), swapped through 4 host buffers "
+               "(offload_optimizer.buffer_count) of one step piece each (implies --offload)");
   app.add_flag("--dpu", dpu, "delayed parameter update (needs --offload)");
   app.add_option("--offload-ratio", offload_ratio, "offload_optimizer.ratio: the share of the optimizer state "
                  "offloaded (needs --offload); the rest stays on the device, stepped there")->capture_default_str();
@@ -115,6 +131,8 @@ int main(int argc, char** argv) {
     ZERO_CHECK(prefetch >= 0 && persistence >= 0, "--prefetch and --persistence-threshold must be >= 0");
     ZERO_CHECK(!(offload && stage == 0), "--stage 0 --offload: the engine refuses offload_optimizer.device=\"cpu\" "
                "at stage 0 (ZeRO-Offload offloads the rank's optimizer partition): use --stage 1, 2 or 3");
+    ZERO_CHECK(!nvme || offload_ratio == 1.0, "--nvme offloads the whole optimizer state: drop --offload-ratio");
+    if (nvme) offload = true;
     ZERO_CHECK(!dpu || offload, "--dpu (delayed parameter update) needs --offload: the delayed step is the CPU "
                "optimizer's");
     ZERO_CHECK(offload_ratio >= 0.0 && offload_ratio <= 1.0, "--offload-ratio must be in [0, 1], got ",
@@ -172,16 +190,17 @@ int main(int argc, char** argv) {
     }
     const std::int64_t device_mem = device_mem_text.empty() ? 0 : parse_bytes("--device-mem", device_mem_text);
     const std::int64_t host_mem = host_mem_text.empty() ? 0 : parse_bytes("--host-mem", host_mem_text);
-    std::printf("%s: %.3fB parameters, %d rank(s), %s%s%s\n", params_text.empty() ? model.c_str() : "model",
-                in.params / 1e9, world, precision.c_str(),
+    std::printf("%s: %s parameters, %d rank(s), %s%s%s\n", params_text.empty() ? model.c_str() : "model",
+                format_count(in.params).c_str(), world, precision.c_str(),
                 in.micro_batch ? (", activations of micro-batch " + std::to_string(micro) + " x " + std::to_string(in.seq_len)).c_str() : "",
                 in.checkpoint_activations ? (in.cpu_checkpointing ? ", checkpointed on the host" : ", checkpointed") : "");
     if (params_text.empty() == false && (stage < 0 || stage == 3)) {
       std::printf("(stage 3 with --params: the model is taken as one unit, gathered whole in forward and "
                   "backward; give --model for a GPT's per-block units)\n");
     }
-    std::printf("%-26s %12s %12s %12s %12s %12s %12s | %12s %12s\n", "configuration", "dev states", "dev padding",
-                "dev buckets", "dev units", "dev activ.", "dev total", "host states", "host total");
+    std::printf("%-26s %12s %12s %12s %12s %12s %12s | %12s %12s%s\n", "configuration", "dev states", "dev padding",
+                "dev buckets", "dev units", "dev activ.", "dev total", "host states", "host total",
+                nvme ? " |         nvme" : "");
     struct Row { int stage; bool offload; MemoryEstimate e; bool fits; };
     std::vector<Row> rows;
     // Best first: the least communication and host work that fits.
@@ -198,15 +217,18 @@ int main(int argc, char** argv) {
       in.dpu = off && dpu;
       in.offload_ratio = off ? offload_ratio : 1.0;
       in.offload_param = offload_param && s == 3;
+      in.nvme = off && nvme;
       MemoryEstimate e = estimate_memory(in);
       const bool fits = (device_mem == 0 || e.device_total() <= device_mem) && (host_mem == 0 || e.host_total() <= host_mem);
       rows.push_back({s, off, e, fits});
-      std::printf("%-26s %12s %12s %12s %12s %12s %12s | %12s %12s%s\n",
-                  describe_config(s, off, in.offload_param).c_str(),
+      std::printf("%-26s %12s %12s %12s %12s %12s %12s | %12s %12s%s%s\n",
+                  (describe_config(s, off, in.offload_param) + (in.nvme ? " (nvme)" : "")).c_str(),
                   memory::format_bytes(e.device_model_states()).c_str(), memory::format_bytes(e.device_padding).c_str(),
                   memory::format_bytes(e.device_buckets).c_str(), memory::format_bytes(e.device_gathered).c_str(),
                   memory::format_bytes(e.device_activations).c_str(), memory::format_bytes(e.device_total()).c_str(),
                   memory::format_bytes(e.host_model_states()).c_str(), memory::format_bytes(e.host_total()).c_str(),
+                  nvme ? (" | " + std::string(12 - std::min<std::size_t>(12, memory::format_bytes(e.nvme_total()).size()), ' ') +
+                          memory::format_bytes(e.nvme_total())).c_str() : "",
                   (device_mem || host_mem) ? (fits ? "  fits" : "  does not fit") : "");
     }
     for (const Row& r : rows) {
@@ -223,13 +245,13 @@ int main(int argc, char** argv) {
         std::printf("%s{\"stage\":%d,\"offload\":%s,\"device_model_states\":%lld,\"host_model_states\":%lld,"
                     "\"device_buckets\":%lld,\"device_gathered\":%lld,\"device_padding\":%lld,\"device_staging\":%lld,"
                     "\"device_activations\":%lld,\"host_activations\":%lld,"
-                    "\"device_total\":%lld,\"host_total\":%lld,\"fits\":%s}",
+                    "\"device_total\":%lld,\"host_total\":%lld,\"nvme_total\":%lld,\"fits\":%s}",
                     i ? "," : "", rows[i].stage, rows[i].offload ? "true" : "false",
                     (long long)e.device_model_states(), (long long)e.host_model_states(), (long long)e.device_buckets,
                     (long long)e.device_gathered,
                     (long long)e.device_padding, (long long)e.device_staging, (long long)e.device_activations, (long long)e.host_activations,
                     (long long)e.device_total(),
-                    (long long)e.host_total(), rows[i].fits ? "true" : "false");
+                    (long long)e.host_total(), (long long)e.nvme_total(), rows[i].fits ? "true" : "false");
       }
       std::printf("]}\n");
     }
@@ -240,7 +262,7 @@ int main(int argc, char** argv) {
         const bool params_off = offload_param && best->stage == 3;
         std::printf("best fit: %s (zero_optimization.stage=%d%s%s)\n",
                     describe_config(best->stage, best->offload, params_off).c_str(), best->stage,
-                    best->offload ? ", offload_optimizer.device=\"cpu\"" : "",
+                    best->offload ? (nvme ? ", offload_optimizer.device=\"nvme\"" : ", offload_optimizer.device=\"cpu\"") : "",
                     params_off ? ", offload_param.device=\"cpu\"" : "");
       } else {
         std::printf("nothing fits: add ranks (--world), lower the micro-batch, or use more host memory\n");

@@ -6,14 +6,22 @@
 // Without --config, the embedded default is ZeRO-2 + CPU offload + bf16 with
 // AdamW (fp32 on a CPU without native bf16: train_precision.h). Without
 // corpus paths, the English text of Debian's `fortunes`.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <optional>
 #include <random>
+#include <sstream>
 
 #include <ATen/ops/from_blob.h>
 #include <ATen/ops/multinomial.h>
@@ -29,6 +37,7 @@
 #include "train_precision.h"
 #include "train_report.h"
 #include "zero/ckpt/checkpoint_dir.h"
+#include "zero/ckpt/consolidate.h"
 #include "zero/comm/communicator.h"
 #include "zero/comm/fail_job.h"
 #include "zero/config/config.h"
@@ -109,13 +118,15 @@ std::string generate(models::Gpt& model, std::int64_t n, std::int64_t block, std
   return data::decode_bytes(std::vector<std::int64_t>(ids.begin() + 1, ids.end()));
 }
 
-void write_plot(const fs::path& dir) {
+// with_val: val.dat has points (gnuplot warns about a series without any).
+void write_plot(const fs::path& dir, bool with_val) {
   const fs::path script = dir / "plot.gp";
   std::ofstream gp(script);
   gp << "set terminal png size 1000,420\nset output '" << (dir / "training.png").string() << "'\n"
      << "set multiplot layout 1,2\nset xlabel 'step'\nset ylabel 'loss (nats)'\nset title 'loss'\n"
-     << "plot '" << (dir / "loss.dat").string() << "' using 1:2 with lines title 'train', '"
-     << (dir / "val.dat").string() << "' using 1:2 with linespoints title 'validation'\n"
+     << "plot '" << (dir / "loss.dat").string() << "' using 1:2 with lines title 'train'";
+  if (with_val) gp << ", '" << (dir / "val.dat").string() << "' using 1:2 with linespoints title 'validation'";
+  gp << "\n"
      << "set ylabel 'MiB'\nset title 'memory per tier (rank 0)'\n"
      << "plot '" << (dir / "loss.dat").string() << "' using 1:($3/1048576) with lines title 'device', '' using 1:($4/1048576) with lines title 'host'\n"
      << "unset multiplot\n";
@@ -135,11 +146,97 @@ void write_plot(const fs::path& dir) {
   }
 }
 
+// CLI11 checks of a number, run on the value given (not on the default);
+// CLI11 puts the flag in front: "--steps: must be >= 1, got 0".
+template <typename T>
+CLI::Validator in_range(T lo, T hi, const std::string& note = "") {
+  std::ostringstream range;
+  if (hi == std::numeric_limits<T>::max()) {
+    range << ">= " << lo;
+  } else {
+    range << "in [" << lo << ", " << hi << "]";
+  }
+  return CLI::Validator(
+      [lo, hi, r = range.str(), note](std::string& in) -> std::string {
+        T v{};
+        if (!CLI::detail::lexical_cast(in, v) || std::isnan(static_cast<double>(v))) {
+          return "'" + in + "' is not a number";
+        }
+        return v >= lo && v <= hi ? std::string() : "must be " + r + note + ", got " + in;
+      },
+      range.str());
+}
+template <typename T>
+CLI::Validator at_least(T lo, const std::string& note = "") {
+  return in_range<T>(lo, std::numeric_limits<T>::max(), note);
+}
+// CLI11 would read -1 into an unsigned seed as 2^64-1.
+CLI::Validator seed_number() {
+  return CLI::Validator(
+      [](std::string& in) -> std::string {
+        const bool digits = !in.empty() && in.size() <= 20 &&
+                            std::all_of(in.begin(), in.end(), [](char c) { return c >= '0' && c <= '9'; });
+        std::uint64_t v = 0;
+        return digits && CLI::detail::lexical_cast(in, v) ? std::string()
+                                                          : "must be a whole number in [0, 2^64-1], got " + in;
+      },
+      "in [0, 2^64-1]");
+}
+
+// The output paths, checked before anything is built, so that a typo costs
+// no training: --out created now (every rank: each may write its flight
+// recorder there), the --report file opened for writing on rank 0 (and
+// removed again if it was not there: it is written at the end).
+void prepare_outputs(const Options& o, bool root) {
+  std::error_code ec;
+  fs::create_directories(o.out_dir, ec);
+  if (ec) {
+    // The file in the way, if that is why (--out afile, --out afile/runs).
+    fs::path blocker;
+    for (fs::path p = o.out_dir; !p.empty() && blocker.empty(); p = p.parent_path()) {
+      std::error_code e2;
+      if (fs::exists(p, e2) && !fs::is_directory(p, e2)) blocker = p;
+      if (p == p.parent_path()) break;
+    }
+    ZERO_CHECK(false, "--out ", o.out_dir, ": cannot create the folder (", ec.message(), ")",
+               blocker.empty() ? "" : ": " + blocker.string() + " is a file, not a folder",
+               "; give a folder that can be created, or an existing one (--out)");
+  }
+  ZERO_CHECK(fs::is_directory(o.out_dir, ec), "--out ", o.out_dir, " is not a folder: give a folder (--out)");
+  if (!root || o.report.empty()) return;
+  const bool existed = fs::exists(o.report, ec);
+  const int fd = ::open(o.report.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  const int e = errno;
+  const fs::path folder = fs::path(o.report).parent_path();
+  ZERO_CHECK(fd >= 0, "--report ", o.report, ": cannot write the file (", std::strerror(e), ")",
+             e == ENOENT ? ": the folder " + (folder.empty() ? fs::path(".") : folder).string() + " does not exist"
+                         : "",
+             "; give a file in an existing, writable folder (--report)");
+  ::close(fd);
+  if (!existed) ::unlink(o.report.c_str());
+}
+
+// With --resume, the checkpoint is found and its step read before the model
+// is built: a wrong tag, or a checkpoint with nothing left to train, ends
+// the run at once. Returns the saved step.
+std::int64_t resume_step(const Options& o) {
+  const ckpt::OpenCheckpoint c =
+      ckpt::open_checkpoint(o.save_dir, o.resume, {"--resume", "start without --resume (a new run)"});
+  const nlohmann::json& client = c.manifest.client_state;
+  const std::int64_t step = client.is_object() ? client.value("step", std::int64_t{0}) : 0;
+  ZERO_CHECK(step < o.steps, "checkpoint ", c.folder.string(), " is at step ", step,
+             step == o.steps ? " and --steps is " : ", past --steps ", o.steps,
+             ": nothing left to train; raise --steps above ", step, " (the total, counted from step 0)");
+  return step;
+}
+
 int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
   Options o = cli;
   comm_out = comm::make_communicator();
   comm::Communicator* comm = comm_out.get();
   const bool root = comm->rank() == 0;
+  prepare_outputs(o, root);
+  const std::int64_t saved_step = o.resume.empty() ? 0 : resume_step(o);
   config::Config cfg = o.config_path.empty() ? config::parse_config(kDefaultConfig, comm->world_size(), "<default config>")
                                              : config::load_config(o.config_path, comm->world_size());
   if (root) {
@@ -207,7 +304,10 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
     in.params = engine.num_parameters();
     in.world = comm->world_size();
     in.stage = cfg.zero_optimization.stage;
-    in.offload = cfg.zero_optimization.offload_optimizer.device == "cpu";
+    in.offload = cfg.zero_optimization.offload_optimizer.device != "none";
+    in.nvme = cfg.zero_optimization.offload_optimizer.device == "nvme";
+    in.nvme_buffers = cfg.zero_optimization.offload_optimizer.buffer_count;
+    in.sub_group_elements = cfg.zero_optimization.sub_group_size;
     in.dpu = in.offload && cfg.zero_optimization.offload_optimizer.delayed_param_update;
     in.on_gpu = td.device.is_cuda();
     in.accumulation = static_cast<int>(accum);
@@ -273,9 +373,11 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
   // and the schedule stand (both functions of the step).
   std::int64_t first_step = 0;
   if (!o.resume.empty()) {
-    ZERO_CHECK(!o.save_dir.empty(), "--resume needs --save-dir: the folder the checkpoints were saved to");
     const nlohmann::json client = engine.load_checkpoint(o.save_dir, o.resume);
     first_step = client.value("step", std::int64_t{0});
+    // (A save of the same tag between resume_step() and here would change it.)
+    ZERO_CHECK(first_step == saved_step, "checkpoint '", o.resume, "' in ", o.save_dir, " changed while the model was "
+               "built (step ", saved_step, ", now ", first_step, "): another job saves there; resume again");
     if (root && client.value("seed", o.seed) != o.seed) {
       std::fprintf(stderr, "warning: the checkpoint was trained with --seed %llu, this run has --seed %llu: the data "
                    "order from here on differs from the saved run's\n",
@@ -286,12 +388,13 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
                    static_cast<long long>(o.steps));
     }
   }
-  fs::create_directories(o.out_dir);
   std::ofstream metrics, loss_dat, val_dat;
   if (root) {
     metrics.open(fs::path(o.out_dir) / "metrics.jsonl");
     loss_dat.open(fs::path(o.out_dir) / "loss.dat");
     val_dat.open(fs::path(o.out_dir) / "val.dat");
+    ZERO_CHECK(metrics && loss_dat && val_dat, "--out ", o.out_dir, ": cannot write metrics.jsonl, loss.dat and "
+               "val.dat there (", std::strerror(errno), "); give a writable folder (--out)");
   }
   train::Progress progress(cfg.steps_per_print);
   const double flops_per_token = gc.flops_per_token(o.seq_len);
@@ -300,6 +403,7 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
   nlohmann::json val_losses = nlohmann::json::array();
   double total_seconds = 0.0;
   std::optional<double> last_val;  // none when no evaluation ran
+  bool any_val = false;  // val.dat has a point (else the plot leaves the series out)
   comm::CommStats last_comm, run_comm;  // this rank's: the last step, and the sum over steps
   auto report_saved = [&] {
     const Engine::CheckpointTiming& c = engine.last_checkpoint();
@@ -339,7 +443,10 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
   };
   for (std::int64_t step = first_step; step < o.steps; ++step) {
     const bool saving = engine.checkpoint_in_flight();
-    engine.set_lr(schedule.lr(step));
+    // A config's scheduler is the engine's (stepped as DeepSpeed does, after
+    // each step taken); zero-train's own follows the steps taken too, so
+    // that a skipped step does not move the warm-up on.
+    if (cfg.scheduler.type.empty()) engine.set_lr(schedule.lr(engine.stats().step));
     const auto t0 = std::chrono::steady_clock::now();
     // Summed where the model is, read once per step (no host sync per micro-batch).
     at::Tensor loss_acc = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(td.device));
@@ -392,6 +499,7 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
       metrics << m.dump() << "\n";
       loss_dat << p.step << " " << loss << " " << p.device_bytes << " " << p.host_bytes << "\n";
       if (val >= 0) val_dat << p.step << " " << val << "\n";
+      if (val >= 0) any_val = true;
     }
     if (o.save_every > 0 && (step + 1) % o.save_every == 0) {
       const std::string tag = "step-" + std::to_string(step + 1);
@@ -443,7 +551,7 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
                            "%.4f nats\n", corpus.unigram_entropy_nats());
     }
     std::fprintf(stderr, "metrics: %s\n", (fs::path(o.out_dir) / "metrics.jsonl").c_str());
-    write_plot(o.out_dir);
+    write_plot(o.out_dir, any_val);
     if (!o.report.empty()) {
       nlohmann::json r;
       r["config"] = config::to_json(cfg);
@@ -466,7 +574,11 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
       r["steps"] = o.steps;
       r["skipped_steps"] = engine.stats().skipped;
       r["failed_saves"] = failed_saves;
-      std::ofstream(o.report) << r.dump(2) << "\n";
+      std::ofstream report(o.report);
+      report << r.dump(2) << "\n";
+      report.close();
+      ZERO_CHECK(!report.fail(), "--report ", o.report, ": writing the report failed (", std::strerror(errno),
+                 "); the metrics are in ", (fs::path(o.out_dir) / "metrics.jsonl").string());
       std::fprintf(stderr, "report: %s\n", o.report.c_str());
     }
   }
@@ -491,40 +603,57 @@ int main(int argc, char** argv) {
   app.add_option("--config", o.config_path, "DeepSpeed-style JSON config (default: ZeRO-2 + CPU offload + bf16; fp32 on a CPU without native bf16)");
   app.add_option("--model", o.model, "preset: gpt2-tiny, gpt2-small-test, gpt2, gpt2-medium, gpt2-large, gpt2-xl")
       ->capture_default_str();
-  app.add_option("--n-layer", o.n_layer, "override the preset's layers");
-  app.add_option("--n-head", o.n_head, "override the preset's heads");
-  app.add_option("--n-embd", o.n_embd, "override the preset's width");
-  app.add_option("--block-size", o.block_size, "override the preset's context length");
-  app.add_option("--seq-len", o.seq_len, "training sequence length (default: block size)");
-  app.add_option("--steps", o.steps, "optimizer steps")->capture_default_str();
+  app.add_option("--n-layer", o.n_layer, "override the preset's layers")->check(at_least<std::int64_t>(1));
+  app.add_option("--n-head", o.n_head, "override the preset's heads")->check(at_least<std::int64_t>(1));
+  app.add_option("--n-embd", o.n_embd, "override the preset's width")->check(at_least<std::int64_t>(1));
+  app.add_option("--block-size", o.block_size, "override the preset's context length")
+      ->check(at_least<std::int64_t>(1));
+  app.add_option("--seq-len", o.seq_len, "training sequence length (default: block size)")
+      ->check(at_least<std::int64_t>(1));
+  app.add_option("--steps", o.steps, "optimizer steps (the total: a resumed run trains from the checkpoint's step "
+                 "to this one)")
+      ->check(at_least<std::int64_t>(1))
+      ->capture_default_str();
   auto* warmup = app.add_option("--warmup", o.warmup,
-                                "LR warm-up steps when the config has no scheduler (default: steps/10)");
+                                "LR warm-up steps when the config has no scheduler (default: steps/10)")
+                    ->check(at_least<std::int64_t>(0));
   auto* min_lr = app.add_option("--min-lr-ratio", o.min_lr_ratio,
                                 "cosine floor as a fraction of the lr, when the config has no scheduler")
+                     ->check(in_range(0.0, 1.0))
                      ->capture_default_str();
   app.add_option("--eval-every", o.eval_every, "validation every N steps and after the last (0: never)")
+      ->check(at_least<std::int64_t>(0, " (0: no validation)"))
       ->capture_default_str();
-  app.add_option("--eval-batches", o.eval_batches, "micro-batches per validation")->capture_default_str();
-  app.add_option("--sample", o.sample, "generate N bytes of text at the end")->capture_default_str();
-  app.add_option("--report", o.report, "write a JSON report (memory per rank, communication, losses, speed)");
-  app.add_option("--out", o.out_dir, "folder for metrics.jsonl and training.png")->capture_default_str();
+  app.add_option("--eval-batches", o.eval_batches, "micro-batches per validation")
+      ->check(at_least<std::int64_t>(1, " (--eval-every 0 turns validation off)"))
+      ->capture_default_str();
+  app.add_option("--sample", o.sample, "generate N bytes of text at the end (0: none)")
+      ->check(at_least<std::int64_t>(0))
+      ->capture_default_str();
+  app.add_option("--report", o.report, "write a JSON report (memory per rank, communication, losses, speed); its "
+                 "folder must exist (checked before training)");
+  app.add_option("--out", o.out_dir, "folder for metrics.jsonl and training.png (created; checked before training)")
+      ->capture_default_str();
   app.add_option("--device", o.device,
                  "auto (a GPU per rank when the node has enough, else the CPU), cpu, or cuda (rank r on "
                  "cuda:<local rank r>; several ranks talk over NCCL)")
       ->capture_default_str();
-  app.add_option("--seed", o.seed, "seed of the model and the data order")->capture_default_str();
+  app.add_option("--seed", o.seed, "seed of the model and the data order")->check(seed_number())->capture_default_str();
   app.add_option("--save-every", o.save_every,
                  "save a checkpoint every K steps (tag step-<N>) to --save-dir (0: never)")
+      ->check(at_least<std::int64_t>(0, " (0: never)"))
       ->capture_default_str();
   app.add_option("--save-dir", o.save_dir, "folder of the checkpoints (<dir>/<tag>/, <dir>/latest)");
   app.add_option("--resume", o.resume,
-                 "resume from checkpoint TAG of --save-dir (latest: the newest); saved on any number of ranks");
+                 "resume from checkpoint TAG of --save-dir (latest: the newest); saved on any number of ranks; a "
+                 "checkpoint at or past --steps is an error");
   app.add_flag("--sync-save", o.sync_save,
                "write checkpoints before training goes on (default: asynchronously, training blocks only for a "
                "host copy)");
   app.add_option("--on-save-error", o.on_save_error,
                  "when a checkpoint cannot be saved (disk full, folder gone): stop the run with the error, or "
-                 "continue training, warning with the newest checkpoint committed (the failed one leaves nothing)")
+                 "continue training, warning at each failed save with the newest checkpoint committed (the failed "
+                 "one leaves nothing)")
       ->check(CLI::IsMember({"stop", "continue"}))
       ->capture_default_str();
   app.add_flag("--checkpoint-activations", o.checkpoint_activations,
@@ -537,6 +666,10 @@ int main(int argc, char** argv) {
   }
   if (o.save_every > 0 && o.save_dir.empty()) {
     std::fprintf(stderr, "zero-train: error: --save-every needs --save-dir: the folder to save the checkpoints to\n");
+    return 2;
+  }
+  if (!o.resume.empty() && o.save_dir.empty()) {
+    std::fprintf(stderr, "zero-train: error: --resume needs --save-dir: the folder the checkpoints were saved to\n");
     return 2;
   }
   o.warmup_given = warmup->count() > 0;

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -146,27 +147,102 @@ std::string read_text(const fs::path& path, std::size_t max_bytes) {
   return os.str();
 }
 
-std::string resolve_tag(const fs::path& dir, const std::string& tag) {
+namespace {
+
+// step-2 before step-10: names compared with their trailing numbers as numbers.
+bool step_order(const std::string& a, const std::string& b) {
+  auto split = [](const std::string& s) {
+    std::size_t i = s.size();
+    while (i > 0 && s[i - 1] >= '0' && s[i - 1] <= '9') --i;
+    return std::make_pair(s.substr(0, i), s.substr(i));
+  };
+  const auto [pa, na] = split(a);
+  const auto [pb, nb] = split(b);
+  if (pa != pb) return pa < pb;
+  if (na.size() != nb.size()) return na.size() < nb.size();  // no leading zeros in step-<N>
+  return na < nb;
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s;
+}
+
+// The unfinished saves in dir (<tag>.partial folders), for the messages.
+std::vector<std::string> list_partials(const fs::path& dir) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (ends_with(name, kPartial)) out.push_back(name);
+  }
+  std::sort(out.begin(), out.end(), step_order);
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> list_tags(const fs::path& dir) {
+  std::vector<std::string> tags;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    std::error_code e2;
+    if (name == kLatestName || !is_plain_file_name(name) || ends_with(name, kPartial) || ends_with(name, ".replaced") ||
+        !fs::exists(it->path() / kManifestName, e2)) {
+      continue;
+    }
+    tags.push_back(name);
+  }
+  std::sort(tags.begin(), tags.end(), step_order);
+  return tags;
+}
+
+std::string resolve_tag(const fs::path& dir, const std::string& tag, const TagWording& wording) {
   std::error_code ec;
   ZERO_CHECK(fs::is_directory(dir, ec), "no checkpoint folder ", dir.string(),
              ": give the folder the checkpoints were saved to (--save-dir)");
+  // A tag's own folder given for the folder of checkpoints (ck/step-6 for ck).
+  if (fs::exists(dir / kManifestName, ec)) {
+    const fs::path full = fs::weakly_canonical(dir, ec);
+    ZERO_CHECK(false, dir.string(), " is one checkpoint (it holds ", kManifestName,
+               "), not the folder of checkpoints: give its parent folder ", full.parent_path().string(), " and ",
+               wording.option, " ", full.filename().string());
+  }
+  const std::vector<std::string> tags = list_tags(dir);
+  // What dir holds and how to pick from it, for the errors below.
+  auto holds = [&] {
+    if (tags.empty()) {
+      const std::vector<std::string> partial = list_partials(dir);
+      return zero::detail::str_cat(dir.string(), " holds no finished checkpoint",
+                                   partial.empty() ? "" : " (only unfinished saves: " + join(partial) + ")", ": ",
+                                   wording.if_none);
+    }
+    if (tags.size() == 1) {
+      return zero::detail::str_cat(dir.string(), " holds ", tags[0], ": give ", wording.option, " ", tags[0]);
+    }
+    return zero::detail::str_cat(dir.string(), " holds ", join(tags), ": give ", wording.option, " ", tags.back(),
+                                 " (the newest by step) or another of them");
+  };
   std::string t = tag;
   if (tag == kLatestName) {
     const fs::path latest = dir / kLatestName;
-    ZERO_CHECK(fs::exists(latest, ec), "no checkpoint in ", dir.string(), " (no '", kLatestName,
-               "' file): no save there has finished yet. Start without --resume, or give a tag");
+    ZERO_CHECK(fs::exists(latest, ec), "no '", kLatestName, "' file in ", dir.string(),
+               " (it names the newest finished save); ", holds());
     t = read_text(latest, 4096);
     while (!t.empty() && (t.back() == '\n' || t.back() == '\r' || t.back() == ' ')) t.pop_back();
     ZERO_CHECK(is_plain_file_name(t), dir.string(), "/", kLatestName, " names '", t,
-               "', which is not a checkpoint tag: the file is damaged; give a tag instead of latest");
+               "', which is not a checkpoint tag: the file is damaged; ", holds());
   } else {
     check_tag(tag);
   }
   const fs::path manifest = dir / t / kManifestName;
   if (!fs::exists(manifest, ec)) {
     const bool partial = fs::exists(partial_path(dir, t), ec);
-    ZERO_CHECK(false, "no checkpoint '", t, "' in ", dir.string(), " (", manifest.string(), " is missing)",
-               partial ? ": its save did not finish (only " + t + ".partial exists); load an earlier tag" : "");
+    ZERO_CHECK(false, "no checkpoint '", t, "' in ", dir.string(), " (", manifest.string(), " is missing",
+               partial ? ": its save did not finish, only " + t + ".partial exists" : "",
+               tag == kLatestName ? ", though 'latest' names it" : "", "); ", holds());
   }
   return t;
 }

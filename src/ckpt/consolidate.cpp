@@ -13,9 +13,9 @@ namespace zero::ckpt {
 
 namespace fs = std::filesystem;
 
-OpenCheckpoint open_checkpoint(const fs::path& dir, const std::string& tag) {
+OpenCheckpoint open_checkpoint(const fs::path& dir, const std::string& tag, const TagWording& wording) {
   OpenCheckpoint c;
-  const std::string t = resolve_tag(dir, tag);
+  const std::string t = resolve_tag(dir, tag, wording);
   c.folder = dir / t;
   const fs::path m = c.folder / kManifestName;
   c.manifest = parse_manifest(read_text(m), m.string());
@@ -29,6 +29,20 @@ void verify_files(const OpenCheckpoint& c, const std::function<void(std::size_t)
   }
 }
 
+std::vector<std::string> missing_or_short_files(const OpenCheckpoint& c) {
+  std::vector<std::string> problems;
+  for (const FileRecord& f : c.manifest.files) {
+    std::error_code ec;
+    const std::uintmax_t size = fs::file_size(c.folder / f.name, ec);
+    if (ec) {
+      problems.push_back(f.name + ": " + (ec == std::errc::no_such_file_or_directory ? "missing" : ec.message()));
+    } else if (size != f.bytes) {
+      problems.push_back(zero::detail::str_cat(f.name, ": ", size, " bytes, the manifest records ", f.bytes,
+                                               size < f.bytes ? " (truncated)" : " (grown)"));
+    }
+  }
+  return problems;
+}
 
 std::vector<float> read_param(const OpenCheckpoint& c, std::size_t i) {
   const Manifest& m = c.manifest;

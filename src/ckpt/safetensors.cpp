@@ -30,38 +30,39 @@ SafetensorsWriter::SafetensorsWriter(const std::filesystem::path& path, const st
   fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   const int e = errno;
   ZERO_CHECK(fd_ >= 0, "cannot create ", tmp_.string(), ": ", std::strerror(e), "; choose another --out");
-  unsigned char len[8];
-  const std::uint64_t n = header.size();
-  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
-  std::string front(reinterpret_cast<const char*>(len), 8);
-  front += header;
-  std::size_t done = 0;
-  while (done < front.size()) {
-    const ssize_t w = ::pwrite(fd_, front.data() + done, front.size() - done, static_cast<off_t>(done));
-    ZERO_CHECK(w > 0, "writing ", tmp_.string(), " failed: ", std::strerror(errno));
-    done += static_cast<std::size_t>(w);
-  }
-  // The full size now, so that a full disk shows at once.
-  const int rc = ::posix_fallocate(fd_, 0, static_cast<off_t>(data_start_ + at));
-  ZERO_CHECK(rc == 0 || rc == EOPNOTSUPP || rc == EINVAL, "cannot reserve ", data_start_ + at, " bytes for ",
-             tmp_.string(), ": ", std::strerror(rc), "; free space or choose another --out");
-}
-
-SafetensorsWriter::~SafetensorsWriter() {
-  if (fd_ >= 0) {
-    ::close(fd_);
-    ::unlink(tmp_.c_str());
+  // A constructor that throws runs no destructor: the temporary goes here.
+  try {
+    unsigned char len[8];
+    const std::uint64_t n = header.size();
+    for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
+    std::string front(reinterpret_cast<const char*>(len), 8);
+    front += header;
+    write_at(0, front.data(), front.size());
+    // The full size now, so that a full disk shows at once.
+    const int rc = ::posix_fallocate(fd_, 0, static_cast<off_t>(data_start_ + at));
+    ZERO_CHECK(rc == 0 || rc == EOPNOTSUPP || rc == EINVAL, "cannot reserve ", data_start_ + at, " bytes for ",
+               tmp_.string(), ": ", std::strerror(rc), "; free space or choose another --out");
+  } catch (...) {
+    discard();
+    throw;
   }
 }
 
-void SafetensorsWriter::write(std::size_t entry, std::uint64_t offset, const void* data, std::size_t n) {
-  ZERO_INTERNAL_ASSERT(entry < begin_.size() && offset + n <= bytes_[entry], "safetensors write out of bounds");
+SafetensorsWriter::~SafetensorsWriter() { discard(); }
+
+void SafetensorsWriter::discard() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+  if (!committed_) ::unlink(tmp_.c_str());
+}
+
+void SafetensorsWriter::write_at(std::uint64_t at, const void* data, std::size_t n) {
   const auto* p = static_cast<const char*>(data);
-  std::uint64_t at = data_start_ + begin_[entry] + offset;
   while (n > 0) {
     const ssize_t w = ::pwrite(fd_, p, n, static_cast<off_t>(at));
     if (w < 0 && errno == EINTR) continue;
-    ZERO_CHECK(w > 0, "writing ", tmp_.string(), " failed: ", std::strerror(errno),
+    // (A write past RLIMIT_FSIZE with SIGXFSZ ignored fails with EFBIG.)
+    ZERO_CHECK(w > 0, "writing ", tmp_.string(), " failed: ", std::strerror(w < 0 ? errno : ENOSPC),
                "; free space or choose another --out");
     p += w;
     at += static_cast<std::uint64_t>(w);
@@ -69,13 +70,33 @@ void SafetensorsWriter::write(std::size_t entry, std::uint64_t offset, const voi
   }
 }
 
-void SafetensorsWriter::finish() {
-  ZERO_CHECK(::fsync(fd_) == 0, "fsync of ", tmp_.string(), " failed: ", std::strerror(errno));
-  ::close(fd_);
+void SafetensorsWriter::write(std::size_t entry, std::uint64_t offset, const void* data, std::size_t n) {
+  ZERO_INTERNAL_ASSERT(entry < begin_.size() && offset + n <= bytes_[entry], "safetensors write out of bounds");
+  ZERO_INTERNAL_ASSERT(fd_ >= 0, "safetensors write after sync()");
+  write_at(data_start_ + begin_[entry] + offset, data, n);
+}
+
+void SafetensorsWriter::sync() {
+  ZERO_INTERNAL_ASSERT(fd_ >= 0, "safetensors sync() twice");
+  const int rc = ::fsync(fd_);
+  const int e = errno;
+  ZERO_CHECK(rc == 0, "fsync of ", tmp_.string(), " failed: ", std::strerror(e),
+             "; free space or choose another --out");
+  ZERO_CHECK(::close(fd_) == 0, "closing ", tmp_.string(), " failed: ", std::strerror(errno));
   fd_ = -1;
+}
+
+void SafetensorsWriter::commit() {
+  ZERO_INTERNAL_ASSERT(fd_ < 0 && !committed_, "safetensors commit() before sync(), or twice");
   std::error_code ec;
   std::filesystem::rename(tmp_, path_, ec);
   ZERO_CHECK(!ec, "cannot rename ", tmp_.string(), " to ", path_.string(), ": ", ec.message());
+  committed_ = true;
+}
+
+void SafetensorsWriter::finish() {
+  sync();
+  commit();
 }
 
 }  // namespace zero::ckpt

@@ -48,3 +48,14 @@ execute_process(COMMAND ${ESTIMATE} --model gpt2 --stage 2 --offload-param RESUL
 if(rc EQUAL 0 OR NOT err MATCHES "--offload-param needs --stage 3")
   message(FATAL_ERROR "--stage 2 --offload-param should be refused with the fix named:\n${err}")
 endif()
+# The parameter count in the unit that shows it: a small model is not "0.000B".
+foreach(pair "--model;gpt2-tiny;gpt2-tiny: 120.6K parameters" "--params;1.5B;model: 1.500B parameters"
+             "--params;350M;model: 350.00M parameters" "--params;999;model: 999 parameters")
+  list(GET pair 0 flag)
+  list(GET pair 1 value)
+  list(GET pair 2 expected)
+  execute_process(COMMAND ${ESTIMATE} ${flag} ${value} RESULT_VARIABLE rc OUTPUT_VARIABLE out)
+  if(NOT rc EQUAL 0 OR NOT out MATCHES "${expected}")
+    message(FATAL_ERROR "zero-estimate ${flag} ${value}: expected '${expected}' (status ${rc}):\n${out}")
+  endif()
+endforeach()

@@ -77,9 +77,15 @@ foreach(line ${lines})
     if(lr LESS 0.00099 OR lr GREATER 0.00101)
       message(FATAL_ERROR "step 1 trained at lr ${lr}, the warm-up starts at 1e-3: ${line}")
     endif()
-  elseif(step LESS 4 AND NOT lr GREATER prev_lr)
+  elseif(step EQUAL 1 AND NOT lr EQUAL prev_lr)
+    # DeepSpeed steps its scheduler after each step taken: the first step
+    # runs at the scheduler's initial rate and the second at lr(0), both
+    # warmup_min_lr.
+    message(FATAL_ERROR "step 2 trained at lr ${lr}, step 1 at ${prev_lr}: DeepSpeed's WarmupLR runs both at "
+                        "warmup_min_lr: ${line}")
+  elseif(step GREATER 1 AND step LESS 5 AND NOT lr GREATER prev_lr)
     message(FATAL_ERROR "the lr did not follow the warm-up at step ${step} (${prev_lr} then ${lr}): the "
-                        "engine ignored set_lr?")
+                        "engine ignored the config's scheduler?")
   endif()
   set(last_loss ${loss})
   set(prev_lr ${lr})

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <string>
 #include <system_error>
+#include <vector>
 
 namespace zero::ckpt {
 
@@ -35,9 +36,21 @@ void prepare_partial(const std::filesystem::path& dir, const std::string& tag);
 // then `latest`.
 void commit(const std::filesystem::path& dir, const std::string& tag, const std::string& manifest_json);
 
+// The committed tags in dir (subfolders holding a manifest), in step order
+// (step-2 before step-10); none when dir is not a folder.
+std::vector<std::string> list_tags(const std::filesystem::path& dir);
+
+// How resolve_tag's errors name the caller's options, so that they say what
+// to type: zero-train {"--resume", "start without --resume"}, zero-ckpt
+// {"--tag", ...}.
+struct TagWording {
+  std::string option = "the tag";  // what names the tag
+  std::string if_none = "save one first";  // the fix when dir holds no checkpoint
+};
 // "latest" -> the tag the pointer names; another tag as it is. Checks that
-// the tag's manifest exists; errors say what is there instead.
-std::string resolve_tag(const std::filesystem::path& dir, const std::string& tag);
+// the tag's manifest exists; errors say what is there instead (the tags
+// found, or that dir is itself one checkpoint's folder).
+std::string resolve_tag(const std::filesystem::path& dir, const std::string& tag, const TagWording& wording = {});
 // The whole text of a (small) file; errors name it.
 std::string read_text(const std::filesystem::path& path, std::size_t max_bytes = std::size_t{64} << 20);
 // Writes `text` to path atomically (tmp, fsync, rename, fsync the folder).

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "zero/ckpt/checkpoint_dir.h"
 #include "zero/ckpt/manifest.h"
 
 namespace zero::ckpt {
@@ -17,8 +18,14 @@ struct OpenCheckpoint {
   std::filesystem::path folder;  // <dir>/<tag>
   Manifest manifest;
 };
-// <dir>/<tag> ("latest" resolved), its manifest parsed and checked.
-OpenCheckpoint open_checkpoint(const std::filesystem::path& dir, const std::string& tag);
+// <dir>/<tag> ("latest" resolved), its manifest parsed and checked; the
+// errors name the tag as `wording` says (checkpoint_dir.h).
+OpenCheckpoint open_checkpoint(const std::filesystem::path& dir, const std::string& tag,
+                               const TagWording& wording = {});
+
+// One line per file of the manifest that is missing or not its recorded
+// size (a stat each, nothing read); empty when all are there.
+std::vector<std::string> missing_or_short_files(const OpenCheckpoint& c);
 
 // Reads every file whole and checks its size and CRC-32C; throws naming the
 // first bad one. progress(file index) after each.

@@ -23,7 +23,9 @@ struct SafetensorsEntry {
 class SafetensorsWriter {
  public:
   // Creates `path` (written to path.tmp, renamed by finish()) with its
-  // header; entries' data laid out in the given order.
+  // header; entries' data laid out in the given order. Until commit(),
+  // every error and the destructor remove path.tmp: a failed write leaves
+  // nothing behind, and whatever was at `path` stays as it was.
   SafetensorsWriter(const std::filesystem::path& path, const std::vector<SafetensorsEntry>& entries,
                     const std::map<std::string, std::string>& metadata = {});
   ~SafetensorsWriter();
@@ -32,12 +34,19 @@ class SafetensorsWriter {
 
   // Bytes [offset, offset + n) of entry i.
   void write(std::size_t entry, std::uint64_t offset, const void* data, std::size_t n);
-  // fsync and rename into place.
+  // fsync and rename into place: sync() then commit(). The two apart let a
+  // caller write several files and rename them only once all are on disk.
   void finish();
+  void sync();    // fsync and close path.tmp
+  void commit();  // rename path.tmp to path
 
  private:
+  void write_at(std::uint64_t at, const void* data, std::size_t n);
+  void discard();  // close and remove path.tmp unless committed
+
   std::filesystem::path path_, tmp_;
   int fd_ = -1;
+  bool committed_ = false;
   std::vector<std::uint64_t> begin_, bytes_;
   std::uint64_t data_start_ = 0;
 };

@@ -1,0 +1,127 @@
+// The checkpoint folder's helpers that the tools' messages rest on
+// (src/ckpt/checkpoint_dir.cpp): the tags found, in step order; what
+// resolve_tag says when `latest` or a tag is missing, or when it is given a
+// tag's own folder; and the safetensors writer leaving no temporary behind
+// when a write fails (a file-size limit) or it is dropped before commit().
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "zero/ckpt/checkpoint_dir.h"
+#include "zero/ckpt/safetensors.h"
+#include "zero/core/error.h"
+
+namespace ck = zero::ckpt;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    static int n = 0;
+    path = fs::temp_directory_path() / ("zero_ckpt_dir_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    ck::remove_tree(path, ec);
+  }
+};
+
+void committed(const fs::path& dir, const std::string& tag) {
+  fs::create_directories(dir / tag);
+  std::ofstream(dir / tag / ck::kManifestName) << "{}";
+}
+
+std::string error_of(const fs::path& dir, const std::string& tag, const ck::TagWording& w = {}) {
+  try {
+    ck::resolve_tag(dir, tag, w);
+  } catch (const zero::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+TEST(CheckpointDir, ListsCommittedTagsInStepOrder) {
+  TempDir d;
+  for (const char* t : {"step-10", "step-2", "step-100", "best"}) committed(d.path, t);
+  fs::create_directories(d.path / "step-200.partial");  // unfinished: not a tag
+  fs::create_directories(d.path / "empty");             // no manifest: not a tag
+  std::ofstream(d.path / ck::kLatestName) << "step-100\n";
+  EXPECT_EQ(ck::list_tags(d.path), (std::vector<std::string>{"best", "step-2", "step-10", "step-100"}));
+  EXPECT_TRUE(ck::list_tags(d.path / "nowhere").empty());
+}
+
+TEST(CheckpointDir, MissingLatestListsTheTagsAndNamesTheOption) {
+  TempDir d;
+  committed(d.path, "step-2");
+  committed(d.path, "step-10");
+  const std::string e = error_of(d.path, "latest", {"--resume", "start without --resume"});
+  EXPECT_TRUE(has(e, "no 'latest' file in")) << e;
+  EXPECT_TRUE(has(e, "holds step-2, step-10: give --resume step-10")) << e;
+  EXPECT_FALSE(has(e, "no save there has finished")) << e;
+  const std::string wrong = error_of(d.path, "step-99", {"--tag", ""});
+  EXPECT_TRUE(has(wrong, "no checkpoint 'step-99'")) << wrong;
+  EXPECT_TRUE(has(wrong, "give --tag step-10")) << wrong;
+}
+
+TEST(CheckpointDir, EmptyFolderSaysWhatToDo) {
+  TempDir d;
+  fs::create_directories(d.path / "step-4.partial");
+  const std::string e = error_of(d.path, "latest", {"--resume", "start without --resume"});
+  EXPECT_TRUE(has(e, "holds no finished checkpoint (only unfinished saves: step-4.partial): start without --resume"))
+      << e;
+}
+
+TEST(CheckpointDir, ATagsOwnFolderNamesItsParentAndTag) {
+  TempDir d;
+  committed(d.path, "step-6");
+  const std::string e = error_of(d.path / "step-6", "latest", {"--resume", ""});
+  EXPECT_TRUE(has(e, "is one checkpoint")) << e;
+  EXPECT_TRUE(has(e, "give its parent folder " + fs::weakly_canonical(d.path).string() + " and --resume step-6")) << e;
+}
+
+TEST(SafetensorsWriter, AFailedOrDroppedWriteLeavesNoTemporary) {
+  TempDir d;
+  const fs::path out = d.path / "m.safetensors";
+  std::ofstream(out) << "earlier";
+  {
+    ck::SafetensorsWriter w(out, {{"x", "F32", {4}, 16}});
+    const float v[4] = {1, 2, 3, 4};
+    w.write(0, 0, v, sizeof v);
+    w.sync();  // dropped before commit(): as if a later file failed
+  }
+  EXPECT_FALSE(fs::exists(out.string() + ".tmp"));
+  // Past a file-size limit (SIGXFSZ ignored: the write fails with EFBIG),
+  // the constructor's reservation fails: it must remove what it created.
+  struct rlimit old {};
+  getrlimit(RLIMIT_FSIZE, &old);
+  std::signal(SIGXFSZ, SIG_IGN);
+  struct rlimit lim = old;
+  lim.rlim_cur = 4096;
+  setrlimit(RLIMIT_FSIZE, &lim);
+  try {
+    ck::SafetensorsWriter w(out, {{"x", "F32", {4096}, 4 * 4096}});
+    ADD_FAILURE() << "a file past the size limit was reserved";
+  } catch (const zero::Error& e) {
+    EXPECT_TRUE(has(e.what(), "m.safetensors.tmp")) << e.what();
+  }
+  setrlimit(RLIMIT_FSIZE, &old);
+  EXPECT_FALSE(fs::exists(out.string() + ".tmp"));
+  std::ifstream in(out);
+  std::string s;
+  in >> s;
+  EXPECT_EQ(s, "earlier");
+}
+
+}  // namespace

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# zero-ckpt and zero-train --resume on a real checkpoint folder, one process:
+#  - the messages when `latest` is missing or a tag is wrong list the tags
+#    there and say how to pick one (--tag for zero-ckpt, --resume for
+#    zero-train); a tag's own folder is accepted by zero-ckpt;
+#  - a checkpoint at or past --steps is refused before anything trains;
+#  - inspect (without --verify) refuses a missing or truncated shard;
+#  - export-hf refuses an --n-head that contradicts the checkpoint, and 0;
+#  - an export-hf or consolidate that fails (here: past `ulimit -f`) leaves
+#    the earlier export as it was and no temporaries;
+#  - a run without validation plots no empty validation series.
+# usage: ckpt_cli_test.sh ZERO_TRAIN ZERO_CKPT CORPUS WORK
+set -u
+train=$1 ckpt=$2 corpus=$3 work=$4
+rm -rf "$work" && mkdir -p "$work"
+fail() { echo "FAIL: $*"; exit 1; }
+# expect_fail LOG REGEX CMD...: CMD exits non-zero and its output matches REGEX.
+expect_fail() {
+  local log=$1 regex=$2
+  shift 2
+  "$@" >"$log" 2>&1 && { cat "$log"; fail "exited 0: $*"; }
+  grep -qE -- "$regex" "$log" || { cat "$log"; fail "no '$regex' from: $*"; }
+}
+export ZERO_COMM_BACKEND=single
+ck=$work/ck
+base=("$corpus" --model gpt2-tiny --out "$work/out" --save-dir "$ck")
+
+"$train" "${base[@]}" --steps 4 --save-every 2 --eval-every 0 --sync-save >"$work/train.log" 2>&1 \
+  || { cat "$work/train.log"; fail "the training run failed"; }
+[ -d "$ck/step-2" ] && [ -d "$ck/step-4" ] || fail "the run did not save step-2 and step-4"
+grep -q "Skipping data file" "$work/train.log" && fail "a run without validation plotted an empty validation series"
+grep -q "'validation'" "$work/out/plot.gp" && fail "plot.gp has a validation series without validation points"
+
+# Resume at or past --steps: refused before the model is built, with the fix.
+expect_fail "$work/past.log" "checkpoint .*step-4 is at step 4, past --steps 3: nothing left to train; raise --steps above 4" \
+  "$train" "${base[@]}" --steps 3 --resume latest
+grep -q "^model:" "$work/past.log" && fail "a resume past --steps built the model before refusing"
+expect_fail "$work/equal.log" "is at step 4 and --steps is 4: nothing left to train" \
+  "$train" "${base[@]}" --steps 4 --resume latest
+# A tag that is not there: the tags that are.
+expect_fail "$work/tag99.log" "no checkpoint 'step-99' in .*holds step-2, step-4: give --resume step-4" \
+  "$train" "${base[@]}" --steps 6 --resume step-99
+expect_fail "$work/tag99c.log" "no checkpoint 'step-99' in .*holds step-2, step-4: give --tag step-4" \
+  "$ckpt" inspect "$ck" --tag step-99
+
+# No `latest`, tags there: each tool says how to pick one.
+cp -r "$ck" "$work/nolatest" && rm "$work/nolatest/latest"
+expect_fail "$work/nolatest_ckpt.log" "no 'latest' file in .*holds step-2, step-4: give --tag step-4" \
+  "$ckpt" inspect "$work/nolatest"
+grep -q "resume" "$work/nolatest_ckpt.log" && fail "zero-ckpt's message speaks of --resume, which it does not have"
+expect_fail "$work/nolatest_train.log" "no 'latest' file in .*holds step-2, step-4: give --resume step-4" \
+  "$train" "${base[@]/$ck/$work/nolatest}" --steps 6 --resume latest
+# An empty folder: nothing to pick.
+mkdir "$work/empty"
+expect_fail "$work/empty.log" "holds no finished checkpoint: start without --resume" \
+  "$train" "${base[@]/$ck/$work/empty}" --steps 6 --resume latest
+
+# A tag's own folder: zero-ckpt reads it; zero-train's --save-dir says what to give.
+"$ckpt" inspect "$ck/step-2" >"$work/tagdir.log" 2>&1 || { cat "$work/tagdir.log"; fail "inspect of a tag folder failed"; }
+grep -q '"step":2' "$work/tagdir.log" || fail "inspect $ck/step-2 did not show step-2"
+expect_fail "$work/tagdir2.log" "is checkpoint 'step-2' itself .*--tag says 'step-4'" \
+  "$ckpt" inspect "$ck/step-2" --tag step-4
+expect_fail "$work/tagdir3.log" "is one checkpoint .*give its parent folder .* and --resume step-2" \
+  "$train" "${base[@]/$ck/$ck/step-2}" --steps 6 --resume latest
+
+# A shard truncated or deleted: inspect without --verify says so, non-zero.
+cp -r "$ck" "$work/short"
+shard=$(ls "$work/short/step-4"/rank-*.bin | head -1)
+truncate -s 1000 "$shard"
+expect_fail "$work/short.log" "is incomplete: 1 of 1 file\(s\) missing or not their recorded size; rank-.*: 1000 bytes, .*\(truncated\)" \
+  "$ckpt" inspect "$work/short"
+rm "$shard"
+expect_fail "$work/missing.log" "rank-[0-9-]*of-[0-9]*\.bin: missing" "$ckpt" inspect "$work/short"
+expect_fail "$work/missing2.log" "is incomplete" "$ckpt" consolidate "$work/short" --out "$work/x.safetensors" --no-verify
+
+# --n-head: the checkpoint records 2 (gpt2-tiny).
+expect_fail "$work/nhead.log" "--n-head 4 contradicts the checkpoint: .* was trained with n_head 2" \
+  "$ckpt" export-hf "$ck" --out "$work/hf_bad" --n-head 4
+[ -e "$work/hf_bad" ] && fail "a refused export-hf left its --out folder"
+expect_fail "$work/nhead0.log" "--n-head: must be >= 1, got 0" "$ckpt" export-hf "$ck" --out "$work/hf_bad" --n-head 0
+
+# A failed export over an earlier one leaves that one whole, and no temporaries.
+"$ckpt" export-hf "$ck" --tag step-2 --out "$work/hf" >"$work/hf.log" 2>&1 || { cat "$work/hf.log"; fail "export-hf failed"; }
+before=$(cd "$work/hf" && md5sum config.json model.safetensors)
+limited() { ( trap '' XFSZ; ulimit -f 100; exec "$@" ); }  # 100 KiB: the safetensors file is ~480 KiB
+expect_fail "$work/hf_full.log" "model.safetensors.tmp: File too large; free space or choose another --out" \
+  limited "$ckpt" export-hf "$ck" --out "$work/hf"
+[ "$(cd "$work/hf" && md5sum config.json model.safetensors)" = "$before" ] || fail "a failed export-hf changed the earlier export"
+[ -z "$(ls "$work/hf" | grep -v '^config.json$\|^model.safetensors$')" ] || fail "a failed export-hf left $(ls "$work/hf")"
+expect_fail "$work/hf_new.log" "File too large" limited "$ckpt" export-hf "$ck" --out "$work/hf_new"
+[ -e "$work/hf_new" ] && fail "a failed export-hf into a new folder left the folder"
+expect_fail "$work/con_full.log" "File too large" limited "$ckpt" consolidate "$ck" --out "$work/m.safetensors"
+[ -z "$(ls "$work" | grep safetensors)" ] || fail "a failed consolidate left $(ls "$work" | grep safetensors)"
+
+echo "zero-ckpt / --resume: tags listed, tag folders read, incomplete shards and contradicting --n-head refused, failed exports leave nothing"
+rm -rf "$work"
