@@ -69,7 +69,7 @@ int inspect(const ckpt::OpenCheckpoint& c, bool verify) {
   for (const auto& f : m.files) total += f.bytes;
   std::printf("checkpoint %s (format %d)\n", c.folder.c_str(), m.format_version);
   std::printf("  saved by %d rank(s), stage %d, %s, optimizer %s%s%s\n", m.world_size, m.stage, m.dtype.c_str(),
-              m.optimizer.c_str(), m.offload ? ", offload cpu" : "", m.delayed_update ? ", delayed update" : "");
+              m.optimizer.c_str(), m.offload ? ", optimizer offloaded (cpu or nvme)" : "", m.delayed_update ? ", delayed update" : "");
   std::printf("  %zu trainable parameter tensors, %llu elements; %zu module tensors (frozen, buffers)\n",
               m.params.size(), static_cast<unsigned long long>(m.numel()), m.module_tensors.size());
   std::printf("  layout: %zu bucket(s), %llu padded elements, partition %llu per rank\n", m.buckets.size(),

@@ -74,6 +74,8 @@ int main(int argc, char** argv) {
   int world = 1, stage = -1;
   bool offload = false, dpu = false, json = false, checkpoint = false, cpu_checkpoint = false, on_gpu = false;
   bool offload_param = false, nvme = false;
+  int nvme_buffers = 4;
+  std::int64_t sub_group = 1000000000;
   std::int64_t prefetch = 50'000'000, persistence = 100'000;
   double offload_ratio = 1.0;
   std::int64_t micro = 1, seq = 0, bucket = 500'000'000, n_layer = 0, n_head = 0, n_embd = 0, block_size = 0;
@@ -96,8 +98,12 @@ int main(int argc, char** argv) {
   app.add_option("--persistence-threshold", persistence, "stage3_param_persistence_threshold: parameters with "
                  "fewer elements stay gathered")->capture_default_str();
   app.add_flag("--nvme", nvme, "offload_optimizer.device = nvme: the offloaded configurations with the "
-               "master and moments in a swap file (the nvme column), swapped through 4 host buffers "
-               "(offload_optimizer.buffer_count) of one step piece each (implies --offload)");
+               "master and moments in a swap file (the nvme column), swapped through --buffer-count host buffers "
+               "of one step piece each (implies --offload)");
+  app.add_option("--buffer-count", nvme_buffers, "with --nvme: offload_optimizer.buffer_count, the swap buffers")
+      ->capture_default_str();
+  app.add_option("--sub-group-size", sub_group, "with --nvme: zero_optimization.sub_group_size, the most "
+                 "elements stepped and swapped as one piece")->capture_default_str();
   app.add_flag("--dpu", dpu, "delayed parameter update (needs --offload)");
   app.add_option("--offload-ratio", offload_ratio, "offload_optimizer.ratio: the share of the optimizer state "
                  "offloaded (needs --offload); the rest stays on the device, stepped there")->capture_default_str();
@@ -129,10 +135,15 @@ int main(int argc, char** argv) {
     ZERO_CHECK(!offload_param || stage < 0 || stage == 3, "--offload-param needs --stage 3 (parameter offload "
                "partitions the parameters), got --stage ", stage);
     ZERO_CHECK(prefetch >= 0 && persistence >= 0, "--prefetch and --persistence-threshold must be >= 0");
-    ZERO_CHECK(!(offload && stage == 0), "--stage 0 --offload: the engine refuses offload_optimizer.device=\"cpu\" "
-               "at stage 0 (ZeRO-Offload offloads the rank's optimizer partition): use --stage 1, 2 or 3");
     ZERO_CHECK(!nvme || offload_ratio == 1.0, "--nvme offloads the whole optimizer state: drop --offload-ratio");
+    ZERO_CHECK(nvme_buffers >= 2 && nvme_buffers <= 64, "--buffer-count must be in [2, 64], got ", nvme_buffers);
+    ZERO_CHECK(sub_group >= 1, "--sub-group-size must be >= 1, got ", sub_group);
+    ZERO_CHECK(nvme || (nvme_buffers == 4 && sub_group == 1000000000),
+               "--buffer-count and --sub-group-size are the NVMe tier's: they need --nvme");
     if (nvme) offload = true;
+    ZERO_CHECK(!(offload && stage == 0), "--stage 0 --", nvme ? "nvme" : "offload", ": the engine refuses "
+               "offload_optimizer.device=\"", nvme ? "nvme" : "cpu", "\" at stage 0 (ZeRO-Offload offloads the "
+               "rank's optimizer partition): use --stage 1, 2 or 3");
     ZERO_CHECK(!dpu || offload, "--dpu (delayed parameter update) needs --offload: the delayed step is the CPU "
                "optimizer's");
     ZERO_CHECK(offload_ratio >= 0.0 && offload_ratio <= 1.0, "--offload-ratio must be in [0, 1], got ",
@@ -218,6 +229,8 @@ int main(int argc, char** argv) {
       in.offload_ratio = off ? offload_ratio : 1.0;
       in.offload_param = offload_param && s == 3;
       in.nvme = off && nvme;
+      in.nvme_buffers = nvme_buffers;
+      in.sub_group_elements = sub_group;
       MemoryEstimate e = estimate_memory(in);
       const bool fits = (device_mem == 0 || e.device_total() <= device_mem) && (host_mem == 0 || e.host_total() <= host_mem);
       rows.push_back({s, off, e, fits});
@@ -230,6 +243,13 @@ int main(int argc, char** argv) {
                   nvme ? (" | " + std::string(12 - std::min<std::size_t>(12, memory::format_bytes(e.nvme_total()).size()), ' ') +
                           memory::format_bytes(e.nvme_total())).c_str() : "",
                   (device_mem || host_mem) ? (fits ? "  fits" : "  does not fit") : "");
+    }
+    for (const Row& r : rows) {
+      if (r.e.nvme_total() == 0) continue;
+      std::printf("(a checkpoint save or load of an NVMe run also holds the partition's master and moments in host "
+                  "memory: up to %s more per rank, not in host total)\n",
+                  memory::format_bytes(r.e.nvme_master + r.e.nvme_moments).c_str());
+      break;
     }
     for (const Row& r : rows) {
       if (r.e.device_staging == 0) continue;

@@ -362,8 +362,15 @@ void read_failure_handling(SectionReader& top, Config& c) {
       if (*v % 4096 != 0) r.fail("block_size", "must be a multiple of 4096 bytes (what O_DIRECT asks), got " + std::to_string(*v));
       c.aio.block_size = *v;
     }
-    if (auto v = r.read_int32("thread_count", {1, 64})) c.aio.thread_count = *v;
-    if (auto v = r.read_int32("intra_op_parallelism", {1, 64})) c.aio.thread_count = *v;  // DeepSpeed's newer name
+    const auto threads = r.read_int32("thread_count", {1, 64});
+    const auto intra = r.read_int32("intra_op_parallelism", {1, 64});  // DeepSpeed's newer name for it
+    if (threads && intra && *threads != *intra) {
+      r.fail("intra_op_parallelism", "and aio.thread_count are the same setting (DeepSpeed's newer and older "
+                                     "name) and give " + std::to_string(*intra) + " and " + std::to_string(*threads) +
+                                     ": give one of them");
+    }
+    if (threads) c.aio.thread_count = *threads;
+    if (intra) c.aio.thread_count = *intra;
   }
   if (const Json* section = top.read_object("flight_recorder", "{\"entries\": 1024, \"dir\": \"/tmp/fr\"}")) {
     SectionReader r(top.context(), "flight_recorder", section);

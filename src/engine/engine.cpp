@@ -393,6 +393,18 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
                  "off with stage3_prefetch_bucket_size=0)" : "", ", raise device_memory_limit, or move state off the "
                  "device (a higher stage, or offload_optimizer.device=\"cpu\").");
     }
+    if (m.rank == 0 && nvme) {
+      // Each piece's state is rounded up to 4096 bytes in the file: small
+      // pieces (a small sub_group_size) waste drive space.
+      const PlannedBuffer& master = m.plan[Buffer::kMaster];
+      if (master.bytes() - master.valid_bytes() > master.valid_bytes() / 4) {
+        std::fprintf(stderr, "zerocpp: note: %s of the NVMe swap file's %s is rounding of the optimizer pieces to "
+                     "4096 bytes (zero_optimization.sub_group_size %lld is small): raise it for less drive space\n",
+                     memory::format_bytes((master.bytes() - master.valid_bytes()) * (1 + pi.moments)).c_str(),
+                     memory::format_bytes(master.bytes() * (1 + pi.moments)).c_str(),
+                     static_cast<long long>(z.sub_group_size));
+      }
+    }
     if (m.rank == 0 && m.units) {
       std::fprintf(stderr, "%s\n", m.units->describe(z.stage3_param_persistence_threshold, dtype).c_str());
     }

@@ -33,34 +33,63 @@ SwapFile::SwapFile(std::filesystem::path path, std::size_t bytes, Options option
   ZERO_CHECK(bytes_ % kAlign == 0, "an NVMe swap file's size must be a multiple of ", kAlign, ", got ", bytes_);
   const std::filesystem::path dir = path_.parent_path().empty() ? "." : path_.parent_path();
   std::error_code ec;
-  ZERO_CHECK(std::filesystem::is_directory(dir, ec), "nvme_path '", dir.string(),
-             "' is not a folder that exists: create it (mkdir -p ", dir.string(),
-             ") on the NVMe drive, or name another in offload_optimizer.nvme_path");
-  fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_DIRECT, 0600);
-  direct_ = fd_ >= 0;
-  if (fd_ < 0 && errno == EINVAL) fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);  // no O_DIRECT here
-  ZERO_CHECK(fd_ >= 0, "cannot create the NVMe swap file '", path_.string(), "': ", errno_text(errno),
-             ". Give offload_optimizer.nvme_path a folder this process may write to");
-  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+  if (!std::filesystem::is_directory(dir, ec)) {
+    const std::string d = dir.string();
+    ZERO_CHECK(!std::filesystem::exists(dir, ec), "nvme_path '", d,
+               "' is a file, not a folder: name a folder on the NVMe drive in offload_optimizer.nvme_path");
+    ZERO_CHECK(d.empty() || d[0] != '~', "nvme_path '", d,
+               "' does not exist: zerocpp does not expand '~'; give the full path in offload_optimizer.nvme_path");
+    ZERO_CHECK(false, "nvme_path '", d, "' is not a folder that exists: create it (mkdir -p ", d,
+               ") on the NVMe drive, or name another in offload_optimizer.nvme_path");
+  }
+  // The lock: a small file of its own, so that the swap file can go from
+  // the folder at once (below). O_NOFOLLOW: never a file someone linked here.
+  lock_path_ = path_.string() + ".lock";
+  lock_fd_ = ::open(lock_path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  const int open_error = errno;
+  ZERO_CHECK(lock_fd_ >= 0, "cannot create the NVMe lock file '", lock_path_, "': ",
+             open_error == ELOOP ? std::string("it is a symbolic link, which zerocpp does not follow")
+                                 : errno_text(open_error),
+             ". Give offload_optimizer.nvme_path a folder this process may write to, holding no links of these names");
+  if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
     const int e = errno;
-    ::close(fd_);
+    ::close(lock_fd_);
     ZERO_CHECK(false, "the NVMe swap file '", path_.string(), "' is ",
                e == EWOULDBLOCK ? "in use by another running process (another zerocpp job with the same nvme_path?)"
                                 : "not lockable (" + errno_text(e) + ")",
                ": give each job a folder of its own in offload_optimizer.nvme_path");
   }
-  // The state of a job that died before removing its file is overwritten.
-  int err = ::ftruncate(fd_, 0) == 0 ? 0 : errno;
-  if (err == 0 && bytes_ > 0) {
+  auto fail = [&](int err, const std::string& before, const std::string& after) {
+    if (fd_ >= 0) ::close(fd_);
+    ::unlink(lock_path_.c_str());
+    ::close(lock_fd_);
+    ZERO_CHECK(false, before, errno_text(err), after);
+  };
+  // What a job that died left here is ours to replace (the lock says no one
+  // else uses it); unlink removes a link, never what it points to. O_EXCL
+  // makes the file new and regular.
+  ::unlink(path_.c_str());
+  const int flags = O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW;
+  fd_ = ::open(path_.c_str(), flags | O_DIRECT, 0600);
+  direct_ = fd_ >= 0;
+  if (fd_ < 0 && errno == EINVAL) fd_ = ::open(path_.c_str(), flags, 0600);  // no O_DIRECT on this filesystem
+  if (fd_ < 0) {
+    fail(errno, "cannot create the NVMe swap file '" + path_.string() + "': ",
+         ". Give offload_optimizer.nvme_path a folder this process may write to");
+  }
+  // Gone from the folder at once: its space goes back to the drive when the
+  // process ends, however it ends (an error, Ctrl-C, SIGTERM, kill -9).
+  ::unlink(path_.c_str());
+  int err = 0;
+  if (bytes_ > 0) {
     err = ::posix_fallocate(fd_, 0, static_cast<off_t>(bytes_));
     if (err == EOPNOTSUPP || err == EINVAL) err = ::ftruncate(fd_, static_cast<off_t>(bytes_)) == 0 ? 0 : errno;
   }
   if (err != 0) {
-    ::close(fd_);
-    ::unlink(path_.c_str());
-    ZERO_CHECK(false, "cannot allocate ", bytes_, " bytes for the NVMe swap file '", path_.string(), "': ",
-               errno_text(err), " (the filesystem has ", free_space(dir),
-               " free). Free space there, or name a larger drive in offload_optimizer.nvme_path");
+    fail(err, "cannot allocate " + std::to_string(bytes_) + " bytes for the NVMe swap file '" + path_.string() + "': ",
+         " (the filesystem has " + free_space(dir) +
+             " free; each rank on this drive needs a file of its own). Free space there, or name a larger drive in "
+             "offload_optimizer.nvme_path");
   }
   for (int i = 0; i < o_.io_threads; ++i) threads_.emplace_back([this] { run(); });
 }
@@ -72,8 +101,9 @@ SwapFile::~SwapFile() {
   }
   work_cv_.notify_all();
   for (std::thread& t : threads_) t.join();
-  ::close(fd_);
-  ::unlink(path_.c_str());
+  ::close(fd_);  // the (unlinked) file's space goes back to the drive
+  ::unlink(lock_path_.c_str());
+  ::close(lock_fd_);
 }
 
 SwapFile::Ticket SwapFile::read(std::size_t offset, void* dst, std::size_t bytes) {

@@ -135,20 +135,22 @@ MemoryPlan plan_memory(const PlanInput& in) {
   // rounded up to 4096 bytes; one host buffer holds a piece's states.
   std::size_t state = split;
   if (in.nvme) {
-    std::size_t regions = 0, largest = 0;
+    std::size_t regions = 0, largest = 0, pieces = 0;
     for (const Bucket& b : L.buckets()) {
       const std::size_t piece = step_piece_elements(b, in.sub_group_elements);
       for (std::size_t off = 0; off < b.chunk; off += piece) {
         const std::size_t n = std::min(piece, b.chunk - off);
         regions += swap_region_bytes(n);
         largest = std::max(largest, swap_region_bytes(n));
+        ++pieces;
       }
     }
     state = regions / 4;
+    // No more buffers than pieces: the others would never hold one.
+    const std::size_t count = std::min(static_cast<std::size_t>(in.nvme_buffers), std::max<std::size_t>(pieces, 1));
     const std::size_t one = largest * static_cast<std::size_t>(1 + in.moments) + kSwapAlignBytes;
-    set(Buffer::kSwapBuffers, make(Tier::kHost, Kind::kStaging, Lifetime::kPersistent,
-                                   one * static_cast<std::size_t>(in.nvme_buffers),
-                                   one * static_cast<std::size_t>(in.nvme_buffers), 1, "the NVMe swap buffers"));
+    set(Buffer::kSwapBuffers, make(Tier::kHost, Kind::kStaging, Lifetime::kPersistent, one * count, one * count, 1,
+                                   "the NVMe swap buffers"));
   }
   set(Buffer::kMaster, make(opt, Kind::kFp32Master, Lifetime::kPersistent, state, host_valid, 4, "fp32 master weights"));
   set(Buffer::kExpAvg, make(opt, Kind::kMoments, Lifetime::kPersistent, state, host_valid, 4, "optimizer moments"));

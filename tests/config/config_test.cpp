@@ -418,6 +418,8 @@ TEST(Config, NvmeOptimizerTierIsReadAndParametersOnNvmeRefused) {
   EXPECT_CONTAINS(all_warnings(c), "'aio.queue_depth' is a DeepSpeed key that zerocpp ignores");
   EXPECT_CONTAINS(all_warnings(c), "'zero_optimization.offload_optimizer.pipeline_read'");
   EXPECT_EQ(parse(with(R"("aio": {"intra_op_parallelism": 4})")).aio.thread_count, 4);  // DeepSpeed's newer name
+  EXPECT_CONTAINS(error_of(with(R"("aio": {"intra_op_parallelism": 4, "thread_count": 1})")),
+                  "aio.intra_op_parallelism: and aio.thread_count are the same setting");
 
   EXPECT_CONTAINS(error_of(with(R"("zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme"}})")),
                   "test.json: zero_optimization.offload_optimizer.nvme_path: is required with "

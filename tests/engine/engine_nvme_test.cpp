@@ -100,16 +100,16 @@ TEST_P(NvmeOffload, TrainsBitwiseLikeTheCpuOffload) {
                                  EXPECT_EQ(s.bytes(memory::Tier::kHost, memory::Kind::kFp32Master), 0);
                                  EXPECT_EQ(s.bytes(memory::Tier::kHost, memory::Kind::kMoments), 0);
                                  EXPECT_GT(s.bytes(memory::Tier::kNvme, memory::Kind::kFp32Master), 0);
+                                 // Unlinked at once; its lock is there while the engine lives.
                                  const fs::path file =
                                      dir / ("zerocpp-optimizer-rank" + std::to_string(comm.rank()) + ".swap");
-                                 ASSERT_TRUE(fs::exists(file));
-                                 EXPECT_EQ(static_cast<std::int64_t>(fs::file_size(file)),
-                                           s.tier_current[static_cast<int>(memory::Tier::kNvme)]);
+                                 EXPECT_FALSE(fs::exists(file));
+                                 EXPECT_TRUE(fs::exists(file.string() + ".lock"));
                                });
   expect_bitwise(nvme, cpu);
   comm.barrier()->wait();
-  // The engine removed its file when it went.
-  EXPECT_FALSE(fs::exists(dir / ("zerocpp-optimizer-rank" + std::to_string(comm.rank()) + ".swap")));
+  // The engine removed its lock when it went.
+  EXPECT_FALSE(fs::exists(dir / ("zerocpp-optimizer-rank" + std::to_string(comm.rank()) + ".swap.lock")));
   comm.barrier()->wait();
   if (comm.rank() == 0) rm_tree(dir);
 }
@@ -224,7 +224,7 @@ TEST(NvmeOffloadErrors, BadFoldersAreNamed) {
     std::fclose(f);
   }
   comm.barrier()->wait();
-  expect_error(make(c, comm.world_size(), "nvme", dir / "a_file"), "is not a folder");
+  expect_error(make(c, comm.world_size(), "nvme", dir / "a_file"), "is a file, not a folder");
   // Two engines given one folder: the second is refused, the first's state
   // is untouched.
   {

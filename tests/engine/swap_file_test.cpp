@@ -1,7 +1,8 @@
 // The NVMe tier's swap file (zero/offload/swap_file.h) on its own: what is
 // written reads back, block by block over several I/O threads, with reads
 // and writes in flight together; misuse and bad folders are named; the file
-// is locked while open and removed after.
+// is unlinked at once (its space is the process's until it ends), never
+// opened through a link, and its lock file refuses a second user.
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -54,7 +55,10 @@ TEST(SwapFile, WhatIsWrittenReadsBackAcrossThreadsAndBlocks) {
   constexpr std::size_t kSlot = 5 * SwapFile::kAlign, kSlots = 24;
   {
     SwapFile f(dir / "state.swap", kSlot * kSlots, SwapFile::Options{3, 2 * SwapFile::kAlign});
-    EXPECT_EQ(fs::file_size(dir / "state.swap"), kSlot * kSlots);
+    EXPECT_EQ(f.size(), kSlot * kSlots);
+    // Unlinked already: nothing to leave behind, whatever ends the process.
+    EXPECT_FALSE(fs::exists(dir / "state.swap"));
+    EXPECT_TRUE(fs::exists(dir / "state.swap.lock"));
     // Every slot its own pattern, written from two buffers in turn, with
     // reads of earlier slots in flight beside the writes.
     std::vector<std::unique_ptr<AlignedBuffer>> out;
@@ -79,7 +83,7 @@ TEST(SwapFile, WhatIsWrittenReadsBackAcrossThreadsAndBlocks) {
     EXPECT_NE(error_of([&] { f.wait(writes.front()); }).find("unknown or was waited for already"), std::string::npos);
     f.wait_all();
   }
-  EXPECT_FALSE(fs::exists(dir / "state.swap"));  // removed with the SwapFile
+  EXPECT_FALSE(fs::exists(dir / "state.swap.lock"));  // removed with the SwapFile
   fs::remove_all(dir);
 }
 
@@ -101,6 +105,11 @@ TEST(SwapFile, BadFoldersAndASecondUserAreNamed) {
   const std::string missing = error_of([&] { SwapFile f(dir / "no" / "such" / "s.swap", SwapFile::kAlign); });
   EXPECT_NE(missing.find("is not a folder that exists"), std::string::npos) << missing;
   EXPECT_NE(missing.find("mkdir -p " + (dir / "no" / "such").string()), std::string::npos) << missing;
+  { std::FILE* f = std::fopen((dir / "afile").c_str(), "w"); std::fclose(f); }
+  const std::string file = error_of([&] { SwapFile f(dir / "afile" / "s.swap", SwapFile::kAlign); });
+  EXPECT_NE(file.find("is a file, not a folder"), std::string::npos) << file;
+  const std::string tilde = error_of([&] { SwapFile f("~/no_such_zero_dir/s.swap", SwapFile::kAlign); });
+  EXPECT_NE(tilde.find("does not expand '~'"), std::string::npos) << tilde;
   {
     SwapFile first(dir / "s.swap", 2 * SwapFile::kAlign);
     AlignedBuffer buf(SwapFile::kAlign);
@@ -108,16 +117,32 @@ TEST(SwapFile, BadFoldersAndASecondUserAreNamed) {
     first.wait(first.write(SwapFile::kAlign, buf.data, SwapFile::kAlign));
     const std::string taken = error_of([&] { SwapFile second(dir / "s.swap", 2 * SwapFile::kAlign); });
     EXPECT_NE(taken.find("in use by another running process"), std::string::npos) << taken;
-    // The refused one neither truncated nor removed the first one's file.
-    ASSERT_TRUE(fs::exists(dir / "s.swap"));
+    // The refused one touched neither the first one's file nor its lock.
+    ASSERT_TRUE(fs::exists(dir / "s.swap.lock"));
     std::memset(buf.data, 0, SwapFile::kAlign);
     first.wait(first.read(SwapFile::kAlign, buf.data, SwapFile::kAlign));
     EXPECT_EQ(buf.data[0], 7);
     EXPECT_EQ(buf.data[SwapFile::kAlign - 1], 7);
   }
-  // A file left by a job that died is taken over.
+  // A file (and a lock) left by a job of an older build that died is replaced.
   { std::FILE* f = std::fopen((dir / "left.swap").c_str(), "w"); std::fputs("old", f); std::fclose(f); }
-  { SwapFile again(dir / "left.swap", SwapFile::kAlign); EXPECT_EQ(fs::file_size(dir / "left.swap"), SwapFile::kAlign); }
+  { std::FILE* f = std::fopen((dir / "left.swap.lock").c_str(), "w"); std::fclose(f); }
+  {
+    SwapFile again(dir / "left.swap", SwapFile::kAlign);
+    EXPECT_FALSE(fs::exists(dir / "left.swap"));
+  }
+  EXPECT_FALSE(fs::exists(dir / "left.swap.lock"));
+  // A link in the swap file's place is removed, never written through; one
+  // in the lock's place is refused.
+  { std::FILE* f = std::fopen((dir / "precious").c_str(), "w"); std::fputs("precious data", f); std::fclose(f); }
+  fs::create_symlink(dir / "precious", dir / "linked.swap");
+  { SwapFile linked(dir / "linked.swap", 4 * SwapFile::kAlign); }
+  EXPECT_EQ(fs::file_size(dir / "precious"), std::strlen("precious data"));
+  EXPECT_FALSE(fs::is_symlink(dir / "linked.swap"));
+  fs::create_symlink(dir / "precious", dir / "lock_linked.swap.lock");
+  const std::string link = error_of([&] { SwapFile f(dir / "lock_linked.swap", SwapFile::kAlign); });
+  EXPECT_NE(link.find("symbolic link"), std::string::npos) << link;
+  EXPECT_EQ(fs::file_size(dir / "precious"), std::strlen("precious data"));
   fs::remove_all(dir);
 }
 
@@ -134,6 +159,7 @@ TEST(SwapFile, NoRoomIsAnErrorAtConstruction) {
   EXPECT_NE(e.find("cannot allocate 1048576 bytes"), std::string::npos) << e;
   EXPECT_NE(e.find("free"), std::string::npos) << e;
   EXPECT_FALSE(fs::exists(dir / "big.swap"));  // nothing left behind
+  EXPECT_FALSE(fs::exists(dir / "big.swap.lock"));
   fs::remove_all(dir);
 }
 

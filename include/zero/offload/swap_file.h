@@ -6,12 +6,13 @@
 //
 // The file is opened with O_DIRECT where the filesystem allows it (an NVMe
 // drive's ext4 or xfs: the page cache holds none of it) and with buffered
-// I/O where it does not (tmpfs, some overlay mounts; direct() says which).
-// Its size is allocated on disk when it is made (posix_fallocate), so that a
-// full disk is an error at construction, never half-way through a step. It
-// is locked (flock) while open: a second job given the same folder is
-// refused instead of overwriting this one's state. It is removed when the
-// SwapFile goes.
+// I/O where it does not (some tmpfs and overlay mounts; direct() says
+// which). Its size is allocated on disk when it is made (posix_fallocate),
+// so that a full disk is an error at construction, never half-way through a
+// step. It is created new (O_EXCL, never through a link) and unlinked at
+// once: the space goes back to the drive when the process ends, however it
+// ends. `<path>.lock` (empty, flock'ed while the SwapFile lives, removed
+// after) refuses a second job given the same folder.
 //
 // Offsets, sizes and buffer addresses must be multiples of kAlign (what
 // O_DIRECT asks of them on every Linux filesystem).
@@ -60,7 +61,8 @@ class SwapFile {
 
   bool direct() const { return direct_; }
   std::size_t size() const { return bytes_; }
-  const std::filesystem::path& path() const { return path_; }
+  const std::filesystem::path& path() const { return path_; }  // (unlinked: the name it had)
+  const std::string& lock_path() const { return lock_path_; }
 
  private:
   struct Block {
@@ -81,7 +83,8 @@ class SwapFile {
   std::filesystem::path path_;
   std::size_t bytes_;
   Options o_;
-  int fd_ = -1;
+  int fd_ = -1, lock_fd_ = -1;
+  std::string lock_path_;
   bool direct_ = false;
 
   std::mutex mu_;

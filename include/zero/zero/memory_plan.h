@@ -25,7 +25,8 @@ struct PlanInput {
   bool offload = false;  // offload_optimizer.device = "cpu" or "nvme"
   // offload_optimizer.device = "nvme" (offload is set too): the partition's
   // master and moments live in a swap file and go through nvme_buffers host
-  // buffers piece by piece, pieces of at most sub_group_elements.
+  // buffers (no more than there are pieces) piece by piece, pieces of at
+  // most sub_group_elements.
   bool nvme = false;
   int nvme_buffers = 4;
   std::size_t sub_group_elements = 1'000'000'000;
