@@ -24,6 +24,7 @@
 #include <ATen/ops/equal.h>
 #include <gtest/gtest.h>
 
+#include "shared_temp_dir.h"
 #include "train_loop.h"
 #include "zero/ckpt/checkpoint_dir.h"
 #include "zero/core/error.h"
@@ -33,26 +34,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-void rm_tree(const fs::path& p) {
-  std::error_code ec;
-  ckpt::remove_tree(p, ec);
-}
-
-// A folder every rank sees: rank 0's name, broadcast.
 fs::path shared_temp_dir(comm::Communicator& comm, const std::string& what) {
-  float id = 0.0f;
-  if (comm.rank() == 0) id = static_cast<float>(::getpid() % 1000000);
-  comm.broadcast(&id, 1, DType::kFloat32)->wait();
-  const fs::path d = fs::temp_directory_path() /
-                     ("zero_ckpt_" + what + "_" + std::to_string(static_cast<long>(id)) + "_np" +
-                      std::to_string(comm.world_size()));
-  comm.barrier()->wait();
-  if (comm.rank() == 0) {
-    rm_tree(d);
-    fs::create_directories(d);
-  }
-  comm.barrier()->wait();
-  return d;
+  return test::shared_temp_dir(comm, "zero_ckpt_", what);
 }
 
 struct Trainer {

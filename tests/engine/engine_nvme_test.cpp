@@ -15,8 +15,8 @@
 
 #include <gtest/gtest.h>
 
+#include "shared_temp_dir.h"
 #include "train_loop.h"
-#include "zero/ckpt/checkpoint_dir.h"
 #include "zero/comm/communicator.h"
 #include "zero/engine/engine.h"
 #include "zero/zero/memory_estimate.h"
@@ -27,26 +27,9 @@ namespace {
 
 constexpr int kSteps = 8;
 
-// (Not fs::remove_all: libtorch.so's copy of it crashes, checkpoint_dir.h.)
-void rm_tree(const fs::path& p) {
-  std::error_code ec;
-  ckpt::remove_tree(p, ec);
-}
-
-// A folder of this job's own, the same on every rank (rank 0's pid).
+// A folder of this job's own, the same on every rank.
 fs::path job_dir(comm::Communicator& comm, const std::string& what) {
-  float id = 0.0f;
-  if (comm.rank() == 0) id = static_cast<float>(::getpid() % 1000000);
-  comm.broadcast(&id, 1, DType::kFloat32)->wait();
-  const fs::path d = fs::temp_directory_path() / ("zero_nvme_" + what + "_" + std::to_string(static_cast<long>(id)) +
-                                                  "_np" + std::to_string(comm.world_size()));
-  comm.barrier()->wait();
-  if (comm.rank() == 0) {
-    rm_tree(d);
-    fs::create_directories(d);
-  }
-  comm.barrier()->wait();
-  return d;
+  return shared_temp_dir(comm, "zero_nvme_", what);
 }
 
 struct NvmeCase {
@@ -154,7 +137,7 @@ TEST(NvmeOffloadMemory, MatchesTheEstimate) {
   }
   EXPECT_EQ(s.bytes(memory::Tier::kHost, memory::Kind::kFp32Master), 0);
   comm.barrier()->wait();
-  if (comm.rank() == 0) rm_tree(dir);  // (the engine's file is open still; the folder goes, the file with it)
+  if (comm.rank() == 0) rm_tree(dir);  // (the engine lives on a moment: its lock goes with the folder)
 }
 
 // A checkpoint does not say where the state lived: a run saved with the
@@ -169,11 +152,7 @@ TEST(NvmeOffloadCheckpoint, MovesBetweenNvmeAndHostMemory) {
   for (const auto& [save_on, load_on] : {std::pair<std::string, std::string>{"nvme", "cpu"}, {"cpu", "nvme"}}) {
     SCOPED_TRACE("saved with " + save_on + ", loaded with " + load_on);
     const std::string tag = "from_" + save_on;
-    RunResult first = train(c.kind, make(c, world, save_on, dir), comm, kSteps / 2, [&](int step, Engine& engine) {
-      (void)step;
-      (void)engine;
-    });
-    // The first half again, saving at its end.
+    // The first half, saving at its end.
     {
       auto model = make_model(c.kind);
       Engine engine(model, make(c, world, save_on, dir), comm);
@@ -191,7 +170,6 @@ TEST(NvmeOffloadCheckpoint, MovesBetweenNvmeAndHostMemory) {
       if (step == 0) engine.load_checkpoint((dir / "ckpt").string(), tag);
     });
     for (int i = 0; i < kSteps / 2; ++i) {
-      EXPECT_EQ(first.losses[static_cast<std::size_t>(i)], unbroken.losses[static_cast<std::size_t>(i)]);
       EXPECT_EQ(second.losses[static_cast<std::size_t>(i)], unbroken.losses[static_cast<std::size_t>(i + kSteps / 2)])
           << "step " << i + kSteps / 2;
     }
