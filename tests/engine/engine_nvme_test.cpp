@@ -54,6 +54,7 @@ config::Config make(const NvmeCase& c, int world, const std::string& device, con
   if (c.adagrad) {
     cfg.optimizer.type = "Adagrad";
     cfg.optimizer.weight_decay = 0.0f;
+    cfg.optimizer.initial_accumulator_value = 0.1f;  // (the swap file's initial sum is checked too)
   }
   return cfg;
 }
