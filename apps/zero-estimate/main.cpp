@@ -232,7 +232,10 @@ int main(int argc, char** argv) {
       in.nvme_buffers = nvme_buffers;
       in.sub_group_elements = sub_group;
       MemoryEstimate e = estimate_memory(in);
-      const bool fits = (device_mem == 0 || e.device_total() <= device_mem) && (host_mem == 0 || e.host_total() <= host_mem);
+      // On the CPU (no --gpu) the "device" is host memory too: both columns
+      // come out of --host-mem.
+      const std::int64_t host_need = on_gpu ? e.host_total() : e.host_total() + e.device_total();
+      const bool fits = (device_mem == 0 || e.device_total() <= device_mem) && (host_mem == 0 || host_need <= host_mem);
       rows.push_back({s, off, e, fits});
       std::printf("%-26s %12s %12s %12s %12s %12s %12s | %12s %12s%s%s\n",
                   (describe_config(s, off, in.offload_param) + (in.nvme ? " (nvme)" : "")).c_str(),

@@ -383,6 +383,16 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
                    "order from here on differs from the saved run's\n",
                    static_cast<unsigned long long>(client.value("seed", o.seed)), static_cast<unsigned long long>(o.seed));
     }
+    // The global batch follows the ranks unless the config fixes it (the
+    // default config fixes the micro-batch): say so when it moved.
+    const std::int64_t saved_batch = client.value("train_batch_size", cfg.train_batch_size);
+    if (root && saved_batch != cfg.train_batch_size) {
+      std::fprintf(stderr, "warning: the checkpoint was trained with a global batch of %lld sequences, this run has "
+                   "%lld (%s): the optimizer sees other batches from here on; to keep %lld, set train_batch_size "
+                   "in the config (--config)\n",
+                   static_cast<long long>(saved_batch), static_cast<long long>(cfg.train_batch_size),
+                   cfg.batch_summary().c_str(), static_cast<long long>(saved_batch));
+    }
     if (root) {
       std::fprintf(stderr, "resuming at step %lld of %lld\n", static_cast<long long>(first_step),
                    static_cast<long long>(o.steps));
@@ -509,6 +519,7 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
       }
       const nlohmann::json client = {{"step", step + 1}, {"seed", o.seed}, {"model", o.model},
                                      {"seq_len", o.seq_len}, {"steps", o.steps},
+                                     {"train_batch_size", cfg.train_batch_size},
                                      {"gpt", {{"vocab_size", gc.vocab_size}, {"block_size", gc.block_size},
                                               {"n_layer", gc.n_layer}, {"n_head", gc.n_head}, {"n_embd", gc.n_embd}}}};
       // A save still in flight is finished first: its error comes out of

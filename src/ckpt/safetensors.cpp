@@ -82,8 +82,9 @@ void SafetensorsWriter::sync() {
   const int e = errno;
   ZERO_CHECK(rc == 0, "fsync of ", tmp_.string(), " failed: ", std::strerror(e),
              "; free space or choose another --out");
-  ZERO_CHECK(::close(fd_) == 0, "closing ", tmp_.string(), " failed: ", std::strerror(errno));
-  fd_ = -1;
+  const int closed = ::close(fd_);
+  fd_ = -1;  // (closed either way: discard() must not close it again)
+  ZERO_CHECK(closed == 0, "closing ", tmp_.string(), " failed: ", std::strerror(errno));
 }
 
 void SafetensorsWriter::commit() {

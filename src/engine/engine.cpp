@@ -731,7 +731,15 @@ std::vector<at::Tensor> Engine::gather_master_params() {
   Impl& m = *impl_;
   at::NoGradGuard no_grad;
   m.delayed->wait();
-  return m.params->gather(m.optimizer->full_master(), comm_);
+  // (NVMe: read from the swap file, which can fail on one rank alone.)
+  at::Tensor master;
+  const std::string error = detail::error_of([&] { master = m.optimizer->full_master(); });
+  if (m.optimizer->swapped()) {
+    detail::agree(comm_, m.ctx.device, error, "reading the master weights from NVMe");
+  } else if (!error.empty()) {
+    throw Error(error);
+  }
+  return m.params->gather(master, comm_);
 }
 
 GatheredParameters Engine::gather_parameters() {

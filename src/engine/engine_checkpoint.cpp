@@ -140,7 +140,24 @@ void Engine::save_checkpoint(const std::string& dir, const std::string& tag, con
   P.wait_up();
   const FlatLayout& L = P.layout();
   const fs::path root(dir);
+  // NVMe: the partition's states read from the swap file now, before the
+  // folder is prepared; one rank's drive can fail alone, so every rank
+  // learns of it here instead of waiting in a later collective.
+  using State = detail::OptimizerPartition::State;
+  std::vector<std::vector<at::Tensor>> states;
   std::string error;
+  if (m.rank < L.shard_world()) {
+    error = error_of([&] {
+      for (State s : {State::kMaster, State::kExpAvg, State::kExpAvgSq}) {
+        if (s != State::kExpAvgSq || m.optimizer->moments() == 2) states.push_back(m.optimizer->state(s));
+      }
+    });
+  }
+  if (config_.zero_optimization.offload_optimizer.device == "nvme") {
+    agree<ckpt::CheckpointSaveError>(comm_, m.ctx.device, error, "reading the optimizer state from NVMe");
+  } else if (!error.empty()) {
+    throw Error(error);
+  }
   if (m.rank == 0) error = error_of([&] { ckpt::prepare_partial(root, tag); });
   agree<ckpt::CheckpointSaveError>(comm_, m.ctx.device, error, "preparing the checkpoint folder");
 
@@ -162,7 +179,7 @@ void Engine::save_checkpoint(const std::string& dir, const std::string& tag, con
   man.engine.steps = stats_.step;
   man.engine.optimizer_step = m.optimizer_step;
   man.engine.skipped = stats_.skipped;
-  man.engine.lr = lr_;
+  man.engine.lr = lr();  // the rate of the next step (the config's scheduler's, or set_lr's)
   man.engine.update_pending = m.delayed->pending();
   const LossScaler::State ss = m.precision.scaler().state();
   man.engine.scaler = {ss.scale, ss.hysteresis_left, ss.iter, ss.last_overflow_iter, ss.skipped};
@@ -187,15 +204,14 @@ void Engine::save_checkpoint(const std::string& dir, const std::string& tag, con
     // The partition's sections change only at the next optimizer step: an
     // asynchronous save writes their host memory in place until then
     // (CheckpointSave::fence()).
-    // (NVMe: host copies read from the swap file now, which nothing else
-    // writes.)
-    using State = detail::OptimizerPartition::State;
+    // (NVMe: the host copies read from the swap file above, which nothing
+    // else writes.)
     const bool live = !m.optimizer->swapped();
-    sections.push_back({"master", "fp32", {}, hosts(m.optimizer->state(State::kMaster)), live});
-    sections.push_back({"exp_avg", "fp32", {}, hosts(m.optimizer->state(State::kExpAvg)), live});
+    sections.push_back({"master", "fp32", {}, hosts(states[0]), live});
+    sections.push_back({"exp_avg", "fp32", {}, hosts(states[1]), live});
     if (man.moments == 2) {
       man.partition_sections.push_back("exp_avg_sq");
-      sections.push_back({"exp_avg_sq", "fp32", {}, hosts(m.optimizer->state(State::kExpAvgSq)), live});
+      sections.push_back({"exp_avg_sq", "fp32", {}, hosts(states[2]), live});
     }
     detail::SaveSection params{"params", tdtype, {}, {}, true};
     for (const Bucket& b : L.buckets()) params.pieces.push_back(host(P.rank_chunk(b)));

@@ -8,6 +8,7 @@
 
 #include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/from_blob.h>
 #include <ATen/ops/zeros.h>
 #include <c10/core/DeviceGuard.h>
 
@@ -112,7 +113,8 @@ void OptimizerPartition::seed_master_chunk(const Bucket& b, const at::Tensor& ch
       if (pc.bucket->offset != b.offset) continue;  // (b may be another copy of the layout's bucket)
       const std::size_t region = swap_region_bytes(pc.n);
       std::memset(buf, 0, region);
-      std::memcpy(buf, chunk32.narrow(0, i64(pc.offset), i64(pc.n)).contiguous().data_ptr<float>(), pc.n * 4);
+      // (chunk32 is on the engine's device: a GPU's copies it down.)
+      at::from_blob(buf, {i64(pc.n)}, at::kFloat).copy_(chunk32.narrow(0, i64(pc.offset), i64(pc.n)));
       swap_->wait(swap_->write(slots_[pc.index], buf, region));
     }
     return;

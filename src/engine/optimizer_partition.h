@@ -157,9 +157,9 @@ class OptimizerPartition {
   // NVMe: the file, the slot of each main piece (byte offset), the buffers.
   offload::SwapFile::Options aio_;
   std::string swap_path_;
+  at::Tensor swap_buffers_;  // (before swap_: its I/O threads end before the buffers go)
   std::unique_ptr<offload::SwapFile> swap_;
   std::vector<std::size_t> slots_;
-  at::Tensor swap_buffers_;
   std::size_t swap_buffer_bytes_ = 0;
   std::size_t swap_buffer_count_ = 0;
 };

@@ -55,7 +55,7 @@ SwapFile::SwapFile(std::filesystem::path path, std::size_t bytes, Options option
     const int e = errno;
     ::close(lock_fd_);
     ZERO_CHECK(false, "the NVMe swap file '", path_.string(), "' is ",
-               e == EWOULDBLOCK ? "in use by another running process (another zerocpp job with the same nvme_path?)"
+               e == EWOULDBLOCK ? "in use by another running process or engine (the same nvme_path given twice?)"
                                 : "not lockable (" + errno_text(e) + ")",
                ": give each job a folder of its own in offload_optimizer.nvme_path");
   }
@@ -69,10 +69,14 @@ SwapFile::SwapFile(std::filesystem::path path, std::size_t bytes, Options option
   // else uses it); unlink removes a link, never what it points to. O_EXCL
   // makes the file new and regular.
   ::unlink(path_.c_str());
-  const int flags = O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW;
-  fd_ = ::open(path_.c_str(), flags | O_DIRECT, 0600);
-  direct_ = fd_ >= 0;
-  if (fd_ < 0 && errno == EINVAL) fd_ = ::open(path_.c_str(), flags, 0600);  // no O_DIRECT on this filesystem
+  // Created without O_DIRECT, which is then asked for: a filesystem that
+  // refuses it (EINVAL) keeps buffered I/O. (Opened with it, such a
+  // filesystem makes the file and then fails, and O_EXCL refuses a retry.)
+  fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd_ >= 0) {
+    const int fl = ::fcntl(fd_, F_GETFL);
+    direct_ = fl >= 0 && ::fcntl(fd_, F_SETFL, fl | O_DIRECT) == 0;
+  }
   if (fd_ < 0) {
     fail(errno, "cannot create the NVMe swap file '" + path_.string() + "': ",
          ". Give offload_optimizer.nvme_path a folder this process may write to");

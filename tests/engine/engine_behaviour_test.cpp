@@ -15,6 +15,7 @@
 #include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/adamw.h>
 
+#include "shared_temp_dir.h"
 #include "train_loop.h"
 #include "zero/comm/communicator.h"
 #include "zero/core/error.h"
@@ -545,6 +546,46 @@ TEST(Optimizer, BiasCorrectionOffStepsWithTheRawMoments) {
       EXPECT_NEAR(moved, want, 1e-2 * want) << "parameter " << i << " bias_correction " << correct;
     }
   }
+}
+
+// A checkpoint keeps the rate of the next step, the scheduler's: an engine
+// without a scheduler resumes at it, one with the scheduler from the saved
+// step count (before, the base lr was saved).
+TEST(Schedule, ACheckpointKeepsTheScheduledRate) {
+  comm::Communicator& comm = world_comm();
+  const int world = comm.world_size();
+  const std::filesystem::path dir = shared_temp_dir(comm, "zero_sched_", "ckpt");
+  config::Config cfg = make_config(2, false, false, world, kGlobalBatch / world, 1);
+  cfg.scheduler.type = "WarmupLR";
+  cfg.scheduler.warmup_type = "linear";
+  cfg.scheduler.warmup_num_steps = 8;
+  cfg.scheduler.warmup_min_lr = 0.0f;
+  cfg.scheduler.warmup_max_lr = 1e-2f;
+  float saved = 0.0f;
+  {
+    auto model = make_model(ModelKind::kMlp);
+    Engine engine(model, cfg, comm);
+    for (int step = 0; step < 4; ++step) {
+      GlobalBatch gb = global_batch(ModelKind::kMlp, step);
+      const int micro = kGlobalBatch / world;
+      engine.backward(micro_loss(ModelKind::kMlp, *model, gb.x.narrow(0, comm.rank() * micro, micro),
+                                 gb.y.narrow(0, comm.rank() * micro, micro), engine.dtype()));
+      engine.step();
+    }
+    saved = engine.lr();
+    EXPECT_FLOAT_EQ(saved, 3e-2f / 8);  // lr(3) after four steps
+    engine.save_checkpoint(dir.string(), "s");
+  }
+  for (bool scheduled : {false, true}) {
+    config::Config c = cfg;
+    if (!scheduled) c.scheduler.type = "";
+    auto model = make_model(ModelKind::kMlp);
+    Engine engine(model, c, comm);
+    engine.load_checkpoint(dir.string(), "s");
+    EXPECT_FLOAT_EQ(engine.lr(), saved) << (scheduled ? "with" : "without") << " the scheduler";
+  }
+  comm.barrier()->wait();
+  if (comm.rank() == 0) rm_tree(dir);
 }
 
 TEST(Overflow, Fp16DynamicScaleFollowsHysteresisAcrossRanks) {
