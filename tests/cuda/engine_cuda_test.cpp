@@ -19,9 +19,12 @@
 // Two ranks on one GPU are not tested: NCCL refuses two ranks of one
 // communicator on the same device ("Duplicate GPU detected"), and the GPU
 // machine has one.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -82,6 +85,15 @@ models::GptConfig tiny() {
   return c;
 }
 
+// offload "nvme": the swap files' folder (each engine's lock is released
+// before the next one is built).
+std::string nvme_dir() {
+  const std::filesystem::path d =
+      std::filesystem::temp_directory_path() / ("zero_cuda_nvme_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(d);
+  return d.string();
+}
+
 config::Config make_config(const Case& k) {
   nlohmann::json c = {
       {"train_micro_batch_size_per_gpu", 4},
@@ -95,7 +107,8 @@ config::Config make_config(const Case& k) {
         {"stage3_param_persistence_threshold", 0},
         {"offload_param", {{"device", k.offload_param ? "cpu" : "none"}}},
         {"offload_optimizer",
-         {{"device", k.offload}, {"delayed_param_update", k.dpu}, {"delayed_param_update_warmup_steps", 1},
+         {{"device", k.offload}, {"nvme_path", k.offload == "nvme" ? nvme_dir() : ""},
+          {"delayed_param_update", k.dpu}, {"delayed_param_update_warmup_steps", 1},
           {"ratio", k.offload == "cpu" ? k.ratio : 1.0f}}}}},
       {"steps_per_print", 1000000}};
   if (k.dtype == "bf16") c["bf16"] = {{"enabled", true}};
@@ -219,6 +232,10 @@ std::vector<Case> cases() {
   add("bf16_stage3_accum2_clip", 3, 2, 0.05f, "bf16");
   add("nccl_bf16_stage3_clip", 3, 1, 0.05f, "bf16", "none", false, "AdamW", true);
   add("offload_bf16_stage3_dpu", 3, 1, 0.05f, "bf16", "cpu", true);
+  // The optimizer state on NVMe: the CPU step's pieces through the swap file
+  // (the master seeded from device memory), stages 2 and 3.
+  add("nvme_bf16_stage2_dpu", 2, 1, 0.05f, "bf16", "nvme", true);
+  add("nvme_fp32_stage3_accum2", 3, 2, 0.05f, "fp32", "nvme");
   Case params_offloaded{"offload_param_bf16_stage3_dpu", 3, 1, 0.05f, "bf16", "cpu", true};
   params_offloaded.offload_param = true;
   v.push_back(params_offloaded);
