@@ -481,6 +481,17 @@ TEST(Overflow, InjectedInfSkipsStepOnEveryRank) {
   }
 }
 
+// Stage 2 with DeepSpeed's linear WarmupLR from 0 to 1e-2 over `steps`.
+config::Config linear_warmup_config(int world, int steps) {
+  config::Config cfg = make_config(2, false, false, world, kGlobalBatch / world, 1);
+  cfg.scheduler.type = "WarmupLR";
+  cfg.scheduler.warmup_type = "linear";
+  cfg.scheduler.warmup_num_steps = steps;
+  cfg.scheduler.warmup_min_lr = 0.0f;
+  cfg.scheduler.warmup_max_lr = 1e-2f;
+  return cfg;
+}
+
 // A "scheduler" in the config is the engine's, stepped as DeepSpeed steps it:
 // after each optimizer step taken and not after a skipped one, so the step
 // after n taken runs at lr(n - 1) (the first at warmup_min_lr). The rates
@@ -489,12 +500,7 @@ TEST(Overflow, InjectedInfSkipsStepOnEveryRank) {
 TEST(Schedule, TheConfigsSchedulerIsSteppedAfterEachStepTaken) {
   comm::Communicator& comm = world_comm();
   const int world = comm.world_size();
-  config::Config cfg = make_config(2, false, false, world, kGlobalBatch / world, 1);
-  cfg.scheduler.type = "WarmupLR";
-  cfg.scheduler.warmup_type = "linear";
-  cfg.scheduler.warmup_num_steps = 4;
-  cfg.scheduler.warmup_min_lr = 0.0f;
-  cfg.scheduler.warmup_max_lr = 1e-2f;
+  const config::Config cfg = linear_warmup_config(world, 4);
   auto model = make_model(ModelKind::kMlp);
   Engine engine(model, cfg, comm);
   const std::vector<float> want = {0.0f, 0.0f, 0.0f, 2.5e-3f, 5e-3f, 7.5e-3f, 1e-2f, 1e-2f};
@@ -555,12 +561,7 @@ TEST(Schedule, ACheckpointKeepsTheScheduledRate) {
   comm::Communicator& comm = world_comm();
   const int world = comm.world_size();
   const std::filesystem::path dir = shared_temp_dir(comm, "zero_sched_", "ckpt");
-  config::Config cfg = make_config(2, false, false, world, kGlobalBatch / world, 1);
-  cfg.scheduler.type = "WarmupLR";
-  cfg.scheduler.warmup_type = "linear";
-  cfg.scheduler.warmup_num_steps = 8;
-  cfg.scheduler.warmup_min_lr = 0.0f;
-  cfg.scheduler.warmup_max_lr = 1e-2f;
+  const config::Config cfg = linear_warmup_config(world, 8);
   float saved = 0.0f;
   {
     auto model = make_model(ModelKind::kMlp);
