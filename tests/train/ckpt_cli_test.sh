@@ -4,6 +4,7 @@
 #    there and say how to pick one (--tag for zero-ckpt, --resume for
 #    zero-train); a tag's own folder is accepted by zero-ckpt;
 #  - a checkpoint at or past --steps is refused before anything trains;
+#  - a resume with another global batch warns;
 #  - inspect (without --verify) refuses a missing or truncated shard;
 #  - export-hf refuses an --n-head that contradicts the checkpoint, and 0;
 #  - an export-hf or consolidate that fails (here: past `ulimit -f`) leaves
@@ -37,6 +38,13 @@ expect_fail "$work/past.log" "checkpoint .*step-4 is at step 4, past --steps 3: 
 grep -q "^model:" "$work/past.log" && fail "a resume past --steps built the model before refusing"
 expect_fail "$work/equal.log" "is at step 4 and --steps is 4: nothing left to train" \
   "$train" "${base[@]}" --steps 4 --resume latest
+# A resume whose global batch differs from the saved run's says so.
+printf '{"train_micro_batch_size_per_gpu": 16, "gradient_accumulation_steps": 2, "zero_optimization": {"stage": 2}}' \
+  >"$work/batch32.json"
+"$train" "${base[@]}" --config "$work/batch32.json" --steps 3 --eval-every 0 --resume step-2 >"$work/batch.log" 2>&1 \
+  || { cat "$work/batch.log"; fail "the resume with another batch failed"; }
+grep -q "warning: the checkpoint was trained with a global batch of 16 sequences, this run has 32" "$work/batch.log" \
+  || { cat "$work/batch.log"; fail "a resume with another global batch gave no warning"; }
 # A tag that is not there: the tags that are.
 expect_fail "$work/tag99.log" "no checkpoint 'step-99' in .*holds step-2, step-4: give --resume step-4" \
   "$train" "${base[@]}" --steps 6 --resume step-99
