@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "zero/core/error.h"
+
 namespace zero {
 
 LossScaler::LossScaler(const LossScalerOptions& opts)
@@ -23,6 +25,14 @@ void LossScaler::restore(const State& s) {
 }
 
 bool LossScaler::update(bool overflow) {
+  // DeepSpeed's DynamicLossScaler (raise_error_at_min_scale, on in its ZeRO
+  // optimizers) ends the run here: halving cannot go on.
+  ZERO_CHECK(!(overflow && opts_.dynamic && hysteresis_left_ <= 1 && scale_ <= opts_.min_loss_scale),
+             "fp16: the gradients overflowed with the loss scale already at its minimum (fp16.min_loss_scale ",
+             opts_.min_loss_scale, ") and the hysteresis spent, so a smaller scale cannot help (DeepSpeed ends the "
+             "run here too: \"Current loss scale already at minimum\"). The model diverged or fp16 cannot hold its "
+             "gradients: lower the learning rate, keep gradient_clipping on, train in bf16, or lower "
+             "fp16.min_loss_scale");
   if (overflow) {
     ++skipped_;
     if (opts_.dynamic) {

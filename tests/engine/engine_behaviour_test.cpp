@@ -589,6 +589,33 @@ TEST(Schedule, ACheckpointKeepsTheScheduledRate) {
   if (comm.rank() == 0) rm_tree(dir);
 }
 
+// An fp16 overflow with the scale at min_loss_scale (and no hysteresis
+// left) ends the run on every rank, as DeepSpeed's ZeRO optimizers do,
+// whatever the nonfinite policy.
+TEST(Overflow, Fp16OverflowAtTheMinimumScaleEndsTheRun) {
+  comm::Communicator& comm = world_comm();
+  const int world = comm.world_size();
+  config::Config cfg = make_config(2, false, false, world, kGlobalBatch / world, 1);
+  cfg.fp16.enabled = true;
+  cfg.fp16.initial_scale_power = 0;  // 1 = min_loss_scale
+  cfg.fp16.hysteresis = 1;
+  auto model = make_model(ModelKind::kMlp);
+  Engine engine(model, cfg, comm);
+  GlobalBatch gb = global_batch(ModelKind::kMlp, 0);
+  const int micro = kGlobalBatch / world;
+  at::Tensor loss = micro_loss(ModelKind::kMlp, *model, gb.x.narrow(0, comm.rank() * micro, micro),
+                               gb.y.narrow(0, comm.rank() * micro, micro), engine.dtype());
+  if (comm.rank() == world - 1) loss = loss * std::numeric_limits<float>::infinity();
+  engine.backward(loss);
+  try {
+    engine.step();
+    ADD_FAILURE() << "no error for an overflow at the minimum scale";
+  } catch (const ::zero::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("loss scale already at its minimum (fp16.min_loss_scale 1)"),
+              std::string::npos) << e.what();
+  }
+}
+
 TEST(Overflow, Fp16DynamicScaleFollowsHysteresisAcrossRanks) {
   // fp16 maths runs on the CPU in LibTorch 2.x, so the whole fp16 path is
   // exercised here: scaled backward, unscale in the optimizer, skip, rescale.
@@ -674,10 +701,12 @@ TEST(LossScaler, DeepSpeedDynamicSemantics) {
   EXPECT_TRUE(s.update(true));   // second halves
   EXPECT_EQ(s.scale(), 128.0f);
   EXPECT_TRUE(s.update(true));
+  EXPECT_EQ(s.scale(), 64.0f);  // min_loss_scale
+  // Another overflow there: nothing left to lower, the run ends (DeepSpeed's
+  // "Current loss scale already at minimum"), the scaler unchanged.
+  EXPECT_THROW(s.update(true), ::zero::Error);
   EXPECT_EQ(s.scale(), 64.0f);
-  EXPECT_TRUE(s.update(true));   // floored at min_loss_scale
-  EXPECT_EQ(s.scale(), 64.0f);
-  EXPECT_EQ(s.skipped_steps(), 4);
+  EXPECT_EQ(s.skipped_steps(), 3);
   EXPECT_FALSE(s.update(false));
   EXPECT_FALSE(s.update(false));
   EXPECT_EQ(s.scale(), 64.0f);

@@ -9,7 +9,9 @@
 //    hysteresis is spent. After `loss_scale_window` steps without overflow
 //    since the last one, the scale doubles and the hysteresis is refilled.
 //    With consecutive_hysteresis every step without overflow refills it, so
-//    only `hysteresis` overflows in a row halve the scale.
+//    only `hysteresis` overflows in a row halve the scale. An overflow with
+//    the scale at min_loss_scale and the hysteresis spent throws (DeepSpeed's
+//    raise_error_at_min_scale): nothing is left to lower.
 // bf16 and fp32 training use a scale of 1 that never changes; a non-finite
 // gradient there still skips the step (counted and logged), so a bad batch
 // never poisons the weights.
@@ -35,7 +37,8 @@ class LossScaler {
 
   float scale() const { return scale_; }
   // Call once per optimizer step with whether any rank saw a non-finite
-  // gradient. Returns true when the step must be skipped.
+  // gradient. Returns true when the step must be skipped; throws
+  // zero::Error, changing nothing, on an overflow at the floor.
   bool update(bool overflow);
 
   std::int64_t skipped_steps() const { return skipped_; }
