@@ -449,7 +449,9 @@ TEST(Stage3, BetweenStepsAUnitsParameterIsHollowAndGatherParametersGivesItsValue
       }
       ++i;
     }
-    if (all) EXPECT_GT(hollow, 0u) << when;
+    if (all) {
+      EXPECT_GT(hollow, 0u) << when;
+    }
   };
   expect_hollow("after construction");
   const std::vector<at::Tensor> master = train_gpt(*model, engine, comm, 2).params;
