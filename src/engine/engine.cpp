@@ -733,12 +733,9 @@ std::vector<at::Tensor> Engine::gather_master_params() {
   m.delayed->wait();
   // (NVMe: read from the swap file, which can fail on one rank alone.)
   at::Tensor master;
-  const std::string error = detail::error_of([&] { master = m.optimizer->full_master(); });
-  if (m.optimizer->swapped()) {
-    detail::agree(comm_, m.ctx.device, error, "reading the master weights from NVMe");
-  } else if (!error.empty()) {
-    throw Error(error);
-  }
+  detail::agree_if(m.optimizer->swapped(), comm_, m.ctx.device,
+                   detail::error_of([&] { master = m.optimizer->full_master(); }),
+                   "reading the master weights from NVMe");
   return m.params->gather(master, comm_);
 }
 

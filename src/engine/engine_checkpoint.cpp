@@ -153,11 +153,8 @@ void Engine::save_checkpoint(const std::string& dir, const std::string& tag, con
       }
     });
   }
-  if (config_.zero_optimization.offload_optimizer.device == "nvme") {
-    agree<ckpt::CheckpointSaveError>(comm_, m.ctx.device, error, "reading the optimizer state from NVMe");
-  } else if (!error.empty()) {
-    throw Error(error);
-  }
+  detail::agree_if<ckpt::CheckpointSaveError>(m.optimizer->swapped(), comm_, m.ctx.device, error,
+                                              "reading the optimizer state from NVMe");
   if (m.rank == 0) error = error_of([&] { ckpt::prepare_partial(root, tag); });
   agree<ckpt::CheckpointSaveError>(comm_, m.ctx.device, error, "preparing the checkpoint folder");
 
@@ -560,8 +557,11 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
       P.rank_chunk(b).copy_(values.narrow(0, static_cast<std::int64_t>(b.partition_offset), static_cast<std::int64_t>(b.chunk)));
     }
   };
-  const at::Tensor master = m.optimizer->full_master();
-  auto set_params_from_master = [&] { set_params(master.narrow(0, 0, static_cast<std::int64_t>(L.partition_numel())).to(dtype)); };
+  // (Read only where it is used: with NVMe, full_master() reads the file.)
+  auto set_params_from_master = [&] {
+    const at::Tensor master = m.optimizer->full_master();
+    set_params(master.narrow(0, 0, static_cast<std::int64_t>(L.partition_numel())).to(dtype));
+  };
   const bool keep_pending = man.engine.update_pending && m.delayed->enabled() && same_dtype;
   if (keep_pending) {
     // The model computes with step t-1's parameters, the update of step t

@@ -134,7 +134,7 @@ void OptimizerPartition::allocate_moments() {
       const std::size_t region = swap_region_bytes(pc.n);
       std::memset(buf, 0, region * static_cast<std::size_t>(moments()));
       if (adagrad_) std::fill_n(reinterpret_cast<float*>(buf), pc.n, opt_.initial_accumulator_value);
-      swap_->wait(swap_->write(slots_[pc.index] + region, buf, region * static_cast<std::size_t>(moments())));
+      swap_->wait(swap_->write(region_at(pc, State::kExpAvg), buf, region * static_cast<std::size_t>(moments())));
     }
   } else {
     exp_avg_ = allocate(Buffer::kExpAvg, at::kFloat, /*zero=*/true);
@@ -252,6 +252,10 @@ void OptimizerPartition::open_swap() {
   }
 }
 
+std::size_t OptimizerPartition::region_at(const Piece& pc, State s) const {
+  return slots_[pc.index] + swap_region_bytes(pc.n) * static_cast<std::size_t>(s);
+}
+
 char* OptimizerPartition::swap_buffer(std::size_t k) const {
   auto* base = static_cast<char*>(swap_buffers_.data_ptr()) + k * swap_buffer_bytes_;
   const auto at = reinterpret_cast<std::uintptr_t>(base);
@@ -261,7 +265,8 @@ char* OptimizerPartition::swap_buffer(std::size_t k) const {
 // Piece i is stepped in buffer i % K. Reads run K - 1 pieces ahead: the read
 // of piece i + K - 1 goes into the buffer piece i - 1 was stepped in, once
 // that piece's write is done. The last writes are waited for before the
-// step returns, so that the file always holds the last finished step.
+// step returns, so that the file holds the finished step (one that fails
+// part-way leaves pieces of both; the engine then refuses to train on).
 void OptimizerPartition::step_swapped(const GradsFn& grads, const HalfOutFn& half_out, float grad_scale, float lr,
                                       std::int64_t step, const PieceDoneFn& after_piece) {
   const std::size_t count = pieces_.size(), k = swap_buffer_count_;
@@ -319,10 +324,9 @@ std::vector<at::Tensor> OptimizerPartition::state(State s) const {
   ZERO_INTERNAL_ASSERT(s != State::kExpAvgSq || !adagrad_, "Adagrad has no second moment");
   at::Tensor out = at::empty({i64(layout_.partition_numel())}, at::kFloat);
   char* buf = swap_buffer(0);
-  const int which = static_cast<int>(s);
   for (const Piece& pc : pieces_) {
     const std::size_t region = swap_region_bytes(pc.n);
-    swap_->wait(swap_->read(slots_[pc.index] + region * static_cast<std::size_t>(which), buf, region));
+    swap_->wait(swap_->read(region_at(pc, s), buf, region));
     std::memcpy(out.data_ptr<float>() + pc.at(), buf, pc.n * sizeof(float));
   }
   return {out};
@@ -337,12 +341,11 @@ void OptimizerPartition::store_state(State s, const std::vector<at::Tensor>& par
   // update pending at the load, or the next step's publish).
   if (s == State::kMaster && o_.dtype == at::kFloat) staging_.copy_(values);
   char* buf = swap_buffer(0);
-  const int which = static_cast<int>(s);
   for (const Piece& pc : pieces_) {
     const std::size_t region = swap_region_bytes(pc.n);
     std::memset(buf, 0, region);
     std::memcpy(buf, values.data_ptr<float>() + pc.at(), pc.n * sizeof(float));
-    swap_->wait(swap_->write(slots_[pc.index] + region * static_cast<std::size_t>(which), buf, region));
+    swap_->wait(swap_->write(region_at(pc, s), buf, region));
   }
 }
 

@@ -130,6 +130,9 @@ class OptimizerPartition {
   at::Tensor allocate(Buffer id, c10::ScalarType dtype, bool zero);
   // NVMe.
   char* swap_buffer(std::size_t k) const;  // aligned: (1 + moments) regions of the largest piece
+  // Where state `s` of a main piece is in the file: its slot holds the
+  // master, then the moments, each rounded up to 4096 bytes.
+  std::size_t region_at(const Piece& pc, State s) const;
   void step_swapped(const GradsFn& grads, const HalfOutFn& half_out, float grad_scale, float lr, std::int64_t step,
                     const PieceDoneFn& after_piece);
   void step_piece(const Piece& pc, float* master, float* m1, float* m2, const at::Tensor& g, void* half,

@@ -31,6 +31,18 @@ void agree(comm::Communicator& comm, const c10::Device& device, const std::strin
   }
 }
 
+// agree() where every rank can fail alone (`collective`, the same on every
+// rank); otherwise this rank's error alone, with no collective.
+template <class E = Error>
+void agree_if(bool collective, comm::Communicator& comm, const c10::Device& device, const std::string& error,
+              const std::string& what) {
+  if (collective) {
+    agree<E>(comm, device, error, what);
+  } else if (!error.empty()) {
+    throw Error(error);
+  }
+}
+
 template <typename Fn>
 std::string error_of(Fn&& fn) {
   try {
