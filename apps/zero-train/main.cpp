@@ -7,9 +7,12 @@
 // AdamW (fp32 on a CPU without native bf16: train_precision.h). Without
 // corpus paths, the English text of Debian's `fortunes`.
 #include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -33,6 +36,7 @@
 #include <torch/utils.h>
 
 #include "progress.h"
+#include "stop_signals.h"
 #include "train_device.h"
 #include "train_precision.h"
 #include "train_report.h"
@@ -131,13 +135,21 @@ void write_plot(const fs::path& dir, bool with_val) {
      << "plot '" << (dir / "loss.dat").string() << "' using 1:($3/1048576) with lines title 'device', '' using 1:($4/1048576) with lines title 'host'\n"
      << "unset multiplot\n";
   gp.close();
-  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
-    std::fprintf(stderr, "plot: skipped (gnuplot not found; scripts/setup installs gnuplot-nox); the data is in %s\n",
-                 (dir / "loss.dat").c_str());
+  // posix_spawnp, not std::system: no shell to quote the path for, and the
+  // signals keep their handlers while gnuplot runs (system() ignores SIGINT).
+  const std::string script_path = script.string();
+  char* argv[] = {const_cast<char*>("gnuplot"), const_cast<char*>(script_path.c_str()), nullptr};
+  pid_t pid = 0;
+  const int spawn_error = ::posix_spawnp(&pid, "gnuplot", nullptr, nullptr, argv, environ);
+  if (spawn_error != 0) {
+    std::fprintf(stderr, "plot: skipped (gnuplot: %s; scripts/setup installs gnuplot-nox); the data is in %s\n",
+                 spawn_error == ENOENT ? "not found" : std::strerror(spawn_error), (dir / "loss.dat").c_str());
     return;
   }
-  const std::string cmd = "gnuplot '" + script.string() + "'";
-  const int rc = std::system(cmd.c_str());
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  const int rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   if (rc == 0) {
     std::fprintf(stderr, "plot: %s\n", (dir / "training.png").c_str());
   } else {
@@ -235,6 +247,9 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
   comm_out = comm::make_communicator();
   comm::Communicator* comm = comm_out.get();
   const bool root = comm->rank() == 0;
+  // From here, SIGTERM/SIGINT/SIGUSR2 stop the run at the end of a step,
+  // with a checkpoint, and SIGUSR1 saves one (stop_signals.h).
+  train::StopSignals signals;
   prepare_outputs(o, root);
   const std::int64_t saved_step = o.resume.empty() ? 0 : resume_step(o);
   config::Config cfg = o.config_path.empty() ? config::parse_config(kDefaultConfig, comm->world_size(), "<default config>")
@@ -415,6 +430,7 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
   std::optional<double> last_val;  // none when no evaluation ran
   bool any_val = false;  // val.dat has a point (else the plot leaves the series out)
   comm::CommStats last_comm, run_comm;  // this rank's: the last step, and the sum over steps
+  std::string stopped_by;  // the signal(s) that stopped the run ("" when it ran to --steps)
   auto report_saved = [&] {
     const Engine::CheckpointTiming& c = engine.last_checkpoint();
     if (root) {
@@ -467,8 +483,17 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
       step_engine();
       loss_acc += loss.detach().to(at::kFloat);
     }
-    float loss_sum = loss_acc.item<float>();
-    comm->all_reduce(&loss_sum, 1, DType::kFloat32)->wait();
+    // The loss and the signals each rank received, summed in one all-reduce:
+    // every rank acts on a signal at the same step.
+    std::array<float, 1 + train::StopSignals::kCount> shared{};
+    shared[0] = loss_acc.item<float>();
+    const auto counts = signals.take_counts();
+    std::copy(counts.begin(), counts.end(), shared.begin() + 1);
+    comm->all_reduce(shared.data(), shared.size(), DType::kFloat32)->wait();
+    std::array<float, train::StopSignals::kCount> summed{};
+    std::copy(shared.begin() + 1, shared.end(), summed.begin());
+    const train::SignalVerdict signal = train::signal_verdict(summed);
+    const float loss_sum = shared[0];
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     total_seconds += seconds;
     // (commit_s is set only by a commit that succeeded.)
@@ -480,7 +505,8 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
     last_comm = engine.last_step_comm();
     train::add_comm(run_comm, last_comm);
     double val = -1.0;
-    if (o.eval_every > 0 && ((step + 1) % o.eval_every == 0 || step + 1 == o.steps)) {
+    // (A run that stops for a signal saves first: the time it has is short.)
+    if (o.eval_every > 0 && !signal.stop && ((step + 1) % o.eval_every == 0 || step + 1 == o.steps)) {
       val = evaluate(*model, *comm, corpus, o, micro, td.device);
       last_val = val;
       val_losses.push_back({{"step", step + 1}, {"loss", val}});
@@ -511,11 +537,23 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
       if (val >= 0) val_dat << p.step << " " << val << "\n";
       if (val >= 0) any_val = true;
     }
-    if (o.save_every > 0 && (step + 1) % o.save_every == 0) {
+    if (signal.stop && root) {
+      std::fprintf(stderr, "zero-train: %s: stopping after step %lld of %lld%s\n", signal.names.c_str(),
+                   static_cast<long long>(step + 1), static_cast<long long>(o.steps),
+                   o.save_dir.empty() ? " (no --save-dir: nothing is saved; the steps trained are lost)" : "");
+    } else if (signal.save && root && o.save_dir.empty()) {
+      std::fprintf(stderr, "zero-train: warning: %s asks for a checkpoint, but this run has no --save-dir to save "
+                           "it to; training goes on\n", signal.names.c_str());
+    }
+    const bool save_now = (o.save_every > 0 && (step + 1) % o.save_every == 0) || (signal.save && !o.save_dir.empty());
+    if (save_now) {
       const std::string tag = "step-" + std::to_string(step + 1);
+      // Before a stop, the save is finished before the process ends.
+      const bool async = !o.sync_save && !signal.stop;
       if (root) {
-        std::fprintf(stderr, "checkpoint %s: saving to %s%s\n", tag.c_str(), o.save_dir.c_str(),
-                     o.sync_save ? "" : " (training goes on while it is written)");
+        const std::string why = signal.save && !signal.stop ? " (asked for by " + signal.names + ")" : "";
+        std::fprintf(stderr, "checkpoint %s: saving to %s%s%s\n", tag.c_str(), o.save_dir.c_str(), why.c_str(),
+                     async ? " (training goes on while it is written)" : "");
       }
       const nlohmann::json client = {{"step", step + 1}, {"seed", o.seed}, {"model", o.model},
                                      {"seq_len", o.seq_len}, {"steps", o.steps},
@@ -527,13 +565,17 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
       const bool earlier_in_flight = engine.checkpoint_in_flight();
       for (int attempt = 0; attempt < (earlier_in_flight ? 2 : 1); ++attempt) {
         try {
-          engine.save_checkpoint(o.save_dir, tag, client, /*async=*/!o.sync_save);
-          if (o.sync_save) report_saved();
+          engine.save_checkpoint(o.save_dir, tag, client, async);
+          if (!async) report_saved();
           break;
         } catch (const ckpt::CheckpointSaveError& e) {
           save_failed(e);
         }
       }
+    }
+    if (signal.stop) {
+      stopped_by = signal.names;
+      break;
     }
   }
   if (engine.checkpoint_in_flight()) {
@@ -580,9 +622,14 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
       r["offload_bytes_per_step_rank0"] = engine.last_step_offload_bytes();
       r["losses"] = losses;
       r["val_losses"] = val_losses;
-      r["tokens_per_s"] = tokens_per_step * static_cast<double>(o.steps) / total_seconds;
-      r["tflops"] = tokens_per_step * static_cast<double>(o.steps) * flops_per_token / total_seconds / 1e12;
+      // Over the steps this process trained (a resumed run starts past 0).
+      const double steps_run = static_cast<double>(losses.size());
+      r["tokens_per_s"] = tokens_per_step * steps_run / total_seconds;
+      r["tflops"] = tokens_per_step * steps_run * flops_per_token / total_seconds / 1e12;
       r["steps"] = o.steps;
+      r["first_step"] = first_step;
+      r["last_step"] = first_step + static_cast<std::int64_t>(losses.size());
+      r["stopped_by_signal"] = stopped_by.empty() ? nlohmann::json(nullptr) : nlohmann::json(stopped_by);
       r["skipped_steps"] = engine.stats().skipped;
       r["failed_saves"] = failed_saves;
       std::ofstream report(o.report);
@@ -592,6 +639,18 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
                  "); the metrics are in ", (fs::path(o.out_dir) / "metrics.jsonl").string());
       std::fprintf(stderr, "report: %s\n", o.report.c_str());
     }
+  }
+  if (!stopped_by.empty()) {
+    const std::int64_t last = first_step + static_cast<std::int64_t>(losses.size());
+    if (root) {
+      const std::string resume = o.save_dir.empty() ? std::string("nothing was saved (no --save-dir)")
+                                                    : "resume with --save-dir " + o.save_dir + " --resume latest";
+      std::fprintf(stderr, "zero-train: stopped by %s at step %lld of %lld: %s (exit status %d)\n",
+                   stopped_by.c_str(), static_cast<long long>(last), static_cast<long long>(o.steps), resume.c_str(),
+                   train::kStoppedBySignalStatus);
+    }
+    comm->barrier()->wait();
+    return train::kStoppedBySignalStatus;
   }
   if (o.sample > 0) {
     // Every rank runs the same forwards (at stage 3 each one gathers its

@@ -1,0 +1,87 @@
+#include "stop_signals.h"
+
+#include <signal.h>
+
+#include <atomic>
+#include <csignal>
+
+#include "zero/core/error.h"
+
+namespace zero::train {
+namespace {
+
+constexpr std::size_t kSlots = StopSignals::kCount;
+constexpr int kSignals[kSlots] = {SIGTERM, SIGINT, SIGUSR2, SIGUSR1};
+constexpr const char* kNames[kSlots] = {"SIGTERM", "SIGINT", "SIGUSR2", "SIGUSR1"};
+
+// Written by the handler, read by take_counts(): lock-free atomics are safe
+// to touch from a signal handler.
+std::atomic<int> g_counts[kSlots];
+std::atomic<bool> g_stop_seen{false};
+static_assert(std::atomic<int>::is_always_lock_free && std::atomic<bool>::is_always_lock_free);
+struct sigaction g_previous[kSlots];
+std::atomic<bool> g_installed{false};
+
+std::size_t slot_of(int sig) {
+  for (std::size_t i = 0; i < kSlots; ++i) {
+    if (kSignals[i] == sig) return i;
+  }
+  return kSlots;
+}
+
+extern "C" void on_signal(int sig) {
+  const std::size_t slot = slot_of(sig);
+  if (slot >= kSlots) return;
+  if (sig == SIGTERM || sig == SIGINT) {
+    // The second one: the user (or the scheduler) will not wait.
+    if (g_stop_seen.exchange(true)) {
+      ::signal(sig, SIG_DFL);
+      ::raise(sig);
+      return;
+    }
+  }
+  g_counts[slot].fetch_add(1);
+}
+
+}  // namespace
+
+StopSignals::StopSignals() {
+  ZERO_CHECK(!g_installed.exchange(true), "zero-train: the signal handlers are installed once per process");
+  for (auto& c : g_counts) c.store(0);
+  g_stop_seen.store(false);
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  // Reads and writes interrupted by the signal go on (the swap file's, the
+  // checkpoint's): the handler only counts.
+  sa.sa_flags = SA_RESTART;
+  for (std::size_t i = 0; i < kSlots; ++i) ::sigaction(kSignals[i], &sa, &g_previous[i]);
+}
+
+StopSignals::~StopSignals() {
+  for (std::size_t i = 0; i < kSlots; ++i) ::sigaction(kSignals[i], &g_previous[i], nullptr);
+  g_installed.store(false);
+}
+
+std::array<float, StopSignals::kCount> StopSignals::take_counts() {
+  std::array<float, kSlots> out{};
+  for (std::size_t i = 0; i < kSlots; ++i) out[i] = static_cast<float>(g_counts[i].exchange(0));
+  return out;
+}
+
+SignalVerdict signal_verdict(const std::array<float, StopSignals::kCount>& summed) {
+  SignalVerdict v;
+  for (std::size_t i = 0; i < kSlots; ++i) {
+    if (summed[i] <= 0.0f) continue;
+    if (kSignals[i] == SIGUSR1) {  // save, and train on
+      v.save = true;
+    } else {
+      v.stop = v.save = true;
+    }
+    v.names += (v.names.empty() ? "" : " and ");
+    v.names += kNames[i];
+  }
+  return v;
+}
+
+}  // namespace zero::train

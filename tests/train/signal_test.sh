@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# zero-train and a scheduler's signals (apps/zero-train/stop_signals.h):
+# SIGUSR1 saves a checkpoint and training goes on; SIGUSR2 (forwarded by
+# mpirun) and SIGTERM stop the run after the step in progress with a
+# checkpoint, a report and exit status 75, also when the signal reaches one
+# rank only; the run resumed from that checkpoint has the losses of a run
+# that was never stopped; a second SIGINT ends the process at once.
+# usage: signal_test.sh ZERO_TRAIN ZERO_CKPT MPIEXEC CORPUS WORK
+set -u
+train=$1 ckpt=$2 mpiexec=$3 corpus=$4 work=$5
+rm -rf "$work" && mkdir -p "$work"
+fail() { echo "FAIL: $*"; exit 1; }
+# fp32 (bitwise resume on any CPU), ZeRO-2 + CPU offload.
+cat >"$work/fp32.json" <<'JSON'
+{"train_micro_batch_size_per_gpu": 4, "gradient_clipping": 1.0,
+ "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.01}},
+ "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}
+JSON
+steps=400
+args=("$corpus" --model gpt2-tiny --config "$work/fp32.json" --eval-every 0 --steps $steps)
+lines() { [ -f "$1" ] && wc -l <"$1" || echo 0; }
+wait_lines() {  # FILE N: until FILE has N lines (at most 120 s)
+  for _ in $(seq 1200); do [ "$(lines "$1")" -ge "$2" ] && return 0; sleep 0.1; done
+  fail "$1 did not reach $2 lines"
+}
+# The loss is printed with %.17g by nlohmann::json: compare the text.
+losses() { sed -E 's/.*"loss":([^,]*),.*"step":([0-9]+).*/\2 \1/' "$1" | sort -n; }
+
+# 1. Two ranks under mpirun: SIGUSR1, then SIGUSR2, both to mpirun.
+out=$work/stopped
+# (No `timeout` in front of a job that is sent signals: it would take them;
+# ctest's TIMEOUT bounds the test.)
+"$mpiexec" -np 2 --oversubscribe --bind-to none "$train" "${args[@]}" --out "$out" \
+  --save-dir "$work/ck" --report "$work/stopped.json" >"$work/stopped.log" 2>&1 &
+job=$!
+wait_lines "$out/metrics.jsonl" 20
+kill -USR1 $job
+wait_lines "$out/metrics.jsonl" 40
+kill -USR2 $job
+wait $job; rc=$?
+[ $rc = 75 ] || { tail -20 "$work/stopped.log"; fail "the run stopped by SIGUSR2 exited $rc, not 75"; }
+usr1=$(sed -nE 's/^checkpoint (step-[0-9]+): saving to .* \(asked for by SIGUSR1\).*/\1/p' "$work/stopped.log")
+[ -n "$usr1" ] || { cat "$work/stopped.log"; fail "SIGUSR1 saved no checkpoint"; }
+[ -d "$work/ck/$usr1" ] || fail "the checkpoint SIGUSR1 asked for ($usr1) is not in the folder"
+k=$(lines "$out/metrics.jsonl")
+[ "step-$k" != "$usr1" ] || fail "training did not go on after SIGUSR1's save"
+[ "$(cat "$work/ck/latest")" = "step-$k" ] || fail "latest is '$(cat "$work/ck/latest")', not step-$k, the step the run stopped after"
+grep -q "zero-train: stopped by SIGUSR2 at step $k of $steps: resume with --save-dir $work/ck --resume latest (exit status 75)" \
+  "$work/stopped.log" || { tail "$work/stopped.log"; fail "no line saying where the run stopped and how to resume"; }
+grep -q '"stopped_by_signal": "SIGUSR2"' "$work/stopped.json" || fail "the report does not name the signal"
+grep -q "\"last_step\": $k" "$work/stopped.json" || fail "the report does not name the last step $k"
+"$ckpt" inspect --verify "$work/ck" >"$work/inspect.log" 2>&1 || { cat "$work/inspect.log"; fail "the stop's checkpoint does not verify"; }
+
+# 2. Resumed to the end, the losses are those of a run never stopped.
+timeout 300 "$mpiexec" -np 2 --oversubscribe --bind-to none "$train" "${args[@]}" --out "$work/resumed" \
+  --save-dir "$work/ck" --resume latest >"$work/resumed.log" 2>&1 || { tail "$work/resumed.log"; fail "resume failed"; }
+timeout 300 "$mpiexec" -np 2 --oversubscribe --bind-to none "$train" "${args[@]}" --out "$work/whole" \
+  >"$work/whole.log" 2>&1 || { tail "$work/whole.log"; fail "the uninterrupted run failed"; }
+losses "$work/whole/metrics.jsonl" | awk -v k=$k '$1 > k' >"$work/whole.txt"
+losses "$work/resumed/metrics.jsonl" >"$work/resumed.txt"
+[ "$(wc -l <"$work/resumed.txt")" = $((steps - k)) ] || fail "the resumed run trained $(wc -l <"$work/resumed.txt") steps, not $((steps - k))"
+diff -q "$work/whole.txt" "$work/resumed.txt" >/dev/null \
+  || { diff "$work/whole.txt" "$work/resumed.txt" | head; fail "stopped + resumed losses differ from the uninterrupted run's"; }
+echo "SIGUSR1 saved $usr1 and training went on; SIGUSR2 stopped at step $k with a checkpoint; resumed bitwise"
+
+# 3. SIGTERM to rank 1 alone: both ranks stop after the same step, and save.
+out=$work/one
+"$mpiexec" -np 2 --oversubscribe --bind-to none "$train" "${args[@]}" --out "$out" \
+  --save-dir "$work/ck_one" >"$work/one.log" 2>&1 &
+job=$!
+wait_lines "$out/metrics.jsonl" 20
+rank1=""
+for p in $(pgrep -P $job); do
+  tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1" && rank1=$p
+done
+[ -n "$rank1" ] || fail "rank 1's process not found among mpirun's children"
+kill -TERM "$rank1"
+wait $job; rc=$?
+[ $rc = 75 ] || { tail -20 "$work/one.log"; fail "the run whose rank 1 got SIGTERM exited $rc, not 75"; }
+k=$(lines "$out/metrics.jsonl")
+[ "$(cat "$work/ck_one/latest")" = "step-$k" ] || fail "SIGTERM to rank 1: latest is not step-$k"
+"$ckpt" inspect --verify "$work/ck_one" >"$work/inspect_one.log" 2>&1 \
+  || { cat "$work/inspect_one.log"; fail "SIGTERM to rank 1: the checkpoint does not verify"; }
+echo "SIGTERM to rank 1 alone: both ranks stopped after step $k and saved it"
+
+# 4. One process: SIGTERM without --save-dir says nothing is saved; a second
+# SIGINT after the first ends the process at once.
+ZERO_COMM_BACKEND=single "$train" "${args[@]}" --out "$work/nosave" >"$work/nosave.log" 2>&1 &
+job=$!
+wait_lines "$work/nosave/metrics.jsonl" 5
+kill -TERM $job
+wait $job; rc=$?
+[ $rc = 75 ] || fail "SIGTERM without --save-dir: exit $rc, not 75"
+grep -q "nothing is saved" "$work/nosave.log" || fail "SIGTERM without --save-dir does not say that nothing is saved"
+ZERO_COMM_BACKEND=single "$train" "${args[@]}" --out "$work/twice" >"$work/twice.log" 2>&1 &
+job=$!
+wait_lines "$work/twice/metrics.jsonl" 5
+# (Two signals sent at once can merge into one: SIGINT every 5 ms, slept
+# without a fork on a fifo, until the process is gone.)
+mkfifo "$work/tick" && exec 3<>"$work/tick"
+while kill -INT $job 2>/dev/null; do read -r -t 0.005 -u 3; done
+exec 3>&-
+wait $job; rc=$?
+[ $rc = 130 ] || { tail -5 "$work/twice.log"; fail "two SIGINTs: exit $rc, not 130 (killed by SIGINT)"; }
+echo "one process: SIGTERM without --save-dir stopped with exit 75; a second SIGINT killed at once"
+rm -rf "$work"
