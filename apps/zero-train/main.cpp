@@ -729,6 +729,9 @@ int main(int argc, char** argv) {
   app.add_flag("--checkpoint-activations", o.checkpoint_activations,
                "checkpoint activations per block (recompute in backward); also on when the config sets "
                "activation_checkpointing.cpu_checkpointing, which keeps the checkpoints on the host");
+  app.footer("Signals: SIGTERM, SIGINT or SIGUSR2 stop the run after the step in progress, with a checkpoint in "
+             "--save-dir, and exit with status 75 (resume with --resume latest); SIGUSR1 saves a checkpoint and "
+             "trains on. Under mpirun, send SIGUSR2/SIGUSR1 to mpirun (it forwards them). docs/train.md, \"Signals\".");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
