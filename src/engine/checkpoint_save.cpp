@@ -28,6 +28,7 @@ CheckpointSave::CheckpointSave(std::filesystem::path dir, std::string tag, std::
       snapshot_(std::move(snapshot)) {
   if (async) {
     for (const SaveSection& s : sections_) {
+      if (s.stream) ++streamed_left_;
       if (!s.live) continue;
       for (const at::Tensor& t : s.pieces) {
         if (!t.device().is_cpu()) continue;
@@ -77,6 +78,14 @@ void CheckpointSave::write() {
     std::size_t next_live = 0;
     for (const SaveSection& s : sections_) {
       w.begin_section(s.name, s.dtype, s.shape);
+      if (s.stream) {
+        write_streamed(w, s);
+        w.end_section();
+        const std::lock_guard<std::mutex> lock(live_mu_);
+        if (streamed_left_ > 0) --streamed_left_;
+        live_cv_.notify_all();
+        continue;
+      }
       for (const at::Tensor& t : s.pieces) {
         if (s.live && worker_ && t.device().is_cpu()) {
           write_live(w, next_live++);
@@ -104,9 +113,27 @@ void CheckpointSave::write() {
   } catch (const std::exception& e) {
     record_ = std::string("error: ") + e.what();
   }
+  stream_buffer_ = at::Tensor();
   write_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
-  const std::lock_guard<std::mutex> lock(live_mu_);
-  writer_ended_ = true;
+  {
+    const std::lock_guard<std::mutex> lock(live_mu_);
+    writer_ended_ = true;
+  }
+  live_cv_.notify_all();
+}
+
+void CheckpointSave::write_streamed(ckpt::ShardWriter& w, const SaveSection& s) {
+  if (!stream_buffer_.defined()) stream_buffer_ = at::empty({static_cast<std::int64_t>(kStreamBufferBytes)}, at::kByte);
+  char* base = static_cast<char*>(stream_buffer_.data_ptr());
+  char* buf = base + (kStreamAlign - reinterpret_cast<std::uintptr_t>(base) % kStreamAlign) % kStreamAlign;
+  const std::size_t cap = kStreamBufferBytes - static_cast<std::size_t>(buf - base);
+  for (std::uint64_t off = 0; off < s.stream_bytes;) {
+    const auto [data, n] = s.stream(off, static_cast<std::size_t>(std::min<std::uint64_t>(ckpt::kIoBlock, s.stream_bytes - off)),
+                                    buf, cap);
+    ZERO_INTERNAL_ASSERT(n > 0, "checkpoint section ", s.name, ": its source gave no bytes at ", off);
+    w.write(data, n);
+    off += n;
+  }
 }
 
 void CheckpointSave::write_live(ckpt::ShardWriter& w, std::size_t i) {
@@ -151,13 +178,18 @@ void CheckpointSave::write_live(ckpt::ShardWriter& w, std::size_t i) {
   }
 }
 
-std::uint64_t CheckpointSave::fence(memory::MemoryLedger& ledger) {
-  if (!worker_ || live_.empty()) return 0;
+CheckpointSave::Fenced CheckpointSave::fence(memory::MemoryLedger& ledger) {
+  Fenced out;
+  if (!worker_) return out;
   std::unique_lock<std::mutex> lock(live_mu_);
-  if (fenced_) return 0;
+  if (streamed_left_ > 0 && !writer_ended_) {
+    out.waited = true;
+    live_cv_.wait(lock, [&] { return streamed_left_ == 0 || writer_ended_; });
+  }
+  if (live_.empty() || fenced_) return out;
   if (writer_ended_) {  // written, or failed: it reads nothing more
     fenced_ = true;
-    return 0;
+    return out;
   }
   std::uint64_t rest = 0;
   for (const LivePiece& p : live_) rest += p.t.nbytes() - std::min<std::uint64_t>(p.written, p.t.nbytes());
@@ -208,7 +240,8 @@ std::uint64_t CheckpointSave::fence(memory::MemoryLedger& ledger) {
     fence_copies_.push_back(ledger.add(memory::Tier::kHost, memory::Kind::kStaging, static_cast<std::int64_t>(copied),
                                        "checkpoint snapshot (the rest, at the next step)", false));
   }
-  return copied;
+  out.copied = copied;
+  return out;
 }
 
 bool CheckpointSave::written() const { return !worker_ || !worker_->busy(); }

@@ -11,6 +11,12 @@
 // engine calls fence() before it changes them, which copies what is not
 // written yet and waits for the block being written. A write that ends
 // within the forward and backward after the save costs no copy at all.
+//
+// A "streamed" section (the optimizer state on NVMe) is read from its
+// source a block at a time by the writer, through one I/O block of host
+// memory: the state is never held whole on the host. The next step waits in
+// fence() until the streamed sections are written (their source is what the
+// step rewrites, and copying them to the host is what streaming avoids).
 #pragma once
 
 #include <chrono>
@@ -18,6 +24,8 @@
 #include <cstdint>
 #include <mutex>
 #include <filesystem>
+#include <functional>
+#include <utility>
 #include <memory>
 #include <string>
 #include <vector>
@@ -36,7 +44,18 @@ struct SaveSection {
   std::vector<std::int64_t> shape;  // module tensors
   std::vector<at::Tensor> pieces;   // contiguous tensors, written in order
   bool live = false;                // async: host pieces written in place until fence()
+  // Streamed (no pieces): `stream_bytes` bytes that stream(offset, n, buf,
+  // cap) reads into `buf` (aligned to kStreamAlign, cap bytes), returning
+  // where they begin and how many (at least one, at most n).
+  using StreamFn = std::function<std::pair<const char*, std::size_t>(std::uint64_t, std::size_t, char*, std::size_t)>;
+  StreamFn stream = {};
+  std::uint64_t stream_bytes = 0;
 };
+
+// The streamed sections' buffer: its alignment and size (host bytes a save
+// with streamed sections holds besides its copies).
+inline constexpr std::size_t kStreamAlign = 4096;
+inline constexpr std::size_t kStreamBufferBytes = ckpt::kIoBlock + kStreamAlign;
 
 class CheckpointSave {
  public:
@@ -60,7 +79,13 @@ class CheckpointSave {
   // every rank on the node) or it fails, the save is abandoned instead: the
   // writer stops before its next block and result() says why; this does not
   // throw. Idempotent; nothing to do for a synchronous or finished save.
-  std::uint64_t fence(memory::MemoryLedger& ledger);
+  // With streamed sections it first waits until they are written
+  // (`waited` says it did).
+  struct Fenced {
+    std::uint64_t copied = 0;
+    bool waited = false;
+  };
+  Fenced fence(memory::MemoryLedger& ledger);
   // Waits for the file; its record as JSON, or "error: <message>".
   std::string result();
 
@@ -77,6 +102,7 @@ class CheckpointSave {
   // Writes live piece `i` (of `live_`) a block at a time, each block from
   // the piece itself or, after a fence, from its copy.
   void write_live(ckpt::ShardWriter& w, std::size_t i);
+  void write_streamed(ckpt::ShardWriter& w, const SaveSection& s);
 
   // A live piece: its memory, how much of it is written, and after a fence
   // the copy of its bytes from `copied_from` on.
@@ -87,12 +113,14 @@ class CheckpointSave {
     std::uint64_t copied_from = 0;
   };
   std::vector<LivePiece> live_;
+  at::Tensor stream_buffer_;  // the streamed sections' (kStreamBufferBytes), allocated by the writer
   std::mutex live_mu_;
   std::condition_variable live_cv_;
   bool in_block_ = false;  // the writer is reading a live block now
   std::uint64_t live_block_ = ckpt::kIoBlock;  // tests: smaller, with a pause after each
   long live_pause_ms_ = 0;
   bool fenced_ = false;
+  std::size_t streamed_left_ = 0;  // async: streamed sections not written yet (the fence waits for them)
   bool writer_ended_ = false;  // write() returned (done or failed): a fence copies nothing
   std::string abandoned_;  // why the fence could not copy the rest: the writer stops with it
   std::vector<memory::MemoryLedger::Registration> fence_copies_;

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <unordered_set>
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -116,7 +117,8 @@ bool Engine::checkpoint_in_flight() const { return impl_->saving != nullptr; }
 double Engine::Impl::fence_save(memory::MemoryLedger& ledger) {
   if (!saving) return 0.0;
   const Clock::time_point began = Clock::now();
-  return saving->fence(ledger) > 0 ? seconds_since(began) : 0.0;
+  const detail::CheckpointSave::Fenced f = saving->fence(ledger);
+  return f.copied > 0 || f.waited ? seconds_since(began) : 0.0;
 }
 
 void Engine::save_checkpoint(const std::string& dir, const std::string& tag, const nlohmann::json& client_state,
@@ -140,21 +142,7 @@ void Engine::save_checkpoint(const std::string& dir, const std::string& tag, con
   P.wait_up();
   const FlatLayout& L = P.layout();
   const fs::path root(dir);
-  // NVMe: the partition's states read from the swap file now, before the
-  // folder is prepared; one rank's drive can fail alone, so every rank
-  // learns of it here instead of waiting in a later collective.
-  using State = detail::OptimizerPartition::State;
-  std::vector<std::vector<at::Tensor>> states;
   std::string error;
-  if (m.rank < L.shard_world()) {
-    error = error_of([&] {
-      for (State s : {State::kMaster, State::kExpAvg, State::kExpAvgSq}) {
-        if (s != State::kExpAvgSq || m.optimizer->moments() == 2) states.push_back(m.optimizer->state(s));
-      }
-    });
-  }
-  detail::agree_if<ckpt::CheckpointSaveError>(m.optimizer->swapped(), comm_, m.ctx.device, error,
-                                              "reading the optimizer state from NVMe");
   if (m.rank == 0) error = error_of([&] { ckpt::prepare_partial(root, tag); });
   agree<ckpt::CheckpointSaveError>(comm_, m.ctx.device, error, "preparing the checkpoint folder");
 
@@ -200,15 +188,29 @@ void Engine::save_checkpoint(const std::string& dir, const std::string& tag, con
     };
     // The partition's sections change only at the next optimizer step: an
     // asynchronous save writes their host memory in place until then
-    // (CheckpointSave::fence()).
-    // (NVMe: the host copies read from the swap file above, which nothing
-    // else writes.)
-    const bool live = !m.optimizer->swapped();
-    sections.push_back({"master", "fp32", {}, hosts(states[0]), live});
-    sections.push_back({"exp_avg", "fp32", {}, hosts(states[1]), live});
+    // (CheckpointSave::fence()). With NVMe they are streamed from the swap
+    // file to the checkpoint's, through one I/O block of host memory (a
+    // read error there fails the save as a write error does).
+    using State = detail::OptimizerPartition::State;
+    auto state_section = [&](const char* name, State s) {
+      detail::SaveSection section{name, "fp32", {}, {}, /*live=*/true};
+      if (m.optimizer->swapped()) {
+        const detail::OptimizerPartition* opt = m.optimizer.get();
+        section.live = false;
+        section.stream_bytes = L.partition_numel() * sizeof(float);
+        section.stream = [opt, s](std::uint64_t offset, std::size_t n, char* buf, std::size_t cap) {
+          return opt->read_state_bytes(s, offset, n, buf, cap);
+        };
+      } else {
+        section.pieces = hosts(m.optimizer->state(s));
+      }
+      sections.push_back(std::move(section));
+    };
+    state_section("master", State::kMaster);
+    state_section("exp_avg", State::kExpAvg);
     if (man.moments == 2) {
       man.partition_sections.push_back("exp_avg_sq");
-      sections.push_back({"exp_avg_sq", "fp32", {}, hosts(states[2]), live});
+      state_section("exp_avg_sq", State::kExpAvgSq);
     }
     detail::SaveSection params{"params", tdtype, {}, {}, true};
     for (const Bucket& b : L.buckets()) params.pieces.push_back(host(P.rank_chunk(b)));
@@ -243,15 +245,17 @@ void Engine::save_checkpoint(const std::string& dir, const std::string& tag, con
   }
   memory::MemoryLedger::Registration snapshot;
   if (async) {
-    std::int64_t bytes = 0;
+    std::int64_t bytes = 0, streamed = 0;
     for (const detail::SaveSection& s : sections) {
       for (const at::Tensor& t : s.pieces) bytes += static_cast<std::int64_t>(t.nbytes());
+      if (s.stream) streamed = static_cast<std::int64_t>(detail::kStreamBufferBytes);
     }
+    bytes += streamed;
     // Room for a copy of all of it: what is not written by the next step is
     // copied then.
     async = snapshot_fits(comm_, m.ctx.device, bytes, tag);
     if (async) {
-      std::int64_t copied = 0;
+      std::int64_t copied = streamed;  // (the streamed sections' buffer)
       for (detail::SaveSection& s : sections) {
         for (at::Tensor& t : s.pieces) {
           if (s.live && t.device().is_cpu()) continue;  // written in place until the fence
@@ -351,6 +355,9 @@ namespace {
 // (copied up once every file is read).
 struct LoadTarget {
   const char* section = nullptr;
+  // NVMe: the state streamed into the swap file as the files are read
+  // (no segments).
+  std::optional<detail::OptimizerPartition::State> streamed;
   std::vector<std::pair<std::uint64_t, at::Tensor>> segments;  // (partition offset, contiguous 1-D host tensor)
   // The device tensors that segments are host copies of, with the
   // segment's index (a target may mix host and device segments).
@@ -384,6 +391,23 @@ void add_reads(const LoadTarget& t, const ckpt::SectionRecord& s, std::uint64_t 
   }
 }
 
+// Where a streamed range goes: state `state` from byte `byte` of the
+// partition on.
+struct StreamDest {
+  detail::OptimizerPartition::State state;
+  std::uint64_t byte;
+};
+
+// The read that puts `n` elements of a saved fp32 state section (from
+// element `src`) at partition element `dst` of a streamed target.
+void add_streamed_read(const LoadTarget& t, const ckpt::SectionRecord& s, std::uint64_t src, std::uint64_t dst,
+                       std::uint64_t n, std::vector<ckpt::ReadRange>& out, std::map<std::size_t, StreamDest>& dests) {
+  constexpr std::uint64_t es = sizeof(float);
+  ZERO_INTERNAL_ASSERT(ckpt::Manifest::dtype_size(s.dtype) == es, "a streamed checkpoint section must be fp32");
+  dests[out.size()] = StreamDest{*t.streamed, dst * es};
+  out.push_back({s.offset + src * es, n * es, nullptr});
+}
+
 }  // namespace
 
 nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string& tag) {
@@ -409,11 +433,11 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
   std::string where;
   fs::path folder;
   std::vector<LoadTarget> targets;
-  std::vector<std::pair<detail::OptimizerPartition::State, std::vector<at::Tensor>>> swapped_states;
   LoadTarget* params_target = nullptr;
   at::Tensor update, rng, rng_device;
   std::vector<std::pair<at::Tensor, at::Tensor>> module_updates;  // (module tensor, loaded value)
   std::map<int, std::vector<ckpt::ReadRange>> reads;  // by saved rank
+  std::map<int, std::map<std::size_t, StreamDest>> streamed;  // by saved rank: range index -> swap file (NVMe)
   bool same_dtype = false;
   std::string error = error_of([&] {
     const std::string t = ckpt::resolve_tag(root, tag);
@@ -457,19 +481,21 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
       targets.back().section = section;
       return targets.back();
     };
-    // Each state's shares at their places in the partition.
-    // (NVMe: into host copies of the swap file's states, written back after
-    // the reads.)
+    // Each state's shares at their places in the partition. (NVMe: written
+    // to the swap file as the checkpoint's files are read, through one swap
+    // buffer: the state is never held whole in host memory.)
     using State = detail::OptimizerPartition::State;
     auto shares = [&](const char* section, State s) {
       LoadTarget& t = target(section);
-      std::vector<at::Tensor> parts = m.optimizer->state(s);
+      if (m.optimizer->swapped()) {
+        t.streamed = s;
+        return;
+      }
       std::size_t at = 0;
-      for (const at::Tensor& part : parts) {
+      for (const at::Tensor& part : m.optimizer->state(s)) {
         t.add(at, part);
         at += static_cast<std::size_t>(part.numel());
       }
-      if (m.optimizer->swapped()) swapped_states.emplace_back(s, std::move(parts));
     };
     shares("master", State::kMaster);
     shares("exp_avg", State::kExpAvg);
@@ -486,7 +512,13 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
     }
     for (const ckpt::ElementRun& r : ckpt::plan_partition(man, bucket_records(L), params, P.shard_rank())) {
       const ckpt::FileRecord& f = man.files[static_cast<std::size_t>(r.shard)];
-      for (const LoadTarget& w : targets) add_reads(w, *f.find(w.section), r.src, r.dst, r.n, reads[r.shard]);
+      for (const LoadTarget& w : targets) {
+        if (w.streamed) {
+          add_streamed_read(w, *f.find(w.section), r.src, r.dst, r.n, reads[r.shard], streamed[r.shard]);
+        } else {
+          add_reads(w, *f.find(w.section), r.src, r.dst, r.n, reads[r.shard]);
+        }
+      }
     }
     // This rank's RNG state, when the saved run had this rank.
     if (m.rank < man.world_size) {
@@ -530,7 +562,20 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
   error = error_of([&] {
     for (auto& [shard, ranges] : reads) {
       const ckpt::FileRecord& f = man.files[static_cast<std::size_t>(shard)];
-      ckpt::read_file(folder / f.name, f, ranges);
+      const auto dests = streamed.find(shard);
+      if (dests == streamed.end()) {
+        ckpt::read_file(folder / f.name, f, ranges);
+        continue;
+      }
+      ckpt::read_file(folder / f.name, f, ranges, /*verify=*/true,
+                      [&](std::size_t i, std::uint64_t offset, const void* data, std::size_t n) {
+                        const auto d = dests->second.find(i);
+                        if (d == dests->second.end()) {
+                          std::memcpy(static_cast<char*>(ranges[i].dst) + offset, data, n);
+                        } else {
+                          m.optimizer->write_state_bytes(d->second.state, d->second.byte + offset, data, n);
+                        }
+                      });
     }
   });
   try {
@@ -541,12 +586,6 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
   }
   for (const LoadTarget& t : targets) {
     if (&t != params_target) t.copy_up();
-  }
-  if (!swapped_states.empty()) {
-    error = error_of([&] {
-      for (const auto& [s, parts] : swapped_states) m.optimizer->store_state(s, parts);
-    });
-    agree(comm_, m.ctx.device, error, "loading checkpoint " + where + " (writing the optimizer state to NVMe)");
   }
 
   // The training-precision parameters: the saved ones (bitwise, read in

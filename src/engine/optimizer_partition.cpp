@@ -332,20 +332,62 @@ std::vector<at::Tensor> OptimizerPartition::state(State s) const {
   return {out};
 }
 
-void OptimizerPartition::store_state(State s, const std::vector<at::Tensor>& parts) {
-  if (!swapped()) return;
-  ZERO_INTERNAL_ASSERT(parts.size() == 1 && parts.front().numel() == i64(layout_.partition_numel()),
-                       "an NVMe state is one tensor of the partition");
-  const at::Tensor values = parts.front().contiguous();
-  // fp32 publishes from the staging copy of the master weights (a delayed
-  // update pending at the load, or the next step's publish).
-  if (s == State::kMaster && o_.dtype == at::kFloat) staging_.copy_(values);
+std::pair<const char*, std::size_t> OptimizerPartition::read_state_bytes(State s, std::uint64_t offset,
+                                                                        std::size_t n, char* buf,
+                                                                        std::size_t cap) const {
+  constexpr std::size_t kAlign = offload::SwapFile::kAlign;
+  ZERO_INTERNAL_ASSERT(swapped() && (s != State::kExpAvgSq || !adagrad_), "no such state in the swap file");
+  ZERO_INTERNAL_ASSERT(reinterpret_cast<std::uintptr_t>(buf) % kAlign == 0 && cap >= 2 * kAlign && n > 0,
+                       "read_state_bytes: the buffer must be aligned and hold two blocks of ", kAlign);
+  ZERO_INTERNAL_ASSERT(offset + n <= layout_.partition_numel() * sizeof(float), "read_state_bytes past the partition");
+  // The piece holding byte `offset` (the pieces are in partition order).
+  const std::size_t element = static_cast<std::size_t>(offset / sizeof(float));
+  const auto next = std::upper_bound(pieces_.begin(), pieces_.end(), element,
+                                     [](std::size_t e, const Piece& pc) { return e < pc.at(); });
+  ZERO_INTERNAL_ASSERT(next != pieces_.begin(), "read_state_bytes: no piece holds element ", element);
+  const Piece& pc = *std::prev(next);
+  const std::size_t in_piece = static_cast<std::size_t>(offset) - pc.at() * sizeof(float);
+  const std::size_t start = in_piece / kAlign * kAlign;  // aligned, within the piece's region
+  const std::size_t lead = in_piece - start;
+  const std::size_t cap_aligned = cap / kAlign * kAlign;
+  const std::size_t take = std::min({n, pc.n * sizeof(float) - in_piece, cap_aligned - lead});
+  // (The region is rounded up to kAlign: the aligned read stays inside it.)
+  swap_->wait(swap_->read(region_at(pc, s) + start, buf, offload::SwapFile::align_up(lead + take)));
+  return {buf + lead, take};
+}
+
+void OptimizerPartition::write_state_bytes(State s, std::uint64_t offset, const void* src, std::size_t n) {
+  constexpr std::size_t kAlign = offload::SwapFile::kAlign;
+  ZERO_INTERNAL_ASSERT(swapped() && (s != State::kExpAvgSq || !adagrad_), "no such state in the swap file");
+  ZERO_INTERNAL_ASSERT(offset + n <= layout_.partition_numel() * sizeof(float), "write_state_bytes past the partition");
+  if (s == State::kMaster && o_.dtype == at::kFloat) {
+    std::memcpy(static_cast<char*>(staging_.data_ptr()) + offset, src, n);
+  }
   char* buf = swap_buffer(0);
-  for (const Piece& pc : pieces_) {
-    const std::size_t region = swap_region_bytes(pc.n);
-    std::memset(buf, 0, region);
-    std::memcpy(buf, values.data_ptr<float>() + pc.at(), pc.n * sizeof(float));
-    swap_->wait(swap_->write(region_at(pc, s), buf, region));
+  const std::size_t cap = (swap_buffer_bytes_ - kSwapAlignBytes) / kAlign * kAlign;
+  const char* from = static_cast<const char*>(src);
+  while (n > 0) {
+    const std::size_t element = static_cast<std::size_t>(offset / sizeof(float));
+    const auto next = std::upper_bound(pieces_.begin(), pieces_.end(), element,
+                                       [](std::size_t e, const Piece& pc) { return e < pc.at(); });
+    ZERO_INTERNAL_ASSERT(next != pieces_.begin(), "write_state_bytes: no piece holds element ", element);
+    const Piece& pc = *std::prev(next);
+    const std::size_t in_piece = static_cast<std::size_t>(offset) - pc.at() * sizeof(float);
+    const std::size_t start = in_piece / kAlign * kAlign;
+    const std::size_t lead = in_piece - start;
+    const std::size_t take = std::min({n, pc.n * sizeof(float) - in_piece, cap - lead});
+    const std::size_t span = offload::SwapFile::align_up(lead + take);
+    const std::size_t region = region_at(pc, s);
+    // The blocks at the ends keep the bytes around the range.
+    if (lead > 0) swap_->wait(swap_->read(region + start, buf, kAlign));
+    if ((lead + take) % kAlign != 0 && (span > kAlign || lead == 0)) {
+      swap_->wait(swap_->read(region + start + span - kAlign, buf + span - kAlign, kAlign));
+    }
+    std::memcpy(buf + lead, from, take);
+    swap_->wait(swap_->write(region + start, buf, span));
+    from += take;
+    offset += take;
+    n -= take;
   }
 }
 

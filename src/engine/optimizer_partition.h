@@ -17,15 +17,16 @@
 // master and moments live in a swap file (zero/offload/swap_file.h), each
 // piece's states in a slot of their own, and the step goes through the
 // pieces with buffer_count host buffers: the pieces ahead are read while
-// one is stepped and the ones behind are written. Outside the step the
-// states are read into (and written back from) temporary tensors:
-// state(), store_state().
+// one is stepped and the ones behind are written. Outside the step a state
+// is read whole into a temporary tensor (state()), or streamed a block at a
+// time (read_state_bytes(), write_state_bytes(): the checkpoints).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include <ATen/Tensor.h>
@@ -121,10 +122,22 @@ class OptimizerPartition {
   bool swapped() const { return swap_ != nullptr; }
   enum class State : std::uint8_t { kMaster, kExpAvg, kExpAvgSq };
   // One state of the whole partition in partition order: the live tensors,
-  // or (NVMe) a host copy read from the swap file, which store_state()
-  // writes back (a no-op for live tensors).
+  // or (NVMe) a host copy read from the swap file.
   std::vector<at::Tensor> state(State s) const;
-  void store_state(State s, const std::vector<at::Tensor>& parts);
+  // NVMe, for a save that streams the state to its file instead of holding
+  // it in host memory: up to `n` bytes of state `s` (fp32, partition order)
+  // from byte `offset` on, read into `buf` (aligned to SwapFile::kAlign,
+  // `cap` bytes, at least two kAlign); returns where they begin in `buf`
+  // and how many were read (at least one; fewer where a piece ends). Reads
+  // only: safe beside other readers, never beside a step.
+  std::pair<const char*, std::size_t> read_state_bytes(State s, std::uint64_t offset, std::size_t n, char* buf,
+                                                       std::size_t cap) const;
+  // NVMe, for a load that streams the state from its file: `n` bytes of
+  // state `s` from byte `offset` on (any alignment: the 4096-byte blocks
+  // at the ends are read, patched and written back), through the first
+  // swap buffer; in fp32 the master's bytes go to the staging copy too (from
+  // which fp32 publishes). Never beside a step.
+  void write_state_bytes(State s, std::uint64_t offset, const void* src, std::size_t n);
 
  private:
   at::Tensor allocate(Buffer id, c10::ScalarType dtype, bool zero);

@@ -9,7 +9,9 @@
 // are named.
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <tuple>
 
@@ -150,9 +152,19 @@ TEST(NvmeOffloadCheckpoint, MovesBetweenNvmeAndHostMemory) {
   const int world = comm.world_size();
   NvmeCase c{"ckpt", ModelKind::kMlp, 2, false, true, false, 1, 96, 2};
   const RunResult unbroken = train(c.kind, make(c, world, "cpu", dir), comm, kSteps);
-  for (const auto& [save_on, load_on] : {std::pair<std::string, std::string>{"nvme", "cpu"}, {"cpu", "nvme"}}) {
-    SCOPED_TRACE("saved with " + save_on + ", loaded with " + load_on);
-    const std::string tag = "from_" + save_on;
+  // async: the save is written while two more steps run in the same
+  // engine, its writer held back (ZERO_TEST_CKPT_WRITE_DELAY_MS) so that
+  // the first of them must wait for the state streamed from the swap file
+  // that it rewrites.
+  struct Way {
+    std::string save_on, load_on;
+    bool async;
+  };
+  for (const Way& way : {Way{"nvme", "cpu", false}, Way{"cpu", "nvme", false}, Way{"nvme", "cpu", true}}) {
+    const std::string& save_on = way.save_on;
+    const std::string& load_on = way.load_on;
+    SCOPED_TRACE("saved with " + save_on + (way.async ? " asynchronously" : "") + ", loaded with " + load_on);
+    const std::string tag = "from_" + save_on + (way.async ? "_async" : "");
     // The first half, saving at its end.
     {
       auto model = make_model(c.kind);
@@ -165,7 +177,21 @@ TEST(NvmeOffloadCheckpoint, MovesBetweenNvmeAndHostMemory) {
         engine.backward(loss);
         engine.step();
       }
-      engine.save_checkpoint((dir / "ckpt").string(), tag);
+      if (way.async) ::setenv("ZERO_TEST_CKPT_WRITE_DELAY_MS", "300", 1);
+      engine.save_checkpoint((dir / "ckpt").string(), tag, nlohmann::json::object(), way.async);
+      ::unsetenv("ZERO_TEST_CKPT_WRITE_DELAY_MS");
+      if (way.async) {
+        EXPECT_TRUE(engine.checkpoint_in_flight());
+        for (int step = kSteps / 2; step < kSteps / 2 + 2; ++step) {
+          GlobalBatch gb = global_batch(c.kind, step);
+          const int micro = kGlobalBatch / world;
+          engine.backward(micro_loss(c.kind, *model, gb.x.narrow(0, comm.rank() * micro, micro),
+                                     gb.y.narrow(0, comm.rank() * micro, micro), engine.dtype()));
+          engine.step();
+        }
+        engine.wait_checkpoint();
+        EXPECT_GT(engine.last_checkpoint().stall_s, 0.2) << "the step did not wait for the streamed state";
+      }
     }
     RunResult second = train(c.kind, make(c, world, load_on, dir), comm, kSteps / 2, [&](int step, Engine& engine) {
       if (step == 0) engine.load_checkpoint((dir / "ckpt").string(), tag);
@@ -177,6 +203,105 @@ TEST(NvmeOffloadCheckpoint, MovesBetweenNvmeAndHostMemory) {
     for (std::size_t i = 0; i < unbroken.params.size(); ++i) {
       EXPECT_TRUE(second.params[i].equal(unbroken.params[i])) << "parameter " << i;
     }
+  }
+  comm.barrier()->wait();
+  if (comm.rank() == 0) rm_tree(dir);
+}
+
+// Peak resident memory of the process since the last reset_peak_rss().
+std::int64_t peak_rss_bytes() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+  }
+  return -1;
+}
+std::int64_t rss_bytes() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+  }
+  return -1;
+}
+bool reset_peak_rss() {  // Linux >= 4.0: VmHWM back to VmRSS
+  std::ofstream out("/proc/self/clear_refs");
+  out << "5";
+  out.flush();
+  return static_cast<bool>(out);
+}
+
+// A save with the state on NVMe streams it from the swap file to the
+// checkpoint's file, and a load back into a swap file: the process's peak
+// resident memory grows by a few I/O blocks, not by the state (12 bytes per
+// parameter of the partition); the file loads bitwise into an engine that
+// keeps the state in host memory, whose next step is the same.
+TEST(NvmeOffloadCheckpoint, StreamsTheStateWithoutHoldingIt) {
+  comm::Communicator& comm = world_comm();
+  const fs::path dir = job_dir(comm, "stream");
+  const int world = comm.world_size();
+  auto config = [&](const std::string& device) {
+    config::Config cfg = make_config(2, true, false, world, 1, 1);
+    cfg.zero_optimization.offload_optimizer.device = device;
+    cfg.zero_optimization.offload_optimizer.nvme_path = device == "nvme" ? dir.string() : "";
+    return cfg;
+  };
+  // 25M parameters: 300 MB of state on one rank, 150 MB on each of two.
+  auto build = [] {
+    torch::manual_seed(7);
+    return std::make_shared<torch::nn::LinearImpl>(torch::nn::LinearOptions(4096, 6144).bias(false));
+  };
+  auto model = build();
+  Engine engine(model, config("nvme"), comm);
+  torch::manual_seed(8 + comm.rank());
+  engine.backward(model->forward(torch::randn({1, 4096})).square().mean());
+  engine.step();
+  const std::int64_t state_bytes = 12 * (engine.num_parameters() + world - 1) / world;
+  ASSERT_TRUE(reset_peak_rss()) << "cannot reset the peak RSS (/proc/self/clear_refs)";
+  const std::int64_t before = rss_bytes();
+  engine.save_checkpoint((dir / "ckpt").string(), "big");
+  const std::int64_t grew = peak_rss_bytes() - before;
+  RecordProperty("save_peak_rss_growth", std::to_string(grew));
+  EXPECT_LT(grew, state_bytes / 2) << "the save held " << grew << " more bytes at its peak; the partition's state is "
+                                   << state_bytes << " bytes";
+  // A load streams it back into another engine's swap file.
+  {
+    const fs::path second = dir / "second";
+    if (comm.rank() == 0) fs::create_directories(second);
+    comm.barrier()->wait();
+    config::Config cfg = config("nvme");
+    cfg.zero_optimization.offload_optimizer.nvme_path = second.string();
+    auto again = build();
+    Engine loaded(again, cfg, comm);
+    // (A step first: the engine's own buffers are touched, so that the
+    // resident memory the load adds is what it allocates.)
+    loaded.backward(again->forward(torch::randn({1, 4096})).square().mean());
+    loaded.step();
+    ASSERT_TRUE(reset_peak_rss());
+    const std::int64_t before_load = rss_bytes();
+    loaded.load_checkpoint((dir / "ckpt").string(), "big");
+    const std::int64_t load_grew = peak_rss_bytes() - before_load;
+    RecordProperty("load_peak_rss_growth", std::to_string(load_grew));
+    EXPECT_LT(load_grew, state_bytes / 2) << "the load held " << load_grew << " more bytes at its peak";
+    const std::vector<at::Tensor> want = engine.gather_master_params(), got = loaded.gather_master_params();
+    for (std::size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(got[i].equal(want[i])) << "parameter " << i;
+  }
+  auto other = build();
+  Engine host(other, config("cpu"), comm);
+  host.load_checkpoint((dir / "ckpt").string(), "big");
+  // The master weights, and the moments through one more step of each.
+  for (int round = 0; round < 2; ++round) {
+    SCOPED_TRACE(round == 0 ? "loaded" : "one step later");
+    const std::vector<at::Tensor> want = engine.gather_master_params(), got = host.gather_master_params();
+    ASSERT_EQ(got.size(), want.size());
+    for (std::size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(got[i].equal(want[i])) << "parameter " << i;
+    torch::manual_seed(9 + comm.rank());
+    const at::Tensor x = torch::randn({1, 4096});
+    engine.backward(model->forward(x).square().mean());
+    engine.step();
+    host.backward(other->forward(x).square().mean());
+    host.step();
   }
   comm.barrier()->wait();
   if (comm.rank() == 0) rm_tree(dir);
