@@ -10,6 +10,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "zero/ckpt/shard_io.h"
 #include "zero/config/byte_size.h"
 #include "zero/core/error.h"
 #include "zero/memory/memory_ledger.h"
@@ -249,9 +250,9 @@ int main(int argc, char** argv) {
     }
     for (const Row& r : rows) {
       if (r.e.nvme_total() == 0) continue;
-      std::printf("(a checkpoint save or load of an NVMe run also holds the partition's master and moments in host "
-                  "memory: up to %s more per rank, not in host total)\n",
-                  memory::format_bytes(r.e.nvme_master + r.e.nvme_moments).c_str());
+      std::printf("(a checkpoint save or load of an NVMe run streams the state between the swap file and the "
+                  "checkpoint's files through %s of host memory per rank, not in host total)\n",
+                  memory::format_bytes(static_cast<std::int64_t>(ckpt::kIoBlock * (ckpt::kIoRing + 1))).c_str());
       break;
     }
     for (const Row& r : rows) {
