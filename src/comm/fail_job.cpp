@@ -39,7 +39,8 @@ void fail_job(Communicator* comm, const std::exception& error, std::string_view 
     std::fprintf(stderr, "%.*s: error: %s\n", static_cast<int>(program.size()), program.data(), what.c_str());
     end_process(world);
   }
-  if (dynamic_cast<const RemoteFailure*>(&error) != nullptr) {
+  if (dynamic_cast<const RemoteFailure*>(&error) != nullptr ||
+      dynamic_cast<const RaisedForAnotherRank*>(&error) != nullptr) {
     // The failing rank prints; this one only says, in its flight recorder, why it stopped.
     std::this_thread::sleep_for(kSilentExitDelay);
     end_process(world);

@@ -320,8 +320,10 @@ void Engine::finish_checkpoint(bool block) {
     if (failed) {
       throw ckpt::CheckpointSaveError(detail::str_cat("checkpoint '", save->tag(), "' was not saved: ", record.substr(7)));
     }
-    throw ckpt::CheckpointSaveError(detail::str_cat("checkpoint '", save->tag(), "' was not saved: rank ", r,
-                                                    " could not write its file: ", records[r].substr(7)));
+    throw comm::ForAnotherRank<ckpt::CheckpointSaveError>(
+        detail::str_cat("checkpoint '", save->tag(), "' was not saved: rank ", r, " could not write its file: ",
+                        records[r].substr(7)),
+        static_cast<int>(r));
   }
   std::string error;
   if (m.rank == 0) {
@@ -581,8 +583,13 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
   try {
     agree(comm_, m.ctx.device, error, "loading checkpoint " + where);
   } catch (const Error& e) {
-    throw Error(detail::str_cat(e.what(), ". The engine's state is now partly that checkpoint's: load a good "
-                                "checkpoint before training on (the engine refuses to train until then)"));
+    const std::string message = detail::str_cat(e.what(), ". The engine's state is now partly that checkpoint's: "
+                                                "load a good checkpoint before training on (the engine refuses to "
+                                                "train until then)");
+    if (const auto* other = dynamic_cast<const comm::RaisedForAnotherRank*>(&e)) {
+      throw comm::ForAnotherRank<Error>(message, other->failed_rank());
+    }
+    throw Error(message);
   }
   for (const LoadTarget& t : targets) {
     if (&t != params_target) t.copy_up();

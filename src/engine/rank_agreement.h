@@ -10,6 +10,7 @@
 
 #include <c10/core/Device.h>
 
+#include "zero/comm/comm_errors.h"
 #include "zero/comm/communicator.h"
 #include "zero/core/error.h"
 
@@ -21,13 +22,16 @@ std::vector<std::string> all_gather_text(comm::Communicator& comm, const c10::De
 
 // Each rank's error ("" for none) to every rank; throws E on every rank when
 // any failed: its own message where it failed, the first failing rank's
-// otherwise. Collective.
+// otherwise (as comm::ForAnotherRank<E>, which fail_job does not print: the
+// failing rank prints its own). Collective.
 template <class E = Error>
 void agree(comm::Communicator& comm, const c10::Device& device, const std::string& error, const std::string& what) {
   const std::vector<std::string> errors = all_gather_text(comm, device, error);
   if (!error.empty()) throw E(error);
   for (std::size_t r = 0; r < errors.size(); ++r) {
-    if (!errors[r].empty()) throw E(detail::str_cat(what, " failed on rank ", r, ": ", errors[r]));
+    if (!errors[r].empty()) {
+      throw comm::ForAnotherRank<E>(detail::str_cat(what, " failed on rank ", r, ": ", errors[r]), static_cast<int>(r));
+    }
   }
 }
 

@@ -49,4 +49,24 @@ class RemoteFailure : public CommError {
   int origin_rank_;
 };
 
+// An error a rank raises because another rank failed first (a rank
+// agreement: "saving failed on rank 3: ..."), the other rank raising its own:
+// fail_job leaves the printing to that rank, so that the job shows the
+// failure once. A marker beside the error's own type (ForAnotherRank<E>).
+class RaisedForAnotherRank {
+ public:
+  explicit RaisedForAnotherRank(int failed_rank) : failed_rank_(failed_rank) {}
+  virtual ~RaisedForAnotherRank() = default;
+  int failed_rank() const { return failed_rank_; }
+
+ private:
+  int failed_rank_;
+};
+
+template <class E>
+class ForAnotherRank : public E, public RaisedForAnotherRank {
+ public:
+  ForAnotherRank(const std::string& message, int failed_rank) : E(message), RaisedForAnotherRank(failed_rank) {}
+};
+
 }  // namespace zero::comm

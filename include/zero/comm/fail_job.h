@@ -13,8 +13,9 @@
 //   }
 //
 // What it does, on the rank that caught `error`:
-//  - An error caused by another rank's failure (RemoteFailure) is not printed
-//    again: that rank prints its own.
+//  - An error caused by another rank's failure (RemoteFailure, or one marked
+//    RaisedForAnotherRank: a rank agreement's) is not printed again: that
+//    rank prints its own.
 //  - Otherwise the error is announced to every other rank through the health
 //    channel (their waits end at once with RemoteFailure), and the ranks that
 //    raised the same error (same CommError::key(), or the same message)
