@@ -45,6 +45,7 @@ struct CkptOptions {
   int stage = 2, rounds = 3;
   bool offload = true, json = false;
   std::string dir = "/tmp/zero_bench_ckpt";
+  std::string nvme_path;  // the optimizer state on NVMe, in this folder (streamed to and from the checkpoint)
 };
 
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
@@ -124,7 +125,10 @@ void run_ckpt_on(const CkptOptions& o, comm::Communicator& job) {
   cfg.world_size = world;
   cfg.optimizer.type = "AdamW";
   cfg.zero_optimization.stage = o.stage;
-  cfg.zero_optimization.offload_optimizer.device = o.offload ? "cpu" : "none";
+  ZERO_CHECK(o.offload || o.nvme_path.empty(), "zero-bench ckpt: --nvme-path puts the optimizer state on NVMe, "
+             "which is offloaded: drop --no-offload");
+  cfg.zero_optimization.offload_optimizer.device = !o.nvme_path.empty() ? "nvme" : o.offload ? "cpu" : "none";
+  cfg.zero_optimization.offload_optimizer.nvme_path = o.nvme_path;
   Engine engine(model, cfg, *comm);
   const at::Tensor batch = at::randint(g.vocab_size, {1, 65});
   engine.backward(model->loss(batch.narrow(1, 0, 64), batch.narrow(1, 1, 64)));
@@ -209,7 +213,7 @@ void run_ckpt_on(const CkptOptions& o, comm::Communicator& job) {
   std::printf("zero-bench ckpt: GPT %lld x %lld (%.1fM parameters), stage %d%s, %d rank(s), %.1f MB per rank, "
               "%.1f MB in all, folder %s, median of %d rounds\n",
               (long long)o.layers, (long long)o.embd, engine.num_parameters() / 1e6, o.stage,
-              o.offload ? " + offload" : "", world, bytes / mb, total / mb, o.dir.c_str(), o.rounds);
+              !o.nvme_path.empty() ? " + offload to nvme" : o.offload ? " + offload" : "", world, bytes / mb, total / mb, o.dir.c_str(), o.rounds);
   std::printf("  %-34s %9s %10s %9s\n", "", "seconds", "MB/s", "of disk");
   std::printf("  %-34s %9.3f %10.1f %9s\n", "disk: write + fsync, page cache", buffered_w, total / buffered_w / mb, "");
   std::printf("  %-34s %9.3f %10.1f %9s\n", "disk: write + fsync, O_DIRECT", direct_w, total / direct_w / mb, "");
@@ -230,7 +234,7 @@ void run_ckpt_on(const CkptOptions& o, comm::Communicator& job) {
                         {"disk_read_buffered_s", buffered_r}, {"disk_read_direct_s", direct_r},
                         {"save_sync_s", sync_s}, {"save_async_s", async_s}, {"async_stall_s", stall_s},
                         {"async_step_s", step_s},
-                        {"load_s", load_s}};
+                        {"load_s", load_s}, {"nvme", !o.nvme_path.empty()}};
     std::printf("%s\n", j.dump().c_str());
   }
 }
@@ -249,6 +253,10 @@ void add_ckpt_command(CLI::App& app) {
   cmd->add_option("--rounds", o->rounds, "rounds (medians are reported)")->capture_default_str();
   cmd->add_option("--dir", o->dir, "folder to save to (the disk measured)")->capture_default_str();
   cmd->add_flag("--json", o->json, "print one JSON object as the last line");
+  cmd->add_option("--nvme-path", o->nvme_path,
+                  "the optimizer state on NVMe (offload_optimizer.device \"nvme\") in this folder: the save and "
+                  "load stream it between the swap file and the checkpoint")
+      ->check(CLI::ExistingDirectory);
   cmd->callback([o] { run_as_job("zero-bench ckpt", [&](comm::Communicator& job) { run_ckpt_on(*o, job); }); });
 }
 

@@ -252,7 +252,7 @@ int main(int argc, char** argv) {
       if (r.e.nvme_total() == 0) continue;
       std::printf("(a checkpoint save or load of an NVMe run streams the state between the swap file and the "
                   "checkpoint's files through %s of host memory per rank, not in host total)\n",
-                  memory::format_bytes(static_cast<std::int64_t>(ckpt::kIoBlock * (ckpt::kIoRing + 1))).c_str());
+                  memory::format_bytes(static_cast<std::int64_t>(ckpt::kIoBlock * (ckpt::kIoRing + 2))).c_str());
       break;
     }
     for (const Row& r : rows) {

@@ -125,14 +125,27 @@ void CheckpointSave::write() {
 void CheckpointSave::write_streamed(ckpt::ShardWriter& w, const SaveSection& s) {
   if (!stream_buffer_.defined()) stream_buffer_ = at::empty({static_cast<std::int64_t>(kStreamBufferBytes)}, at::kByte);
   char* base = static_cast<char*>(stream_buffer_.data_ptr());
-  char* buf = base + (kStreamAlign - reinterpret_cast<std::uintptr_t>(base) % kStreamAlign) % kStreamAlign;
-  const std::size_t cap = kStreamBufferBytes - static_cast<std::size_t>(buf - base);
-  for (std::uint64_t off = 0; off < s.stream_bytes;) {
-    const auto [data, n] = s.stream(off, static_cast<std::size_t>(std::min<std::uint64_t>(ckpt::kIoBlock, s.stream_bytes - off)),
-                                    buf, cap);
+  char* first = base + (kStreamAlign - reinterpret_cast<std::uintptr_t>(base) % kStreamAlign) % kStreamAlign;
+  char* const buffers[2] = {first, first + kStreamBlockBytes};
+  // Block k + 1 is read on a thread of its own while block k is copied into
+  // the file's ring (whose own threads write it): the read and the write
+  // overlap.
+  std::pair<const char*, std::size_t> got[2];
+  offload::BackgroundWorker reader;  // (after what its job uses: joined first)
+  auto read = [&](int k, std::uint64_t off) {
+    const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(ckpt::kIoBlock, s.stream_bytes - off));
+    reader.submit([&s, &got, &buffers, k, off, n] { got[k] = s.stream(off, n, buffers[k], kStreamBlockBytes); });
+  };
+  if (s.stream_bytes == 0) return;
+  read(0, 0);
+  int k = 0;
+  for (std::uint64_t off = 0; off < s.stream_bytes; k = 1 - k) {
+    reader.wait();  // (rethrows the read's error)
+    const auto [data, n] = got[k];
     ZERO_INTERNAL_ASSERT(n > 0, "checkpoint section ", s.name, ": its source gave no bytes at ", off);
-    w.write(data, n);
     off += n;
+    if (off < s.stream_bytes) read(1 - k, off);
+    w.write(data, n);
   }
 }
 

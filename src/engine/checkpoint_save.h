@@ -52,10 +52,12 @@ struct SaveSection {
   std::uint64_t stream_bytes = 0;
 };
 
-// The streamed sections' buffer: its alignment and size (host bytes a save
-// with streamed sections holds besides its copies).
+// The streamed sections' buffers: two blocks (the next one is read while
+// the last one goes into the file's ring), aligned; kStreamBufferBytes is
+// the host memory a save with streamed sections holds besides its copies.
 inline constexpr std::size_t kStreamAlign = 4096;
-inline constexpr std::size_t kStreamBufferBytes = ckpt::kIoBlock + kStreamAlign;
+inline constexpr std::size_t kStreamBlockBytes = ckpt::kIoBlock + kStreamAlign;
+inline constexpr std::size_t kStreamBufferBytes = 2 * kStreamBlockBytes + kStreamAlign;
 
 class CheckpointSave {
  public:

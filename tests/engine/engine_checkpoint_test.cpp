@@ -691,9 +691,9 @@ TEST(Save, AsyncFallsBackToSynchronousWhereTheSnapshotDoesNotFit) {
 
 // ---- Reshard: one job saves, another (other ranks, other stage) loads --------
 
-// ZERO_CKPT_RESHARD=save:<stage>[+offload][+dpu]:<dir> or load:<stage>[...]:<dir>
+// ZERO_CKPT_RESHARD=save:<stage>[+offload][+dpu][+param][+nvme]:<dir> or load:<stage>[...]:<dir>
 struct ReshardRole {
-  bool save = false, active = false;
+  bool save = false, active = false, nvme = false;
   ResumeCase c{"reshard", 0};
   fs::path dir;
 };
@@ -711,6 +711,7 @@ ReshardRole reshard_role() {
   r.c.offload = layout.find("+offload") != std::string::npos;
   r.c.dpu = layout.find("+dpu") != std::string::npos;
   r.c.param_offload = layout.find("+param") != std::string::npos;
+  r.nvme = layout.find("+nvme") != std::string::npos;
   r.dir = s.substr(b + 1);
   return r;
 }
@@ -741,7 +742,15 @@ TEST(Reshard, SaveOnOneLayoutLoadOnAnother) {
   comm::Communicator& comm = world_comm();
   // 12 rows: 1, 2, 3 and 4 ranks split them alike, so that the saving and
   // the loading job train on the same rows.
-  const config::Config cfg = case_config(role.c, comm.world_size(), 12);
+  config::Config cfg = case_config(role.c, comm.world_size(), 12);
+  if (role.nvme) {  // the state in a swap file, in pieces of at most 50 elements: streamed to and from the files
+    const fs::path swap = role.dir / (role.save ? "swap-save" : "swap-load");
+    if (comm.rank() == 0) fs::create_directories(swap);
+    comm.barrier()->wait();
+    cfg.zero_optimization.offload_optimizer.device = "nvme";
+    cfg.zero_optimization.offload_optimizer.nvme_path = swap.string();
+    cfg.zero_optimization.sub_group_size = 50;
+  }
   Trainer t{ModelKind::kUnitMlp, cfg};
   if (role.save) {
     std::vector<float> losses;
