@@ -36,6 +36,7 @@
 #include <torch/utils.h>
 
 #include "progress.h"
+#include "run_files.h"
 #include "stop_signals.h"
 #include "train_device.h"
 #include "train_precision.h"
@@ -135,6 +136,16 @@ void write_plot(const fs::path& dir, bool with_val) {
      << "plot '" << (dir / "loss.dat").string() << "' using 1:($3/1048576) with lines title 'device', '' using 1:($4/1048576) with lines title 'host'\n"
      << "unset multiplot\n";
   gp.close();
+  {  // gnuplot draws nothing but warnings from fewer than two points
+    std::ifstream in(dir / "loss.dat");
+    std::string line;
+    int points = 0;
+    while (points < 2 && std::getline(in, line)) ++points;
+    if (points < 2) {
+      std::fprintf(stderr, "plot: skipped (one step: nothing to draw); the data is in %s\n", (dir / "loss.dat").c_str());
+      return;
+    }
+  }
   // posix_spawnp, not std::system: no shell to quote the path for, and the
   // signals keep their handlers while gnuplot runs (system() ignores SIGINT).
   const std::string script_path = script.string();
@@ -413,14 +424,9 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
                    static_cast<long long>(o.steps));
     }
   }
-  std::ofstream metrics, loss_dat, val_dat;
-  if (root) {
-    metrics.open(fs::path(o.out_dir) / "metrics.jsonl");
-    loss_dat.open(fs::path(o.out_dir) / "loss.dat");
-    val_dat.open(fs::path(o.out_dir) / "val.dat");
-    ZERO_CHECK(metrics && loss_dat && val_dat, "--out ", o.out_dir, ": cannot write metrics.jsonl, loss.dat and "
-               "val.dat there (", std::strerror(errno), "); give a writable folder (--out)");
-  }
+  // (Resumed: the earlier run's lines up to the checkpoint's step are kept.)
+  train::RunFiles files;
+  if (root) files.open(o.out_dir, first_step);
   train::Progress progress(cfg.steps_per_print);
   const double flops_per_token = gc.flops_per_token(o.seq_len);
   const double tokens_per_step = static_cast<double>(micro * accum * o.seq_len * comm->world_size());
@@ -428,9 +434,10 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
   nlohmann::json val_losses = nlohmann::json::array();
   double total_seconds = 0.0;
   std::optional<double> last_val;  // none when no evaluation ran
-  bool any_val = false;  // val.dat has a point (else the plot leaves the series out)
+  std::int64_t last_val_step = 0;
   comm::CommStats last_comm, run_comm;  // this rank's: the last step, and the sum over steps
-  std::string stopped_by;  // the signal(s) that stopped the run ("" when it ran to --steps)
+  std::string stopped_by;  // the signal(s) that stopped the run ("" when none did)
+  std::int64_t last_saved = -1;  // the step of the last checkpoint saved (committed, or asynchronously under way)
   auto report_saved = [&] {
     const Engine::CheckpointTiming& c = engine.last_checkpoint();
     if (root) {
@@ -443,19 +450,58 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
   // once (zero::ckpt::CheckpointSaveError): with --on-save-error continue
   // the run says so and goes on, with the state in memory intact.
   std::int64_t failed_saves = 0;
+  auto newest_committed = [&] {
+    std::ifstream in(fs::path(o.save_dir) / ckpt::kLatestName);
+    std::string tag;
+    return std::getline(in, tag) ? tag : std::string("none");
+  };
   auto save_failed = [&](const ckpt::CheckpointSaveError& e) {
     if (o.on_save_error != "continue") throw;
     ++failed_saves;
     if (root) {
-      const std::string latest = [&] {
-        std::ifstream in(fs::path(o.save_dir) / ckpt::kLatestName);
-        std::string tag;
-        return std::getline(in, tag) ? tag : std::string("none");
-      }();
-      std::fprintf(stderr, "zero-train: warning: %s; training goes on (--on-save-error continue, %lld failed save(s) "
-                   "so far); the newest checkpoint committed is %s\n",
-                   e.what(), static_cast<long long>(failed_saves), latest.c_str());
+      std::fprintf(stderr, "zero-train: warning: %s; %s (--on-save-error continue, %lld failed save(s) so far); the "
+                   "newest checkpoint committed is %s\n",
+                   e.what(), stopped_by.empty() ? "training goes on" : "the run stops all the same",
+                   static_cast<long long>(failed_saves), newest_committed().c_str());
     }
+  };
+  // A checkpoint of the state after `done` steps. A save still in flight is
+  // finished (and said so) first. Returns whether this one was saved (or,
+  // asynchronous, is under way).
+  auto save_at = [&](std::int64_t done, bool async, const std::string& why) {
+    if (engine.checkpoint_in_flight()) {
+      try {
+        engine.wait_checkpoint();
+        report_saved();
+      } catch (const ckpt::CheckpointSaveError& e) {
+        save_failed(e);
+      }
+    }
+    const std::string tag = "step-" + std::to_string(done);
+    if (root) {
+      std::fprintf(stderr, "checkpoint %s: saving to %s%s%s\n", tag.c_str(), o.save_dir.c_str(), why.c_str(),
+                   async ? " (training goes on while it is written)" : "");
+    }
+    const nlohmann::json client = {{"step", done}, {"seed", o.seed}, {"model", o.model},
+                                   {"seq_len", o.seq_len}, {"steps", o.steps},
+                                   {"train_batch_size", cfg.train_batch_size},
+                                   {"gpt", {{"vocab_size", gc.vocab_size}, {"block_size", gc.block_size},
+                                            {"n_layer", gc.n_layer}, {"n_head", gc.n_head}, {"n_embd", gc.n_embd}}}};
+    try {
+      engine.save_checkpoint(o.save_dir, tag, client, async);
+      if (!async) report_saved();
+      last_saved = done;
+      return true;
+    } catch (const ckpt::CheckpointSaveError& e) {
+      save_failed(e);
+      return false;
+    }
+  };
+  // The signals every rank received since the last call, summed (collective).
+  auto agree_signals = [&] {
+    std::array<float, train::StopSignals::kCount> counts = signals.take_counts();
+    comm->all_reduce(counts.data(), counts.size(), DType::kFloat32)->wait();
+    return train::signal_verdict(counts);
   };
   // step(), which commits an asynchronous save at the end of a window: a
   // failed commit throws before the call counts, so it is called again.
@@ -509,6 +555,7 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
     if (o.eval_every > 0 && !signal.stop && ((step + 1) % o.eval_every == 0 || step + 1 == o.steps)) {
       val = evaluate(*model, *comm, corpus, o, micro, td.device);
       last_val = val;
+      last_val_step = step + 1;
       val_losses.push_back({{"step", step + 1}, {"loss", val}});
     }
     const auto snap = engine.ledger().snapshot();
@@ -532,51 +579,47 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
                           {"grad_norm", engine.stats().grad_norm}, {"device_bytes", p.device_bytes},
                           {"host_bytes", p.host_bytes}, {"comm_bytes", train::comm_bytes_json(last_comm)}};
       if (val >= 0) m["val_loss"] = val;
-      metrics << m.dump() << "\n";
-      loss_dat << p.step << " " << loss << " " << p.device_bytes << " " << p.host_bytes << "\n";
-      if (val >= 0) val_dat << p.step << " " << val << "\n";
-      if (val >= 0) any_val = true;
+      files.metrics << m.dump() << "\n";
+      files.loss << p.step << " " << loss << " " << p.device_bytes << " " << p.host_bytes << "\n";
+      if (val >= 0) files.val << p.step << " " << val << "\n";
+      if (val >= 0) files.val_points = true;
+      files.flush();  // (each step: a run killed outright keeps every step it finished)
     }
+    const bool last_step = step + 1 == o.steps;
+    if (signal.stop) stopped_by = signal.stop_names;
     if (signal.stop && root) {
-      std::fprintf(stderr, "zero-train: %s: stopping after step %lld of %lld%s\n", signal.names.c_str(),
-                   static_cast<long long>(step + 1), static_cast<long long>(o.steps),
-                   o.save_dir.empty() ? " (no --save-dir: nothing is saved; the steps trained are lost)" : "");
+      if (last_step) {
+        std::fprintf(stderr, "zero-train: %s after the last step: training is complete; the final evaluation and the "
+                             "sample are skipped\n", signal.stop_names.c_str());
+      } else {
+        std::fprintf(stderr, "zero-train: %s: stopping after step %lld of %lld%s\n", signal.stop_names.c_str(),
+                     static_cast<long long>(step + 1), static_cast<long long>(o.steps),
+                     o.save_dir.empty() ? " (no --save-dir: nothing is saved; the steps trained are lost)" : "");
+      }
     } else if (signal.save && root && o.save_dir.empty()) {
       std::fprintf(stderr, "zero-train: warning: %s asks for a checkpoint, but this run has no --save-dir to save "
-                           "it to; training goes on\n", signal.names.c_str());
+                           "it to; training goes on\n", signal.save_names.c_str());
     }
-    const bool save_now = (o.save_every > 0 && (step + 1) % o.save_every == 0) || (signal.save && !o.save_dir.empty());
-    if (save_now) {
-      const std::string tag = "step-" + std::to_string(step + 1);
+    if ((o.save_every > 0 && (step + 1) % o.save_every == 0) || (signal.save && !o.save_dir.empty())) {
       // Before a stop, the save is finished before the process ends.
-      const bool async = !o.sync_save && !signal.stop;
+      save_at(step + 1, /*async=*/!o.sync_save && !signal.stop,
+              signal.save && !signal.stop ? " (asked for by " + signal.save_names + ")" : "");
+    }
+    if (signal.stop) break;
+  }
+  const std::int64_t last_step = first_step + static_cast<std::int64_t>(losses.size());
+  // A signal after the last step's all-reduce (during the final evaluation):
+  // the last step is saved where it is not yet, and the sample is skipped.
+  if (stopped_by.empty()) {
+    const train::SignalVerdict late = agree_signals();
+    if (late.stop) {
+      stopped_by = late.stop_names;
       if (root) {
-        const std::string why = signal.save && !signal.stop ? " (asked for by " + signal.names + ")" : "";
-        std::fprintf(stderr, "checkpoint %s: saving to %s%s%s\n", tag.c_str(), o.save_dir.c_str(), why.c_str(),
-                     async ? " (training goes on while it is written)" : "");
-      }
-      const nlohmann::json client = {{"step", step + 1}, {"seed", o.seed}, {"model", o.model},
-                                     {"seq_len", o.seq_len}, {"steps", o.steps},
-                                     {"train_batch_size", cfg.train_batch_size},
-                                     {"gpt", {{"vocab_size", gc.vocab_size}, {"block_size", gc.block_size},
-                                              {"n_layer", gc.n_layer}, {"n_head", gc.n_head}, {"n_embd", gc.n_embd}}}};
-      // A save still in flight is finished first: its error comes out of
-      // this call, and the new save is then made after all.
-      const bool earlier_in_flight = engine.checkpoint_in_flight();
-      for (int attempt = 0; attempt < (earlier_in_flight ? 2 : 1); ++attempt) {
-        try {
-          engine.save_checkpoint(o.save_dir, tag, client, async);
-          if (!async) report_saved();
-          break;
-        } catch (const ckpt::CheckpointSaveError& e) {
-          save_failed(e);
-        }
+        std::fprintf(stderr, "zero-train: %s after the last step: training is complete; the sample is skipped\n",
+                     late.stop_names.c_str());
       }
     }
-    if (signal.stop) {
-      stopped_by = signal.names;
-      break;
-    }
+    if (late.save && !o.save_dir.empty() && last_saved != last_step) save_at(last_step, /*async=*/false, "");
   }
   if (engine.checkpoint_in_flight()) {
     try {
@@ -592,19 +635,20 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
   const auto last_comms = train::gather_int64(*comm, train::flatten_comm(last_comm));
   const auto run_comms = train::gather_int64(*comm, train::flatten_comm(run_comm));
   if (root) {
-    metrics.close();
-    loss_dat.close();
-    val_dat.close();
+    files.close();
     std::fprintf(stderr, "%s", engine.summary().c_str());
-    if (last_val) {
+    if (last_val && last_val_step == o.steps) {
       std::fprintf(stderr, "final validation loss %.4f nats (unigram entropy of the corpus %.4f)\n", *last_val,
                    corpus.unigram_entropy_nats());
+    } else if (last_val) {
+      std::fprintf(stderr, "last validation loss %.4f nats, at step %lld (unigram entropy of the corpus %.4f)\n",
+                   *last_val, static_cast<long long>(last_val_step), corpus.unigram_entropy_nats());
     } else {
       std::fprintf(stderr, "no validation loss: no evaluation ran (--eval-every 0); unigram entropy of the corpus "
                            "%.4f nats\n", corpus.unigram_entropy_nats());
     }
     std::fprintf(stderr, "metrics: %s\n", (fs::path(o.out_dir) / "metrics.jsonl").c_str());
-    write_plot(o.out_dir, any_val);
+    write_plot(o.out_dir, files.val_points);
     if (!o.report.empty()) {
       nlohmann::json r;
       r["config"] = config::to_json(cfg);
@@ -628,7 +672,7 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
       r["tflops"] = tokens_per_step * steps_run * flops_per_token / total_seconds / 1e12;
       r["steps"] = o.steps;
       r["first_step"] = first_step;
-      r["last_step"] = first_step + static_cast<std::int64_t>(losses.size());
+      r["last_step"] = last_step;
       r["stopped_by_signal"] = stopped_by.empty() ? nlohmann::json(nullptr) : nlohmann::json(stopped_by);
       r["skipped_steps"] = engine.stats().skipped;
       r["failed_saves"] = failed_saves;
@@ -640,19 +684,33 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
       std::fprintf(stderr, "report: %s\n", o.report.c_str());
     }
   }
-  if (!stopped_by.empty()) {
-    const std::int64_t last = first_step + static_cast<std::int64_t>(losses.size());
+  const bool complete = last_step == o.steps;
+  if (!stopped_by.empty() && !complete) {
     if (root) {
-      const std::string resume = o.save_dir.empty() ? std::string("nothing was saved (no --save-dir)")
-                                                    : "resume with --save-dir " + o.save_dir + " --resume latest";
+      std::string resume;
+      if (o.save_dir.empty()) {
+        resume = "nothing was saved (no --save-dir)";
+      } else if (last_saved == last_step) {
+        resume = "resume with --save-dir " + o.save_dir + " --resume latest";
+      } else {
+        resume = "its checkpoint could not be saved; the newest committed is " + newest_committed() +
+                 " (--resume latest)";
+      }
       std::fprintf(stderr, "zero-train: stopped by %s at step %lld of %lld: %s (exit status %d)\n",
-                   stopped_by.c_str(), static_cast<long long>(last), static_cast<long long>(o.steps), resume.c_str(),
-                   train::kStoppedBySignalStatus);
+                   stopped_by.c_str(), static_cast<long long>(last_step), static_cast<long long>(o.steps),
+                   resume.c_str(), train::kStoppedBySignalStatus);
     }
     comm->barrier()->wait();
     return train::kStoppedBySignalStatus;
   }
-  if (o.sample > 0) {
+  // The sample: unless a stop signal came (agreed: the forwards are
+  // collective at stage 3); after it, the signals kill as they normally do.
+  if (o.sample > 0 && stopped_by.empty() && agree_signals().stop) {
+    stopped_by = "a stop signal";
+    if (root) std::fprintf(stderr, "zero-train: stop signal after the last step: the sample is skipped\n");
+  }
+  signals.restore();
+  if (o.sample > 0 && stopped_by.empty()) {
     // Every rank runs the same forwards (at stage 3 each one gathers its
     // blocks from every rank); rank 0 prints.
     const std::string text = generate(*model, o.sample, gc.block_size, o.seed, td.device);

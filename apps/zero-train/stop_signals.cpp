@@ -58,7 +58,11 @@ StopSignals::StopSignals() {
   for (std::size_t i = 0; i < kSlots; ++i) ::sigaction(kSignals[i], &sa, &g_previous[i]);
 }
 
-StopSignals::~StopSignals() {
+StopSignals::~StopSignals() { restore(); }
+
+void StopSignals::restore() {
+  if (!installed_) return;
+  installed_ = false;
   for (std::size_t i = 0; i < kSlots; ++i) ::sigaction(kSignals[i], &g_previous[i], nullptr);
   g_installed.store(false);
 }
@@ -73,13 +77,14 @@ SignalVerdict signal_verdict(const std::array<float, StopSignals::kCount>& summe
   SignalVerdict v;
   for (std::size_t i = 0; i < kSlots; ++i) {
     if (summed[i] <= 0.0f) continue;
+    std::string& names = kSignals[i] == SIGUSR1 ? v.save_names : v.stop_names;
     if (kSignals[i] == SIGUSR1) {  // save, and train on
       v.save = true;
     } else {
       v.stop = v.save = true;
     }
-    v.names += (v.names.empty() ? "" : " and ");
-    v.names += kNames[i];
+    names += (names.empty() ? "" : " and ");
+    names += kNames[i];
   }
   return v;
 }

@@ -42,13 +42,20 @@ class StopSignals {
   // How many times each signal arrived since the last call (as floats,
   // to travel in the loss all-reduce); the counts start again from zero.
   std::array<float, kCount> take_counts();
+  // The earlier handlers back now (idempotent): from here the signals end
+  // the process as they would without zero-train's handlers.
+  void restore();
+
+ private:
+  bool installed_ = true;
 };
 
 // What the ranks' summed counts ask for.
 struct SignalVerdict {
-  bool stop = false;   // a stop signal reached some rank
-  bool save = false;   // a save was asked for (a stop asks for one too)
-  std::string names;   // "SIGTERM", "SIGUSR1 and SIGTERM", ... ("" when none)
+  bool stop = false;       // a stop signal reached some rank
+  bool save = false;       // a save was asked for (a stop asks for one too)
+  std::string stop_names;  // the stop signals received: "SIGTERM", "SIGINT and SIGUSR2", ... ("" when none)
+  std::string save_names;  // "SIGUSR1" when it was received ("" when not)
 };
 SignalVerdict signal_verdict(const std::array<float, StopSignals::kCount>& summed);
 

@@ -51,13 +51,17 @@ grep -q '"stopped_by_signal": "SIGUSR2"' "$work/stopped.json" || fail "the repor
 grep -q "\"last_step\": $k" "$work/stopped.json" || fail "the report does not name the last step $k"
 "$ckpt" inspect --verify "$work/ck" >"$work/inspect.log" 2>&1 || { cat "$work/inspect.log"; fail "the stop's checkpoint does not verify"; }
 
-# 2. Resumed to the end, the losses are those of a run never stopped.
-timeout 300 "$mpiexec" -np 2 --oversubscribe --bind-to none "$train" "${args[@]}" --out "$work/resumed" \
+# 2. Resumed to the end (into the same --out), the losses are those of a run
+# never stopped, and metrics.jsonl holds every step once, in order.
+timeout 300 "$mpiexec" -np 2 --oversubscribe --bind-to none "$train" "${args[@]}" --out "$out" \
   --save-dir "$work/ck" --resume latest >"$work/resumed.log" 2>&1 || { tail "$work/resumed.log"; fail "resume failed"; }
+[ "$(losses "$out/metrics.jsonl" | awk '{print $1}' | tr '\n' ' ')" = "$(seq -s ' ' 1 $steps) " ] \
+  || fail "metrics.jsonl after the resume does not hold steps 1..$steps once each"
+[ "$(wc -l <"$out/loss.dat")" = $steps ] || fail "loss.dat after the resume does not hold $steps steps"
 timeout 300 "$mpiexec" -np 2 --oversubscribe --bind-to none "$train" "${args[@]}" --out "$work/whole" \
   >"$work/whole.log" 2>&1 || { tail "$work/whole.log"; fail "the uninterrupted run failed"; }
 losses "$work/whole/metrics.jsonl" | awk -v k=$k '$1 > k' >"$work/whole.txt"
-losses "$work/resumed/metrics.jsonl" >"$work/resumed.txt"
+losses "$out/metrics.jsonl" | awk -v k=$k '$1 > k' >"$work/resumed.txt"
 [ "$(wc -l <"$work/resumed.txt")" = $((steps - k)) ] || fail "the resumed run trained $(wc -l <"$work/resumed.txt") steps, not $((steps - k))"
 diff -q "$work/whole.txt" "$work/resumed.txt" >/dev/null \
   || { diff "$work/whole.txt" "$work/resumed.txt" | head; fail "stopped + resumed losses differ from the uninterrupted run's"; }
@@ -83,7 +87,26 @@ k=$(lines "$out/metrics.jsonl")
   || { cat "$work/inspect_one.log"; fail "SIGTERM to rank 1: the checkpoint does not verify"; }
 echo "SIGTERM to rank 1 alone: both ranks stopped after step $k and saved it"
 
-# 4. One process: SIGTERM without --save-dir says nothing is saved; a second
+# 4. A signal during the final evaluation, after the last step's all-reduce:
+# the last step is saved, the sample skipped, and the run, complete, exits 0.
+out=$work/late
+"$mpiexec" -np 2 --oversubscribe --bind-to none "$train" "$corpus" --model gpt2-tiny --config "$work/fp32.json" \
+  --steps 20 --eval-every 1000 --eval-batches 3000 --sample 40 --out "$out" --save-dir "$work/ck_late" \
+  --report "$work/late.json" >"$work/late.log" 2>&1 &
+job=$!
+wait_lines "$out/metrics.jsonl" 19
+sleep 1  # (step 20 takes milliseconds, the final evaluation of 3000 batches seconds)
+kill -USR2 $job
+wait $job; rc=$?
+[ $rc = 0 ] || { tail -20 "$work/late.log"; fail "a stop during the final evaluation exited $rc, not 0 (training was complete)"; }
+grep -q "zero-train: SIGUSR2 after the last step: training is complete; the sample is skipped" "$work/late.log" \
+  || { tail -20 "$work/late.log"; fail "no line saying the run was complete and the sample skipped"; }
+grep -q -- "---- sample" "$work/late.log" && fail "the sample ran after the stop signal"
+[ "$(cat "$work/ck_late/latest")" = "step-20" ] || fail "the last step was not saved after a late stop signal"
+grep -q '"stopped_by_signal": "SIGUSR2"' "$work/late.json" || fail "the report does not name the late signal"
+echo "a stop during the final evaluation: step-20 saved, sample skipped, exit 0"
+
+# 5. One process: SIGTERM without --save-dir says nothing is saved; a second
 # SIGINT after the first ends the process at once.
 ZERO_COMM_BACKEND=single "$train" "${args[@]}" --out "$work/nosave" >"$work/nosave.log" 2>&1 &
 job=$!

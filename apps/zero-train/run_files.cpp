@@ -1,0 +1,71 @@
+#include "run_files.h"
+
+#include <cerrno>
+#include <cstring>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "zero/core/error.h"
+
+namespace zero::train {
+namespace {
+
+// The step a line is of: metrics.jsonl's "step", the .dat files' first
+// number; -1 when the line has none (it is dropped).
+std::int64_t step_of(const std::string& line, bool json) {
+  if (json) {
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    return j.is_object() && j.contains("step") && j["step"].is_number_integer() ? j["step"].get<std::int64_t>() : -1;
+  }
+  std::istringstream in(line);
+  std::int64_t step = -1;
+  return in >> step ? step : -1;
+}
+
+// The lines of `path` of steps 1..first_step, written back; returns how many.
+std::size_t trim(const std::filesystem::path& path, std::int64_t first_step, bool json) {
+  std::ifstream in(path);
+  if (!in) return 0;
+  std::vector<std::string> kept;
+  for (std::string line; std::getline(in, line);) {
+    const std::int64_t step = step_of(line, json);
+    if (step >= 1 && step <= first_step) kept.push_back(line);
+  }
+  in.close();
+  std::ofstream out(path, std::ios::trunc);
+  for (const std::string& line : kept) out << line << "\n";
+  return kept.size();
+}
+
+}  // namespace
+
+void RunFiles::open(const std::filesystem::path& dir, std::int64_t first_step) {
+  const auto mode = first_step > 0 ? std::ios::app : std::ios::trunc;
+  if (first_step > 0) {
+    trim(dir / "metrics.jsonl", first_step, /*json=*/true);
+    trim(dir / "loss.dat", first_step, /*json=*/false);
+    val_points = trim(dir / "val.dat", first_step, /*json=*/false) > 0;
+  }
+  metrics.open(dir / "metrics.jsonl", std::ios::out | mode);
+  loss.open(dir / "loss.dat", std::ios::out | mode);
+  val.open(dir / "val.dat", std::ios::out | mode);
+  ZERO_CHECK(metrics && loss && val, "--out ", dir.string(), ": cannot write metrics.jsonl, loss.dat and val.dat "
+             "there (", std::strerror(errno), "); give a writable folder (--out)");
+}
+
+void RunFiles::flush() {
+  metrics.flush();
+  loss.flush();
+  val.flush();
+}
+
+void RunFiles::close() {
+  metrics.close();
+  loss.close();
+  val.close();
+}
+
+}  // namespace zero::train
