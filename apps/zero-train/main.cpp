@@ -437,9 +437,11 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
   std::int64_t last_val_step = 0;
   comm::CommStats last_comm, run_comm;  // this rank's: the last step, and the sum over steps
   std::string stopped_by;  // the signal(s) that stopped the run ("" when none did)
-  std::int64_t last_saved = -1;  // the step of the last checkpoint saved (committed, or asynchronously under way)
+  std::int64_t last_saved = -1;   // the step of the last checkpoint committed
+  std::int64_t saving_step = -1;  // the step of the save made last (committed or not)
   auto report_saved = [&] {
     const Engine::CheckpointTiming& c = engine.last_checkpoint();
+    last_saved = saving_step;  // (called once a save is committed)
     if (root) {
       std::fprintf(stderr, "checkpoint %s saved in %s: %.1f MiB per rank written in %.2f s, training stalled %.1f ms%s\n",
                    c.tag.c_str(), o.save_dir.c_str(), static_cast<double>(c.bytes) / (1 << 20), c.write_s,
@@ -488,9 +490,9 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
                                    {"gpt", {{"vocab_size", gc.vocab_size}, {"block_size", gc.block_size},
                                             {"n_layer", gc.n_layer}, {"n_head", gc.n_head}, {"n_embd", gc.n_embd}}}};
     try {
+      saving_step = done;
       engine.save_checkpoint(o.save_dir, tag, client, async);
       if (!async) report_saved();
-      last_saved = done;
       return true;
     } catch (const ckpt::CheckpointSaveError& e) {
       save_failed(e);
@@ -538,7 +540,7 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
     comm->all_reduce(shared.data(), shared.size(), DType::kFloat32)->wait();
     std::array<float, train::StopSignals::kCount> summed{};
     std::copy(shared.begin() + 1, shared.end(), summed.begin());
-    const train::SignalVerdict signal = train::signal_verdict(summed);
+    train::SignalVerdict signal = train::signal_verdict(summed);
     const float loss_sum = shared[0];
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     total_seconds += seconds;
@@ -551,12 +553,17 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
     last_comm = engine.last_step_comm();
     train::add_comm(run_comm, last_comm);
     double val = -1.0;
+    bool evaluated = false;
     // (A run that stops for a signal saves first: the time it has is short.)
     if (o.eval_every > 0 && !signal.stop && ((step + 1) % o.eval_every == 0 || step + 1 == o.steps)) {
       val = evaluate(*model, *comm, corpus, o, micro, td.device);
       last_val = val;
       last_val_step = step + 1;
       val_losses.push_back({{"step", step + 1}, {"loss", val}});
+      // A signal that came during the evaluation is acted on at this step,
+      // not after the next one (an extra all-reduce, in steps that evaluate).
+      signal.merge(agree_signals());
+      evaluated = true;
     }
     const auto snap = engine.ledger().snapshot();
     train::ProgressLine p;
@@ -585,12 +592,13 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
       if (val >= 0) files.val_points = true;
       files.flush();  // (each step: a run killed outright keeps every step it finished)
     }
-    const bool last_step = step + 1 == o.steps;
+    const bool at_end = step + 1 == o.steps;
     if (signal.stop) stopped_by = signal.stop_names;
     if (signal.stop && root) {
-      if (last_step) {
-        std::fprintf(stderr, "zero-train: %s after the last step: training is complete; the final evaluation and the "
-                             "sample are skipped\n", signal.stop_names.c_str());
+      if (at_end) {
+        std::fprintf(stderr, "zero-train: %s after the last step: training is complete; %s\n",
+                     signal.stop_names.c_str(),
+                     evaluated ? "the sample is skipped" : "the final evaluation and the sample are skipped");
       } else {
         std::fprintf(stderr, "zero-train: %s: stopping after step %lld of %lld%s\n", signal.stop_names.c_str(),
                      static_cast<long long>(step + 1), static_cast<long long>(o.steps),
@@ -604,12 +612,37 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
       // Before a stop, the save is finished before the process ends.
       save_at(step + 1, /*async=*/!o.sync_save && !signal.stop,
               signal.save && !signal.stop ? " (asked for by " + signal.save_names + ")" : "");
+      // A stop signal that came during the save (or the wait for the one
+      // before): this step is saved, the run stops here.
+      if (!signal.stop) {
+        const train::SignalVerdict during = agree_signals();
+        if (during.stop) {
+          stopped_by = during.stop_names;
+          if (root && at_end) {
+            std::fprintf(stderr, "zero-train: %s after the last step: training is complete; the sample is skipped\n",
+                         during.stop_names.c_str());
+          } else if (root) {
+            std::fprintf(stderr, "zero-train: %s: stopping after step %lld of %lld\n", during.stop_names.c_str(),
+                         static_cast<long long>(step + 1), static_cast<long long>(o.steps));
+          }
+          break;
+        }
+      }
     }
     if (signal.stop) break;
   }
   const std::int64_t last_step = first_step + static_cast<std::int64_t>(losses.size());
-  // A signal after the last step's all-reduce (during the final evaluation):
-  // the last step is saved where it is not yet, and the sample is skipped.
+  if (engine.checkpoint_in_flight()) {
+    try {
+      engine.wait_checkpoint();
+      report_saved();
+    } catch (const ckpt::CheckpointSaveError& e) {
+      save_failed(e);
+    }
+  }
+  // A signal after the last step's agreements (during the last save's
+  // commit): the last step is saved where it is not yet, and the sample is
+  // skipped.
   if (stopped_by.empty()) {
     const train::SignalVerdict late = agree_signals();
     if (late.stop) {
@@ -620,14 +653,6 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
       }
     }
     if (late.save && !o.save_dir.empty() && last_saved != last_step) save_at(last_step, /*async=*/false, "");
-  }
-  if (engine.checkpoint_in_flight()) {
-    try {
-      engine.wait_checkpoint();
-      report_saved();
-    } catch (const ckpt::CheckpointSaveError& e) {
-      save_failed(e);
-    }
   }
   engine.flush();
   if (root) progress.finish();
@@ -705,9 +730,15 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
   }
   // The sample: unless a stop signal came (agreed: the forwards are
   // collective at stage 3); after it, the signals kill as they normally do.
-  if (o.sample > 0 && stopped_by.empty() && agree_signals().stop) {
-    stopped_by = "a stop signal";
-    if (root) std::fprintf(stderr, "zero-train: stop signal after the last step: the sample is skipped\n");
+  if (o.sample > 0 && stopped_by.empty()) {
+    const train::SignalVerdict before_sample = agree_signals();
+    if (before_sample.stop) {
+      stopped_by = before_sample.stop_names;
+      if (root) {
+        std::fprintf(stderr, "zero-train: %s after the last step: training is complete; the sample is skipped\n",
+                     stopped_by.c_str());
+      }
+    }
   }
   signals.restore();
   if (o.sample > 0 && stopped_by.empty()) {

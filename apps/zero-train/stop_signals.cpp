@@ -89,4 +89,16 @@ SignalVerdict signal_verdict(const std::array<float, StopSignals::kCount>& summe
   return v;
 }
 
+void SignalVerdict::merge(const SignalVerdict& other) {
+  auto join = [](std::string& names, const std::string& more) {
+    if (more.empty() || names.find(more) != std::string::npos) return;
+    names += (names.empty() ? "" : " and ");
+    names += more;
+  };
+  stop = stop || other.stop;
+  save = save || other.save;
+  join(stop_names, other.stop_names);
+  join(save_names, other.save_names);
+}
+
 }  // namespace zero::train

@@ -56,6 +56,8 @@ struct SignalVerdict {
   bool save = false;       // a save was asked for (a stop asks for one too)
   std::string stop_names;  // the stop signals received: "SIGTERM", "SIGINT and SIGUSR2", ... ("" when none)
   std::string save_names;  // "SIGUSR1" when it was received ("" when not)
+  // Both verdicts' asks (the same signal in both is named once).
+  void merge(const SignalVerdict& other);
 };
 SignalVerdict signal_verdict(const std::array<float, StopSignals::kCount>& summed);
 

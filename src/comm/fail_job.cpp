@@ -20,6 +20,9 @@ namespace {
 // tears the job down).
 constexpr std::chrono::milliseconds kListen{500};
 constexpr std::chrono::milliseconds kSilentExitDelay{1500};
+// How long a rank whose error only repeats another rank's failure (a rank
+// agreement) waits for that rank's own announcement before it prints.
+constexpr std::chrono::milliseconds kOtherRankGrace{10000};
 
 [[noreturn]] void end_process(int world) {
   std::cout.flush();
@@ -39,15 +42,29 @@ void fail_job(Communicator* comm, const std::exception& error, std::string_view 
     std::fprintf(stderr, "%.*s: error: %s\n", static_cast<int>(program.size()), program.data(), what.c_str());
     end_process(world);
   }
-  if (dynamic_cast<const RemoteFailure*>(&error) != nullptr ||
-      dynamic_cast<const RaisedForAnotherRank*>(&error) != nullptr) {
+  if (dynamic_cast<const RemoteFailure*>(&error) != nullptr) {
     // The failing rank prints; this one only says, in its flight recorder, why it stopped.
     std::this_thread::sleep_for(kSilentExitDelay);
     end_process(world);
   }
+  HealthChannel* channel = comm->health_channel();
+  if (const auto* other = dynamic_cast<const RaisedForAnotherRank*>(&error); other != nullptr && channel != nullptr) {
+    // The rank that failed prints its own error once it gets here: wait (a
+    // bounded time: it may be slow to unwind, or dead) for its announcement,
+    // and print this rank's words for it if none comes.
+    const auto until = std::chrono::steady_clock::now() + kOtherRankGrace;
+    while (std::chrono::steady_clock::now() < until) {
+      for (const AnnouncedFailure& f : channel->announced_failures()) {
+        if (f.rank == other->failed_rank()) {
+          std::this_thread::sleep_for(kSilentExitDelay);
+          end_process(world);
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
   const auto* ce = dynamic_cast<const CommError*>(&error);
   const std::string key = ce != nullptr ? ce->key() : what;
-  HealthChannel* channel = comm->health_channel();
   bool print = true;
   std::vector<int> same;
   if (channel != nullptr) {

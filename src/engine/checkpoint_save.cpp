@@ -123,6 +123,7 @@ void CheckpointSave::write() {
 }
 
 void CheckpointSave::write_streamed(ckpt::ShardWriter& w, const SaveSection& s) {
+  if (s.stream_bytes == 0) return;
   if (!stream_buffer_.defined()) stream_buffer_ = at::empty({static_cast<std::int64_t>(kStreamBufferBytes)}, at::kByte);
   char* base = static_cast<char*>(stream_buffer_.data_ptr());
   char* first = base + (kStreamAlign - reinterpret_cast<std::uintptr_t>(base) % kStreamAlign) % kStreamAlign;
@@ -136,7 +137,6 @@ void CheckpointSave::write_streamed(ckpt::ShardWriter& w, const SaveSection& s) 
     const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(ckpt::kIoBlock, s.stream_bytes - off));
     reader.submit([&s, &got, &buffers, k, off, n] { got[k] = s.stream(off, n, buffers[k], kStreamBlockBytes); });
   };
-  if (s.stream_bytes == 0) return;
   read(0, 0);
   int k = 0;
   for (std::uint64_t off = 0; off < s.stream_bytes; k = 1 - k) {

@@ -106,7 +106,22 @@ grep -q -- "---- sample" "$work/late.log" && fail "the sample ran after the stop
 grep -q '"stopped_by_signal": "SIGUSR2"' "$work/late.json" || fail "the report does not name the late signal"
 echo "a stop during the final evaluation: step-20 saved, sample skipped, exit 0"
 
-# 5. One process: SIGTERM without --save-dir says nothing is saved; a second
+# 5. A signal during an evaluation in the middle of the run stops the run at
+# that step, not after the next one.
+out=$work/mid
+"$mpiexec" -np 2 --oversubscribe --bind-to none "$train" "$corpus" --model gpt2-tiny --config "$work/fp32.json" \
+  --steps 20 --eval-every 10 --eval-batches 3000 --out "$out" --save-dir "$work/ck_mid" >"$work/mid.log" 2>&1 &
+job=$!
+wait_lines "$out/metrics.jsonl" 9
+sleep 1  # (step 10 takes milliseconds, its evaluation of 3000 batches seconds)
+kill -TERM "$(pgrep -P $job | head -1)"
+wait $job; rc=$?
+[ $rc = 75 ] || { tail -20 "$work/mid.log"; fail "a stop during an evaluation exited $rc, not 75"; }
+[ "$(lines "$out/metrics.jsonl")" = 10 ] || fail "a stop during step 10's evaluation trained on to step $(lines "$out/metrics.jsonl")"
+[ "$(cat "$work/ck_mid/latest")" = "step-10" ] || fail "a stop during step 10's evaluation did not save step-10"
+echo "a stop during an evaluation: stopped and saved at that step"
+
+# 6. One process: SIGTERM without --save-dir says nothing is saved; a second
 # SIGINT after the first ends the process at once.
 ZERO_COMM_BACKEND=single "$train" "${args[@]}" --out "$work/nosave" >"$work/nosave.log" 2>&1 &
 job=$!

@@ -15,7 +15,8 @@
 // What it does, on the rank that caught `error`:
 //  - An error caused by another rank's failure (RemoteFailure, or one marked
 //    RaisedForAnotherRank: a rank agreement's) is not printed again: that
-//    rank prints its own.
+//    rank prints its own. (A marked one waits up to 10 s for that rank's
+//    announcement, and prints after all when none comes.)
 //  - Otherwise the error is announced to every other rank through the health
 //    channel (their waits end at once with RemoteFailure), and the ranks that
 //    raised the same error (same CommError::key(), or the same message)

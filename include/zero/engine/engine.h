@@ -212,7 +212,8 @@ class Engine {
   // loadable. async: returns once what the next forward and backward may
   // change is copied to host memory; the files are written while training
   // goes on (the partition's host state in place: the next step() copies
-  // what is not written yet), and the checkpoint is committed at a later
+  // what is not written yet; with the state on NVMe, streamed from the swap
+  // file, which the next step() waits for instead), and the checkpoint is committed at a later
   // step() once every rank has written its file (or by wait_checkpoint()).
   // Where a node's host memory cannot hold a copy of everything, the save is
   // synchronous (with a message; last_checkpoint().async says); where the
@@ -247,7 +248,8 @@ class Engine {
     std::string tag;
     // How long the save held training: save_checkpoint itself and, for an
     // asynchronous save not written by the next optimizer step, the copy
-    // that step made of the rest of the state.
+    // that step made of the rest of the state (NVMe: its wait for the
+    // streamed state).
     double stall_s = 0.0;
     double write_s = 0.0;   // this rank's file: write and fsync
     double commit_s = 0.0;  // the commit (waits for the slowest rank's file)
