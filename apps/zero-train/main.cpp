@@ -467,18 +467,24 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
                    static_cast<long long>(failed_saves), newest_committed().c_str());
     }
   };
+  // An asynchronous save still in flight: written and committed (or its
+  // failure said). Returns whether it was committed (false: none in flight).
+  auto finish_in_flight = [&] {
+    if (!engine.checkpoint_in_flight()) return false;
+    try {
+      engine.wait_checkpoint();
+      report_saved();
+      return true;
+    } catch (const ckpt::CheckpointSaveError& e) {
+      save_failed(e);
+      return false;
+    }
+  };
   // A checkpoint of the state after `done` steps. A save still in flight is
   // finished (and said so) first. Returns whether this one was saved (or,
   // asynchronous, is under way).
   auto save_at = [&](std::int64_t done, bool async, const std::string& why) {
-    if (engine.checkpoint_in_flight()) {
-      try {
-        engine.wait_checkpoint();
-        report_saved();
-      } catch (const ckpt::CheckpointSaveError& e) {
-        save_failed(e);
-      }
-    }
+    finish_in_flight();
     const std::string tag = "step-" + std::to_string(done);
     if (root) {
       std::fprintf(stderr, "checkpoint %s: saving to %s%s%s\n", tag.c_str(), o.save_dir.c_str(), why.c_str(),
@@ -632,14 +638,7 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
     if (signal.stop) break;
   }
   const std::int64_t last_step = first_step + static_cast<std::int64_t>(losses.size());
-  if (engine.checkpoint_in_flight()) {
-    try {
-      engine.wait_checkpoint();
-      report_saved();
-    } catch (const ckpt::CheckpointSaveError& e) {
-      save_failed(e);
-    }
-  }
+  finish_in_flight();
   // A signal after the last step's agreements (during the last save's
   // commit): the last step is saved where it is not yet, and the sample is
   // skipped.

@@ -332,6 +332,15 @@ std::vector<at::Tensor> OptimizerPartition::state(State s) const {
   return {out};
 }
 
+const OptimizerPartition::Piece& OptimizerPartition::piece_holding(std::size_t element) const {
+  // (The main pieces are in partition order, one after another.)
+  const auto next = std::upper_bound(pieces_.begin(), pieces_.end(), element,
+                                     [](std::size_t e, const Piece& pc) { return e < pc.at(); });
+  ZERO_INTERNAL_ASSERT(next != pieces_.begin() && element < std::prev(next)->at() + std::prev(next)->n,
+                       "no piece of the partition holds element ", element);
+  return *std::prev(next);
+}
+
 std::pair<const char*, std::size_t> OptimizerPartition::read_state_bytes(State s, std::uint64_t offset,
                                                                         std::size_t n, char* buf,
                                                                         std::size_t cap) const {
@@ -340,12 +349,8 @@ std::pair<const char*, std::size_t> OptimizerPartition::read_state_bytes(State s
   ZERO_INTERNAL_ASSERT(reinterpret_cast<std::uintptr_t>(buf) % kAlign == 0 && cap >= 2 * kAlign && n > 0,
                        "read_state_bytes: the buffer must be aligned and hold two blocks of ", kAlign);
   ZERO_INTERNAL_ASSERT(offset + n <= layout_.partition_numel() * sizeof(float), "read_state_bytes past the partition");
-  // The piece holding byte `offset` (the pieces are in partition order).
   const std::size_t element = static_cast<std::size_t>(offset / sizeof(float));
-  const auto next = std::upper_bound(pieces_.begin(), pieces_.end(), element,
-                                     [](std::size_t e, const Piece& pc) { return e < pc.at(); });
-  ZERO_INTERNAL_ASSERT(next != pieces_.begin(), "read_state_bytes: no piece holds element ", element);
-  const Piece& pc = *std::prev(next);
+  const Piece& pc = piece_holding(element);
   const std::size_t in_piece = static_cast<std::size_t>(offset) - pc.at() * sizeof(float);
   const std::size_t start = in_piece / kAlign * kAlign;  // aligned, within the piece's region
   const std::size_t lead = in_piece - start;
@@ -368,10 +373,7 @@ void OptimizerPartition::write_state_bytes(State s, std::uint64_t offset, const 
   const char* from = static_cast<const char*>(src);
   while (n > 0) {
     const std::size_t element = static_cast<std::size_t>(offset / sizeof(float));
-    const auto next = std::upper_bound(pieces_.begin(), pieces_.end(), element,
-                                       [](std::size_t e, const Piece& pc) { return e < pc.at(); });
-    ZERO_INTERNAL_ASSERT(next != pieces_.begin(), "write_state_bytes: no piece holds element ", element);
-    const Piece& pc = *std::prev(next);
+    const Piece& pc = piece_holding(element);
     const std::size_t in_piece = static_cast<std::size_t>(offset) - pc.at() * sizeof(float);
     const std::size_t start = in_piece / kAlign * kAlign;
     const std::size_t lead = in_piece - start;

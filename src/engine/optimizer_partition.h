@@ -146,6 +146,8 @@ class OptimizerPartition {
   // Where state `s` of a main piece is in the file: its slot holds the
   // master, then the moments, each rounded up to 4096 bytes.
   std::size_t region_at(const Piece& pc, State s) const;
+  // The main piece that holds partition element `element`.
+  const Piece& piece_holding(std::size_t element) const;
   void step_swapped(const GradsFn& grads, const HalfOutFn& half_out, float grad_scale, float lr, std::int64_t step,
                     const PieceDoneFn& after_piece);
   void step_piece(const Piece& pc, float* master, float* m1, float* m2, const at::Tensor& g, void* half,

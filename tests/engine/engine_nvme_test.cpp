@@ -208,23 +208,17 @@ TEST(NvmeOffloadCheckpoint, MovesBetweenNvmeAndHostMemory) {
   if (comm.rank() == 0) rm_tree(dir);
 }
 
+// A "<key>: N kB" line of /proc/self/status, in bytes (-1: none).
+std::int64_t status_bytes(const std::string& key) {
+  std::ifstream in("/proc/self/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(key + ":", 0) == 0) return std::stoll(line.substr(key.size() + 1)) * 1024;
+  }
+  return -1;
+}
 // Peak resident memory of the process since the last reset_peak_rss().
-std::int64_t peak_rss_bytes() {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
-  }
-  return -1;
-}
-std::int64_t rss_bytes() {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
-  }
-  return -1;
-}
+std::int64_t peak_rss_bytes() { return status_bytes("VmHWM"); }
+std::int64_t rss_bytes() { return status_bytes("VmRSS"); }
 bool reset_peak_rss() {  // Linux >= 4.0: VmHWM back to VmRSS
   std::ofstream out("/proc/self/clear_refs");
   out << "5";
