@@ -216,6 +216,15 @@ std::int64_t status_bytes(const std::string& key) {
   }
   return -1;
 }
+// Under a sanitizer the resident memory holds its shadow of every page
+// touched (and ASan's quarantine of freed blocks): no measure of what the
+// engine holds.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kRssMeasures = false;
+#else
+constexpr bool kRssMeasures = true;
+#endif
+
 // Peak resident memory of the process since the last reset_peak_rss().
 std::int64_t peak_rss_bytes() { return status_bytes("VmHWM"); }
 std::int64_t rss_bytes() { return status_bytes("VmRSS"); }
@@ -257,7 +266,7 @@ TEST(NvmeOffloadCheckpoint, StreamsTheStateWithoutHoldingIt) {
   engine.save_checkpoint((dir / "ckpt").string(), "big");
   const std::int64_t grew = peak_rss_bytes() - before;
   RecordProperty("save_peak_rss_growth", std::to_string(grew));
-  EXPECT_LT(grew, state_bytes / 2) << "the save held " << grew << " more bytes at its peak; the partition's state is "
+  if (kRssMeasures) EXPECT_LT(grew, state_bytes / 2) << "the save held " << grew << " more bytes at its peak; the partition's state is "
                                    << state_bytes << " bytes";
   // A load streams it back into another engine's swap file.
   {
@@ -277,7 +286,7 @@ TEST(NvmeOffloadCheckpoint, StreamsTheStateWithoutHoldingIt) {
     loaded.load_checkpoint((dir / "ckpt").string(), "big");
     const std::int64_t load_grew = peak_rss_bytes() - before_load;
     RecordProperty("load_peak_rss_growth", std::to_string(load_grew));
-    EXPECT_LT(load_grew, state_bytes / 2) << "the load held " << load_grew << " more bytes at its peak";
+    if (kRssMeasures) EXPECT_LT(load_grew, state_bytes / 2) << "the load held " << load_grew << " more bytes at its peak";
     const std::vector<at::Tensor> want = engine.gather_master_params(), got = loaded.gather_master_params();
     for (std::size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(got[i].equal(want[i])) << "parameter " << i;
   }
