@@ -255,12 +255,14 @@ std::int64_t resume_step(const Options& o) {
 
 int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
   Options o = cli;
+  // From here, SIGTERM/SIGINT/SIGUSR2 stop the run at the end of a step,
+  // with a checkpoint, and SIGUSR1 saves one (stop_signals.h); one that
+  // comes while MPI starts or the model is built is acted on after the
+  // first step.
+  train::StopSignals signals;
   comm_out = comm::make_communicator();
   comm::Communicator* comm = comm_out.get();
   const bool root = comm->rank() == 0;
-  // From here, SIGTERM/SIGINT/SIGUSR2 stop the run at the end of a step,
-  // with a checkpoint, and SIGUSR1 saves one (stop_signals.h).
-  train::StopSignals signals;
   prepare_outputs(o, root);
   const std::int64_t saved_step = o.resume.empty() ? 0 : resume_step(o);
   config::Config cfg = o.config_path.empty() ? config::parse_config(kDefaultConfig, comm->world_size(), "<default config>")
