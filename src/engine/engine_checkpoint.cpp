@@ -579,7 +579,11 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
                         }
                       });
     }
+    if (m.optimizer->swapped()) m.optimizer->finish_state_writes();
   });
+  if (!error.empty() && m.optimizer->swapped()) {
+    (void)error_of([&] { m.optimizer->finish_state_writes(); });  // (the load failed already: its error is the one)
+  }
   try {
     agree(comm_, m.ctx.device, error, "loading checkpoint " + where);
   } catch (const Error& e) {

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <limits>
 #include <thread>
+#include <utility>
 
 #include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
@@ -368,8 +370,17 @@ void OptimizerPartition::write_state_bytes(State s, std::uint64_t offset, const 
   if (s == State::kMaster && o_.dtype == at::kFloat) {
     std::memcpy(static_cast<char*>(staging_.data_ptr()) + offset, src, n);
   }
-  char* buf = swap_buffer(0);
   const std::size_t cap = (swap_buffer_bytes_ - kSwapAlignBytes) / kAlign * kAlign;
+  const std::size_t buffers = std::min<std::size_t>(2, swap_buffer_count_);
+  // Bytes [begin, end) of the file are read or written next: no write
+  // under way may change them meanwhile.
+  auto settle = [&](std::size_t begin, std::size_t end) {
+    for (StreamWrite& w : stream_writes_) {
+      if (w.ticket != 0 && begin < w.end && end > w.begin) {
+        swap_->wait(std::exchange(w.ticket, offload::SwapFile::Ticket{0}));
+      }
+    }
+  };
   const char* from = static_cast<const char*>(src);
   while (n > 0) {
     const std::size_t element = static_cast<std::size_t>(offset / sizeof(float));
@@ -379,18 +390,53 @@ void OptimizerPartition::write_state_bytes(State s, std::uint64_t offset, const 
     const std::size_t lead = in_piece - start;
     const std::size_t take = std::min({n, pc.n * sizeof(float) - in_piece, cap - lead});
     const std::size_t span = offload::SwapFile::align_up(lead + take);
-    const std::size_t region = region_at(pc, s);
-    // The blocks at the ends keep the bytes around the range.
-    if (lead > 0) swap_->wait(swap_->read(region + start, buf, kAlign));
+    const std::size_t at = region_at(pc, s) + start;
+    // Buffer k is free once its last write is done (with two, one write is
+    // under way while the next range is prepared).
+    const std::size_t k = next_stream_buffer_;
+    next_stream_buffer_ = (k + 1) % buffers;
+    StreamWrite& mine = stream_writes_[k];
+    if (mine.ticket != 0) swap_->wait(std::exchange(mine.ticket, offload::SwapFile::Ticket{0}));
+    char* buf = swap_buffer(k);
+    // The blocks at the ends keep the bytes around the range: the head block
+    // is the last write's tail block when the ranges follow each other (its
+    // bytes, from that write's buffer), else read.
+    if (lead > 0) {
+      if (at == stream_tail_at_ && stream_tail_ != nullptr) {
+        std::memmove(buf, stream_tail_, kAlign);  // (one buffer: it may be the same bytes)
+      } else {
+        settle(at, at + kAlign);
+        swap_->wait(swap_->read(at, buf, kAlign));
+      }
+    }
     if ((lead + take) % kAlign != 0 && (span > kAlign || lead == 0)) {
-      swap_->wait(swap_->read(region + start + span - kAlign, buf + span - kAlign, kAlign));
+      settle(at + span - kAlign, at + span);
+      swap_->wait(swap_->read(at + span - kAlign, buf + span - kAlign, kAlign));
     }
     std::memcpy(buf + lead, from, take);
-    swap_->wait(swap_->write(region + start, buf, span));
+    settle(at, at + span);  // (two writes of one block never race)
+    mine = StreamWrite{swap_->write(at, buf, span), at, at + span};
+    stream_tail_at_ = at + span - kAlign;
+    stream_tail_ = buf + span - kAlign;
     from += take;
     offset += take;
     n -= take;
   }
+}
+
+void OptimizerPartition::finish_state_writes() {
+  stream_tail_ = nullptr;
+  stream_tail_at_ = 0;
+  std::exception_ptr first;
+  for (StreamWrite& w : stream_writes_) {
+    if (w.ticket == 0) continue;
+    try {
+      swap_->wait(std::exchange(w.ticket, offload::SwapFile::Ticket{0}));
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  if (first) std::rethrow_exception(first);
 }
 
 }  // namespace zero::detail

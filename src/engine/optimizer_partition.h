@@ -22,6 +22,7 @@
 // time (read_state_bytes(), write_state_bytes(): the checkpoints).
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -138,6 +139,11 @@ class OptimizerPartition {
   // swap buffer; in fp32 the master's bytes go to the staging copy too (from
   // which fp32 publishes). Never beside a step.
   void write_state_bytes(State s, std::uint64_t offset, const void* src, std::size_t n);
+  // The writes write_state_bytes() left under way (one, where two swap
+  // buffers take turns), waited for; rethrows the first one's error. Called
+  // after the last range, before anything else uses the swap buffers (also
+  // after a failed load: the writes end, their errors then go with it).
+  void finish_state_writes();
 
  private:
   at::Tensor allocate(Buffer id, c10::ScalarType dtype, bool zero);
@@ -180,6 +186,16 @@ class OptimizerPartition {
   std::vector<std::size_t> slots_;
   std::size_t swap_buffer_bytes_ = 0;
   std::size_t swap_buffer_count_ = 0;
+  // write_state_bytes(): the write under way from each of (at most) two
+  // buffers, the buffer for the next range, and the last write's tail block.
+  struct StreamWrite {
+    offload::SwapFile::Ticket ticket = 0;
+    std::size_t begin = 0, end = 0;  // the bytes of the file it writes
+  };
+  std::array<StreamWrite, 2> stream_writes_{};
+  std::size_t next_stream_buffer_ = 0;
+  std::size_t stream_tail_at_ = 0;
+  const char* stream_tail_ = nullptr;
 };
 
 }  // namespace zero::detail

@@ -266,8 +266,10 @@ TEST(NvmeOffloadCheckpoint, StreamsTheStateWithoutHoldingIt) {
   engine.save_checkpoint((dir / "ckpt").string(), "big");
   const std::int64_t grew = peak_rss_bytes() - before;
   RecordProperty("save_peak_rss_growth", std::to_string(grew));
-  if (kRssMeasures) EXPECT_LT(grew, state_bytes / 2) << "the save held " << grew << " more bytes at its peak; the partition's state is "
-                                   << state_bytes << " bytes";
+  if (kRssMeasures) {
+    EXPECT_LT(grew, state_bytes / 2) << "the save held " << grew << " more bytes at its peak; the partition's state is "
+                                     << state_bytes << " bytes";
+  }
   // A load streams it back into another engine's swap file.
   {
     const fs::path second = dir / "second";
@@ -286,7 +288,9 @@ TEST(NvmeOffloadCheckpoint, StreamsTheStateWithoutHoldingIt) {
     loaded.load_checkpoint((dir / "ckpt").string(), "big");
     const std::int64_t load_grew = peak_rss_bytes() - before_load;
     RecordProperty("load_peak_rss_growth", std::to_string(load_grew));
-    if (kRssMeasures) EXPECT_LT(load_grew, state_bytes / 2) << "the load held " << load_grew << " more bytes at its peak";
+    if (kRssMeasures) {
+      EXPECT_LT(load_grew, state_bytes / 2) << "the load held " << load_grew << " more bytes at its peak";
+    }
     const std::vector<at::Tensor> want = engine.gather_master_params(), got = loaded.gather_master_params();
     for (std::size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(got[i].equal(want[i])) << "parameter " << i;
   }
