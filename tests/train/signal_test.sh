@@ -19,6 +19,13 @@ JSON
 steps=400
 args=("$corpus" --model gpt2-tiny --config "$work/fp32.json" --eval-every 0 --steps $steps)
 lines() { [ -f "$1" ] && wc -l <"$1" || echo 0; }
+# The children of process $1, from /proc (no procps needed).
+children() {
+  local stat
+  for stat in /proc/[0-9]*/stat; do
+    awk -v p="$1" '{ if ($4 == p) print $1 }' "$stat" 2>/dev/null
+  done
+}
 wait_lines() {  # FILE N: until FILE has N lines (at most 120 s)
   for _ in $(seq 1200); do [ "$(lines "$1")" -ge "$2" ] && return 0; sleep 0.1; done
   fail "$1 did not reach $2 lines"
@@ -74,7 +81,7 @@ out=$work/one
 job=$!
 wait_lines "$out/metrics.jsonl" 20
 rank1=""
-for p in $(pgrep -P $job); do
+for p in $(children $job); do
   tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1" && rank1=$p
 done
 [ -n "$rank1" ] || fail "rank 1's process not found among mpirun's children"
@@ -114,7 +121,7 @@ out=$work/mid
 job=$!
 wait_lines "$out/metrics.jsonl" 9
 sleep 1  # (step 10 takes milliseconds, its evaluation of 3000 batches seconds)
-kill -TERM "$(pgrep -P $job | head -1)"
+kill -TERM "$(children $job | head -1)"
 wait $job; rc=$?
 [ $rc = 75 ] || { tail -20 "$work/mid.log"; fail "a stop during an evaluation exited $rc, not 75"; }
 [ "$(lines "$out/metrics.jsonl")" = 10 ] || fail "a stop during step 10's evaluation trained on to step $(lines "$out/metrics.jsonl")"
