@@ -507,6 +507,19 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
       return false;
     }
   };
+  // A stop signal agreed on after `done` steps: said once, by rank 0. After
+  // the last step the run is complete (`skipped`: what it leaves out).
+  auto note_stop = [&](const std::string& names, std::int64_t done, const char* skipped) {
+    stopped_by = names;
+    if (!root) return;
+    if (done == o.steps) {
+      std::fprintf(stderr, "zero-train: %s after the last step: training is complete; %s\n", names.c_str(), skipped);
+    } else {
+      std::fprintf(stderr, "zero-train: %s: stopping after step %lld of %lld%s\n", names.c_str(),
+                   static_cast<long long>(done), static_cast<long long>(o.steps),
+                   o.save_dir.empty() ? " (no --save-dir: nothing is saved; the steps trained are lost)" : "");
+    }
+  };
   // The signals every rank received since the last call, summed (collective).
   auto agree_signals = [&] {
     std::array<float, train::StopSignals::kCount> counts = signals.take_counts();
@@ -600,18 +613,9 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
       if (val >= 0) files.val_points = true;
       files.flush();  // (each step: a run killed outright keeps every step it finished)
     }
-    const bool at_end = step + 1 == o.steps;
-    if (signal.stop) stopped_by = signal.stop_names;
-    if (signal.stop && root) {
-      if (at_end) {
-        std::fprintf(stderr, "zero-train: %s after the last step: training is complete; %s\n",
-                     signal.stop_names.c_str(),
-                     evaluated ? "the sample is skipped" : "the final evaluation and the sample are skipped");
-      } else {
-        std::fprintf(stderr, "zero-train: %s: stopping after step %lld of %lld%s\n", signal.stop_names.c_str(),
-                     static_cast<long long>(step + 1), static_cast<long long>(o.steps),
-                     o.save_dir.empty() ? " (no --save-dir: nothing is saved; the steps trained are lost)" : "");
-      }
+    if (signal.stop) {
+      note_stop(signal.stop_names, step + 1,
+                evaluated ? "the sample is skipped" : "the final evaluation and the sample are skipped");
     } else if (signal.save && root && o.save_dir.empty()) {
       std::fprintf(stderr, "zero-train: warning: %s asks for a checkpoint, but this run has no --save-dir to save "
                            "it to; training goes on\n", signal.save_names.c_str());
@@ -625,14 +629,7 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
       if (!signal.stop) {
         const train::SignalVerdict during = agree_signals();
         if (during.stop) {
-          stopped_by = during.stop_names;
-          if (root && at_end) {
-            std::fprintf(stderr, "zero-train: %s after the last step: training is complete; the sample is skipped\n",
-                         during.stop_names.c_str());
-          } else if (root) {
-            std::fprintf(stderr, "zero-train: %s: stopping after step %lld of %lld\n", during.stop_names.c_str(),
-                         static_cast<long long>(step + 1), static_cast<long long>(o.steps));
-          }
+          note_stop(during.stop_names, step + 1, "the sample is skipped");
           break;
         }
       }
@@ -646,13 +643,7 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
   // skipped.
   if (stopped_by.empty()) {
     const train::SignalVerdict late = agree_signals();
-    if (late.stop) {
-      stopped_by = late.stop_names;
-      if (root) {
-        std::fprintf(stderr, "zero-train: %s after the last step: training is complete; the sample is skipped\n",
-                     late.stop_names.c_str());
-      }
-    }
+    if (late.stop) note_stop(late.stop_names, last_step, "the sample is skipped");
     if (late.save && !o.save_dir.empty() && last_saved != last_step) save_at(last_step, /*async=*/false, "");
   }
   engine.flush();
@@ -733,13 +724,7 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
   // collective at stage 3); after it, the signals kill as they normally do.
   if (o.sample > 0 && stopped_by.empty()) {
     const train::SignalVerdict before_sample = agree_signals();
-    if (before_sample.stop) {
-      stopped_by = before_sample.stop_names;
-      if (root) {
-        std::fprintf(stderr, "zero-train: %s after the last step: training is complete; the sample is skipped\n",
-                     stopped_by.c_str());
-      }
-    }
+    if (before_sample.stop) note_stop(before_sample.stop_names, last_step, "the sample is skipped");
   }
   signals.restore();
   if (o.sample > 0 && stopped_by.empty()) {

@@ -13,7 +13,7 @@
 // within the forward and backward after the save costs no copy at all.
 //
 // A "streamed" section (the optimizer state on NVMe) is read from its
-// source a block at a time by the writer, through one I/O block of host
+// source a block at a time by the writer, through two I/O blocks of host
 // memory: the state is never held whole on the host. The next step waits in
 // fence() until the streamed sections are written (their source is what the
 // step rewrites, and copying them to the host is what streaming avoids).

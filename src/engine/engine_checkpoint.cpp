@@ -189,7 +189,7 @@ void Engine::save_checkpoint(const std::string& dir, const std::string& tag, con
     // The partition's sections change only at the next optimizer step: an
     // asynchronous save writes their host memory in place until then
     // (CheckpointSave::fence()). With NVMe they are streamed from the swap
-    // file to the checkpoint's, through one I/O block of host memory (a
+    // file to the checkpoint's, through two I/O blocks of host memory (a
     // read error there fails the save as a write error does).
     using State = detail::OptimizerPartition::State;
     auto state_section = [&](const char* name, State s) {
@@ -484,8 +484,8 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
       return targets.back();
     };
     // Each state's shares at their places in the partition. (NVMe: written
-    // to the swap file as the checkpoint's files are read, through one swap
-    // buffer: the state is never held whole in host memory.)
+    // to the swap file as the checkpoint's files are read, through two swap
+    // buffers: the state is never held whole in host memory.)
     using State = detail::OptimizerPartition::State;
     auto shares = [&](const char* section, State s) {
       LoadTarget& t = target(section);
@@ -579,10 +579,11 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
                         }
                       });
     }
-    if (m.optimizer->swapped()) m.optimizer->finish_state_writes();
   });
-  if (!error.empty() && m.optimizer->swapped()) {
-    (void)error_of([&] { m.optimizer->finish_state_writes(); });  // (the load failed already: its error is the one)
+  // The swap file's last writes, also after a failed read (its error is then the one said).
+  if (m.optimizer->swapped()) {
+    const std::string write_error = error_of([&] { m.optimizer->finish_state_writes(); });
+    if (error.empty()) error = write_error;
   }
   try {
     agree(comm_, m.ctx.device, error, "loading checkpoint " + where);

@@ -343,6 +343,17 @@ const OptimizerPartition::Piece& OptimizerPartition::piece_holding(std::size_t e
   return *std::prev(next);
 }
 
+OptimizerPartition::StateSpan OptimizerPartition::state_span(State s, std::uint64_t offset, std::size_t n,
+                                                          std::size_t cap) const {
+  constexpr std::size_t kAlign = offload::SwapFile::kAlign;
+  const Piece& pc = piece_holding(static_cast<std::size_t>(offset / sizeof(float)));
+  const std::size_t in_piece = static_cast<std::size_t>(offset) - pc.at() * sizeof(float);
+  const std::size_t start = in_piece / kAlign * kAlign;  // aligned, within the piece's region
+  const std::size_t lead = in_piece - start;
+  const std::size_t take = std::min({n, pc.n * sizeof(float) - in_piece, cap / kAlign * kAlign - lead});
+  return {region_at(pc, s) + start, lead, take};
+}
+
 std::pair<const char*, std::size_t> OptimizerPartition::read_state_bytes(State s, std::uint64_t offset,
                                                                         std::size_t n, char* buf,
                                                                         std::size_t cap) const {
@@ -351,16 +362,10 @@ std::pair<const char*, std::size_t> OptimizerPartition::read_state_bytes(State s
   ZERO_INTERNAL_ASSERT(reinterpret_cast<std::uintptr_t>(buf) % kAlign == 0 && cap >= 2 * kAlign && n > 0,
                        "read_state_bytes: the buffer must be aligned and hold two blocks of ", kAlign);
   ZERO_INTERNAL_ASSERT(offset + n <= layout_.partition_numel() * sizeof(float), "read_state_bytes past the partition");
-  const std::size_t element = static_cast<std::size_t>(offset / sizeof(float));
-  const Piece& pc = piece_holding(element);
-  const std::size_t in_piece = static_cast<std::size_t>(offset) - pc.at() * sizeof(float);
-  const std::size_t start = in_piece / kAlign * kAlign;  // aligned, within the piece's region
-  const std::size_t lead = in_piece - start;
-  const std::size_t cap_aligned = cap / kAlign * kAlign;
-  const std::size_t take = std::min({n, pc.n * sizeof(float) - in_piece, cap_aligned - lead});
+  const StateSpan sp = state_span(s, offset, n, cap);
   // (The region is rounded up to kAlign: the aligned read stays inside it.)
-  swap_->wait(swap_->read(region_at(pc, s) + start, buf, offload::SwapFile::align_up(lead + take)));
-  return {buf + lead, take};
+  swap_->wait(swap_->read(sp.at, buf, offload::SwapFile::align_up(sp.lead + sp.take)));
+  return {buf + sp.lead, sp.take};
 }
 
 void OptimizerPartition::write_state_bytes(State s, std::uint64_t offset, const void* src, std::size_t n) {
@@ -370,7 +375,7 @@ void OptimizerPartition::write_state_bytes(State s, std::uint64_t offset, const 
   if (s == State::kMaster && o_.dtype == at::kFloat) {
     std::memcpy(static_cast<char*>(staging_.data_ptr()) + offset, src, n);
   }
-  const std::size_t cap = (swap_buffer_bytes_ - kSwapAlignBytes) / kAlign * kAlign;
+  const std::size_t cap = swap_buffer_bytes_ - kSwapAlignBytes;
   const std::size_t buffers = std::min<std::size_t>(2, swap_buffer_count_);
   // Bytes [begin, end) of the file are read or written next: no write
   // under way may change them meanwhile.
@@ -383,14 +388,8 @@ void OptimizerPartition::write_state_bytes(State s, std::uint64_t offset, const 
   };
   const char* from = static_cast<const char*>(src);
   while (n > 0) {
-    const std::size_t element = static_cast<std::size_t>(offset / sizeof(float));
-    const Piece& pc = piece_holding(element);
-    const std::size_t in_piece = static_cast<std::size_t>(offset) - pc.at() * sizeof(float);
-    const std::size_t start = in_piece / kAlign * kAlign;
-    const std::size_t lead = in_piece - start;
-    const std::size_t take = std::min({n, pc.n * sizeof(float) - in_piece, cap - lead});
+    const auto [at, lead, take] = state_span(s, offset, n, cap);
     const std::size_t span = offload::SwapFile::align_up(lead + take);
-    const std::size_t at = region_at(pc, s) + start;
     // Buffer k is free once its last write is done (with two, one write is
     // under way while the next range is prepared).
     const std::size_t k = next_stream_buffer_;

@@ -154,6 +154,14 @@ class OptimizerPartition {
   std::size_t region_at(const Piece& pc, State s) const;
   // The main piece that holds partition element `element`.
   const Piece& piece_holding(std::size_t element) const;
+  // Where up to `n` bytes of state `s` from partition byte `offset` lie in
+  // the file: the aligned block they start in (`at`), their place in it
+  // (`lead`), and how many of them (`take`) fit in one piece and in an
+  // aligned buffer of `cap` bytes with them.
+  struct StateSpan {
+    std::size_t at, lead, take;
+  };
+  StateSpan state_span(State s, std::uint64_t offset, std::size_t n, std::size_t cap) const;
   void step_swapped(const GradsFn& grads, const HalfOutFn& half_out, float grad_scale, float lr, std::int64_t step,
                     const PieceDoneFn& after_piece);
   void step_piece(const Piece& pc, float* master, float* m1, float* m2, const at::Tensor& g, void* half,
