@@ -228,6 +228,13 @@ void read_offload_param(SectionReader& zero, OffloadParamConfig& off) {
   if (auto v = r.read_choice("device", {"none", "cpu", "nvme"})) off.device = *v;
   if (auto v = r.read_bool("pin_memory")) off.pin_memory = *v;
   if (auto v = r.read_string("nvme_path")) off.nvme_path = *v;
+  if (auto v = r.read_int32("buffer_count", {2, 64})) {
+    if (off.device == "nvme") {
+      off.buffer_count = *v;
+    } else if (*v != 5) {
+      r.note_ignored("buffer_count", "it is the parameter buffers of device \"nvme\"");
+    }
+  }
 }
 
 // DeepSpeed's pre-0.5 spellings of offload, still found in older configs.
@@ -311,10 +318,16 @@ void check_combinations(const ParseContext& ctx, const Config& c) {
   }
   const auto& oo = z.offload_optimizer;
   const auto& op = z.offload_param;
-  if (op.device == "nvme") {
+  if (op.device == "nvme" && op.nvme_path.empty()) {
+    ctx.fail("zero_optimization.offload_param.nvme_path",
+             "is required with offload_param.device \"nvme\": the folder on the NVMe drive for the "
+             "parameters (each rank writes one file there)");
+  }
+  if (op.device == "nvme" && z.stage == 3 && oo.device == "none") {
     ctx.fail("zero_optimization.offload_param.device",
-             "\"nvme\" (parameters on NVMe) is not available in zerocpp yet: use \"cpu\" (host memory) or "
-             "\"none\"; the optimizer state can go to NVMe (offload_optimizer.device \"nvme\")");
+             "is \"nvme\" but offload_optimizer.device is \"none\": with the parameters on NVMe the optimizer "
+             "steps on the CPU (ZeRO-Infinity); set offload_optimizer.device to \"cpu\" or \"nvme\", or "
+             "offload_param.device to \"cpu\"");
   }
   if (oo.device == "nvme" && oo.nvme_path.empty()) {
     ctx.fail("zero_optimization.offload_optimizer.nvme_path",

@@ -99,6 +99,7 @@ std::string offload_text(const MemoryPlan& plan) {
 // ", parameter partition in host memory" at stage 3 with offload_param.
 std::string offload_param_text(const MemoryPlan& plan) {
   const PlannedBuffer& p = plan[Buffer::kParamPartition];
+  if (p.present && p.tier == Tier::kNvme) return ", parameter partition in a swap file (offload_param nvme)";
   return p.present && p.tier == Tier::kHost ? ", parameter partition in host memory (offload_param)" : "";
 }
 
@@ -242,9 +243,13 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
     // (the CPU steps it all the same).
     const bool nvme = z.offload_optimizer.device == "nvme";
     m.offload = z.offload_optimizer.device == "cpu" || nvme;
-    ZERO_CHECK(z.offload_param.device != "nvme",
-               "offload_param.device=\"nvme\" is not available yet: use \"cpu\" or \"none\"");
-    const bool offload_param = m.stage == 3 && z.offload_param.device == "cpu";
+    // "nvme" keeps the parameter partition in a swap file (ZeRO-Infinity).
+    const bool param_nvme = m.stage == 3 && z.offload_param.device == "nvme";
+    const bool offload_param = m.stage == 3 && (z.offload_param.device == "cpu" || param_nvme);
+    ZERO_CHECK(!param_nvme || !z.offload_param.nvme_path.empty(), "offload_param.device=\"nvme\" needs "
+               "offload_param.nvme_path: a folder on the NVMe drive for the parameters");
+    ZERO_CHECK(!param_nvme || m.offload, "offload_param.device=\"nvme\" needs the optimizer on the CPU: set "
+               "offload_optimizer.device to \"cpu\" or \"nvme\", or offload_param.device to \"cpu\"");
     ZERO_CHECK(!m.offload || m.stage >= 1, "offload_optimizer.device=\"", z.offload_optimizer.device,
                "\" needs zero_optimization.stage 1, 2 or 3 (ZeRO-Offload offloads the rank's optimizer partition)");
     ZERO_CHECK(!nvme || !z.offload_optimizer.nvme_path.empty(), "offload_optimizer.device=\"nvme\" needs "
@@ -310,6 +315,8 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
       units = detail::assign_units(*P.module(), P.params(), z.stage3_param_persistence_threshold);
       pi.groups = units.groups;
       pi.offload_param = offload_param;
+      pi.param_nvme = param_nvme;
+      pi.param_nvme_buffers = z.offload_param.buffer_count;
       pi.prefetch_elements = z.stage3_prefetch_bucket_size;
       pi.max_live_elements = z.stage3_max_live_parameters;
     }
@@ -338,6 +345,15 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
       // leaves here together, before the collectives below.
       detail::agree(comm_, m.ctx.device, detail::error_of([&] { m.optimizer->open_swap(); }),
                     "opening the NVMe swap file");
+    }
+    if (param_nvme) {
+      offload::SwapFile::Options io;
+      io.io_threads = config_.aio.thread_count;
+      io.block_bytes = static_cast<std::size_t>(config_.aio.block_size);
+      const std::filesystem::path file = std::filesystem::path(z.offload_param.nvme_path) /
+                                         ("zerocpp-params-rank" + std::to_string(m.plan.shard_rank) + ".swap");
+      detail::agree(comm_, m.ctx.device, detail::error_of([&] { P.open_swap(file, io, m.ctx, ledger_); }),
+                    "opening the NVMe swap file of the parameters");
     }
     // The order of these allocations is the construction peak the ledger sees.
     if (m.stage == 3) {
@@ -608,6 +624,11 @@ bool Engine::step_at_boundary() {
       const detail::UnitSchedule::PrefetchCounts c = m.units->take_prefetched();
       stats_.units_prefetched = c.used;
       stats_.units_prefetched_unused = c.unused;
+    }
+    if (const detail::ParamSwap::Counters sw = m.params->take_swap_counters(); m.params->swap()) {
+      stats_.param_chunks_read = static_cast<std::int64_t>(sw.reads);
+      stats_.param_chunks_read_ahead = static_cast<std::int64_t>(sw.read_ahead);
+      stats_.param_read_waits = static_cast<std::int64_t>(sw.waited);
     }
   };
   stats_.grad_norm = static_cast<float>(d.norm);

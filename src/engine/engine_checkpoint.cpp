@@ -213,7 +213,7 @@ void Engine::save_checkpoint(const std::string& dir, const std::string& tag, con
       state_section("exp_avg_sq", State::kExpAvgSq);
     }
     detail::SaveSection params{"params", tdtype, {}, {}, true};
-    for (const Bucket& b : L.buckets()) params.pieces.push_back(host(P.rank_chunk(b)));
+    for (const Bucket& b : L.buckets()) params.pieces.push_back(host(P.read_rank_chunk(b)));
     sections.push_back(std::move(params));
     man.partition_sections.push_back("params");
     if (man.engine.update_pending) {
@@ -437,6 +437,7 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
   std::vector<LoadTarget> targets;
   LoadTarget* params_target = nullptr;
   at::Tensor update, rng, rng_device;
+  at::Tensor params_read;  // the saved parameters on their way to the NVMe swap file
   std::vector<std::pair<at::Tensor, at::Tensor>> module_updates;  // (module tensor, loaded value)
   std::map<int, std::vector<ckpt::ReadRange>> reads;  // by saved rank
   std::map<int, std::map<std::size_t, StreamDest>> streamed;  // by saved rank: range index -> swap file (NVMe)
@@ -504,7 +505,13 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
     if (man.moments == 2) shares("exp_avg_sq", State::kExpAvgSq);
     if (same_dtype) {
       params_target = &target("params");
-      for (const Bucket& b : L.buckets()) params_target->add(b.partition_offset, P.rank_chunk(b).contiguous());
+      if (P.swap()) {
+        // On NVMe: read into host memory, then written to the swap file.
+        params_read = at::empty({static_cast<std::int64_t>(L.partition_numel())}, at::TensorOptions().dtype(dtype));
+        params_target->add(0, params_read);
+      } else {
+        for (const Bucket& b : L.buckets()) params_target->add(b.partition_offset, P.rank_chunk(b).contiguous());
+      }
     }
     const bool has_update = std::find(man.partition_sections.begin(), man.partition_sections.end(), "update") !=
                             man.partition_sections.end();
@@ -603,10 +610,10 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
   // The training-precision parameters: the saved ones (bitwise, read in
   // place or copied up), or from the master weights in this engine's
   // precision.
-  auto set_params = [&](const at::Tensor& values) {
-    for (const Bucket& b : L.buckets()) {
-      P.rank_chunk(b).copy_(values.narrow(0, static_cast<std::int64_t>(b.partition_offset), static_cast<std::int64_t>(b.chunk)));
-    }
+  auto set_params = [&](const at::Tensor& values) { P.write_partition(values); };
+  auto saved_params = [&] {
+    params_target->copy_up();
+    if (params_read.defined()) P.write_partition(params_read);
   };
   // (Read only where it is used: with NVMe, full_master() reads the file.)
   auto set_params_from_master = [&] {
@@ -617,7 +624,7 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
   if (keep_pending) {
     // The model computes with step t-1's parameters, the update of step t
     // waits in the update buffer, as when the run was saved.
-    params_target->copy_up();
+    saved_params();
     m.update_index = m.grads->current() ^ 1;
     const std::vector<at::Tensor> parts = m.update_parts(m.update_index);
     if (!parts.empty()) {
@@ -642,7 +649,7 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
                    "%s\n", where.c_str(), m.delayed->enabled() ? "trains in another precision" : "has no delayed update");
     }
   } else if (same_dtype) {
-    params_target->copy_up();
+    saved_params();
   } else {
     set_params_from_master();
   }

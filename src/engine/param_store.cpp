@@ -187,6 +187,7 @@ void ParamStore::publish(const at::Tensor& src, bool offloaded, comm::Communicat
 
 void ParamStore::begin_publish(bool offloaded, const DeviceContext& ctx) {
   settle_gathers();  // the pieces overwrite the partition the gathers read
+  if (swap_) swap_->discard_partial();  // a publish that failed part-way before this one
   publish_offloaded_ = offloaded;
   publish_ctx_ = &ctx;
   publish_stream_.reset();
@@ -205,8 +206,12 @@ void ParamStore::publish_piece(const UpdateSource& src, const Bucket& b, std::si
                                const char* kind, std::size_t index) {
   if (publish_offloaded_ && src.host) copied_ += n * c10::elementSize(dtype_);  // H2D
   if (!src.values.defined()) return;
-  at::Tensor dst = rank_chunk(b).narrow(0, i64(offset), i64(n));
   const at::Tensor from = src.values.narrow(0, i64(b.partition_offset + offset - src.base), i64(n));
+  if (swap_) {
+    swap_->write(bucket_index(b), offset, from);  // on the host, now
+    return;
+  }
+  at::Tensor dst = rank_chunk(b).narrow(0, i64(offset), i64(n));
   if (!publish_stream_) {
     dst.copy_(from);
     return;
@@ -242,12 +247,29 @@ void ParamStore::end_publish(comm::Communicator& comm) {
     up_done_->block(*publish_compute_);
     publish_stream_.reset();
   }
+  if (swap_) swap_->flush();
   all_gather(comm);
   // The parameters changed in place, as a LibTorch optimizer changes them:
   // a graph recorded before (a forward whose backward comes after this
   // step) now fails in backward with autograd's "modified by an inplace
   // operation" instead of computing gradients at weights that are gone.
   for (const at::Tensor& p : params_) p.unsafeGetTensorImpl()->bump_version();
+}
+
+at::Tensor ParamStore::read_rank_chunk(const Bucket& b) {
+  return swap_ ? swap_->read_copy(bucket_index(b)) : rank_chunk(b);
+}
+
+void ParamStore::write_partition(const at::Tensor& values) {
+  for (const Bucket& b : layout_.buckets()) {
+    const at::Tensor from = values.narrow(0, i64(b.partition_offset), i64(b.chunk));
+    if (swap_) {
+      swap_->write(bucket_index(b), 0, from);
+    } else {
+      rank_chunk(b).copy_(from);
+    }
+  }
+  if (swap_) swap_->flush();
 }
 
 void ParamStore::wait_up() const {

@@ -13,11 +13,16 @@
 // publish() then writes the partition, and all-gathers only the buckets
 // that are gathered at the time. With the partition in host memory on a
 // GPU, the rank's chunk goes up on a stream of its own (gather_lane.h).
+// With offload_param.device "nvme" the partition is in a swap file instead
+// (param_swap.h): a gather reads the rank's chunk from it (read ahead), a
+// publish writes it.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -33,8 +38,10 @@
 #include "gather_lane.h"
 #include "module_guard.h"
 #include "param_claim.h"
+#include "param_swap.h"
 #include "step_timeline.h"
 #include "zero/comm/communicator.h"
+#include "zero/core/error.h"
 #include "zero/memory/memory_ledger.h"
 #include "zero/zero/flat_layout.h"
 #include "zero/zero/memory_plan.h"
@@ -93,6 +100,14 @@ class ParamStore {
   using SeedFn = std::function<void(const Bucket&, const at::Tensor&)>;
   void adopt_partitioned(comm::Communicator& comm, memory::MemoryLedger& ledger, ModuleGuard& guard,
                          const SeedFn& seed, const DeviceContext& ctx);
+  // Stage 3 with the partition on NVMe (the plan's kParamPartition in the
+  // nvme tier), before adopt_partitioned(): the host buffers and the swap
+  // file `file` (SwapFile's errors name the folder and the fix).
+  void open_swap(const std::filesystem::path& file, offload::SwapFile::Options io, const DeviceContext& ctx,
+                 memory::MemoryLedger& ledger);
+  const ParamSwap* swap() const { return swap_.get(); }
+  // Its reads and writes since the last call (zeros without it).
+  ParamSwap::Counters take_swap_counters() { return swap_ ? swap_->take_counters() : ParamSwap::Counters{}; }
   bool partitioned() const { return partitioned_; }
   // Stage 3: bucket b's parameters from every rank's partition. Started
   // (the storage refilled, the rank's chunk copied in, or queued on the
@@ -156,13 +171,20 @@ class ParamStore {
   // Where the copies up are traced (Engine::trace()); null: nowhere.
   void set_timeline(StepTimeline* timeline) { timeline_ = timeline; }
   // The rank's chunk of bucket b in the training precision: in the flat
-  // buffer, or at stage 3 in the partition.
+  // buffer, or at stage 3 in the partition (not on NVMe: read_rank_chunk()).
   at::Tensor rank_chunk(const Bucket& b) const {
+    ZERO_INTERNAL_ASSERT(!swap_, "the parameter partition is on NVMe: read it with read_rank_chunk()");
     if (partitioned_) {
       return partition_.narrow(0, static_cast<std::int64_t>(b.partition_offset), static_cast<std::int64_t>(b.chunk));
     }
     return flat_.narrow(0, static_cast<std::int64_t>(chunk_flat_offset(b)), static_cast<std::int64_t>(b.chunk));
   }
+  // The rank's chunk of bucket b to read (checkpoints): rank_chunk(b), or a
+  // host copy read from the swap file.
+  at::Tensor read_rank_chunk(const Bucket& b);
+  // Every chunk of the rank's partition from `values` (the partition's
+  // elements, any floating dtype): copied, or written to the swap file.
+  void write_partition(const at::Tensor& values);
   // Blocks until the last publish()'s copies are done: its host-to-device
   // copies (before their source is written again) and, with offload_param,
   // the device share's copies down into the host partition (before the host
@@ -219,6 +241,9 @@ class ParamStore {
   // Stage 3.
   bool partitioned_ = false;
   at::Tensor partition_;                // the rank's chunks of every bucket, training precision
+  // The partition on NVMe (partition_ then undefined). Before lane_: its
+  // buffers outlive the copies the lane may still run out of them.
+  std::unique_ptr<ParamSwap> swap_;
   std::vector<BucketStorage> buckets_;  // one per bucket of the layout
   std::vector<std::array<memory::MemoryLedger::Registration, 2>> bucket_regs_;  // while held: values, padding
   std::vector<char> hollow_;            // per bucket: its parameters are hollow
@@ -228,6 +253,16 @@ class ParamStore {
   // partition_: destroyed first, waiting for the copies that read it.
   std::unique_ptr<GatherLane> lane_;
   std::vector<comm::WorkPtr> unconfirmed_;  // all-gathers ordered on the device only
+  // Bucket b's index in the layout (b may be another copy of the layout's:
+  // the optimizer's), found by its place in the partition.
+  int bucket_index(const Bucket& b) const {
+    const std::vector<Bucket>& all = layout_.buckets();
+    const auto it = std::lower_bound(all.begin(), all.end(), b.partition_offset,
+                                     [](const Bucket& x, std::size_t at) { return x.partition_offset < at; });
+    ZERO_INTERNAL_ASSERT(it != all.end() && it->partition_offset == b.partition_offset && it->chunk == b.chunk,
+                         "no bucket of the layout starts at partition element ", b.partition_offset);
+    return static_cast<int>(it - all.begin());
+  }
 };
 
 }  // namespace zero::detail

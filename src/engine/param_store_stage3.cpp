@@ -20,15 +20,22 @@ void ParamStore::adopt_partitioned(comm::Communicator& comm, memory::MemoryLedge
   ledger_ = &ledger;
   const MemoryPlan& plan = *plan_;
   const PlannedBuffer& part = plan[Buffer::kParamPartition];
-  partition_ = part.tier == memory::Tier::kHost ? ctx.host_tensor(part.elements, dtype_)
-                                                : at::empty({i64(part.elements)}, at::TensorOptions().dtype(dtype_).device(device()));
-  partition_.zero_();
-  register_planned(ledger, regs_, part, partition_);
-  if (part.tier == memory::Tier::kHost && ctx.on_accelerator()) {
+  if (part.tier == memory::Tier::kNvme) {
+    ZERO_INTERNAL_ASSERT(swap_ != nullptr, "the parameter partition is planned on NVMe: open_swap() first");
+  } else {
+    partition_ = part.tier == memory::Tier::kHost
+                     ? ctx.host_tensor(part.elements, dtype_)
+                     : at::empty({i64(part.elements)}, at::TensorOptions().dtype(dtype_).device(device()));
+    partition_.zero_();
+    register_planned(ledger, regs_, part, partition_);
+  }
+  if (part.tier != memory::Tier::kDevice && ctx.on_accelerator()) {
     lane_ = make_stream_lane(ctx);
   } else if (deferred_gathers_requested()) {
     lane_ = make_deferred_lane();
   }
+  // A chunk's buffer is reused only once the lane's copy out of it is done.
+  if (swap_ && lane_) swap_->set_settle([this] { lane_->host_waits(); });
   // One bucket of fp32 at a time (the largest one's size), counted while it lives.
   const PlannedBuffer& temp = plan[Buffer::kFlat32];
   at::Tensor flat32 = at::zeros({i64(temp.elements)}, at::TensorOptions().dtype(at::kFloat).device(device()));
@@ -48,7 +55,11 @@ void ParamStore::adopt_partitioned(comm::Communicator& comm, memory::MemoryLedge
     if (world_ > 1) comm.broadcast(full32.data_ptr(), b.padded, DType::kFloat32)->wait();
     const at::Tensor mine32 = full32.narrow(0, i64(static_cast<std::size_t>(shard_rank_) * b.chunk), i64(b.chunk));
     seed(b, mine32);
-    partition_.narrow(0, i64(b.partition_offset), i64(b.chunk)).copy_(mine32);
+    if (swap_) {
+      swap_->write(static_cast<int>(bi), 0, mine32);
+    } else {
+      partition_.narrow(0, i64(b.partition_offset), i64(b.chunk)).copy_(mine32);
+    }
     buckets_[bi] = BucketStorage(full32.to(dtype_, /*non_blocking=*/false, /*copy=*/true));
     if (b.group < 0) register_bucket(bi, "the parameters of no unit (kept gathered)");  // the plan's kFlatParams
     for (int i : b.params) {
@@ -62,6 +73,7 @@ void ParamStore::adopt_partitioned(comm::Communicator& comm, memory::MemoryLedge
       hollow(static_cast<int>(bi));
     }
   }
+  if (swap_) swap_->flush();
   flat32 = at::Tensor();
   flat32_temp_.release();
   cast_frozen_and_buffers(comm, guard);
@@ -86,13 +98,14 @@ ParamStore::PendingGather ParamStore::start_gather(int bi, comm::Communicator& c
   if (hollow_[static_cast<std::size_t>(bi)]) view_params(static_cast<std::size_t>(bi), /*full=*/true);
   const std::size_t mine = static_cast<std::size_t>(shard_rank_) * b.chunk;
   const at::Tensor dst = st.raw(mine, b.chunk);
-  const at::Tensor src = partition_.narrow(0, i64(b.partition_offset), i64(b.chunk));
+  const at::Tensor src = swap_ ? swap_->chunk(bi) : partition_.narrow(0, i64(b.partition_offset), i64(b.chunk));
   PendingGather g;
   if (lane_) {
     lane_->copy(dst, src, st.tensor(), static_cast<std::size_t>(bi), timeline_);
   } else {
     dst.copy_(src);
   }
+  if (swap_) swap_->done_with(bi, /*queued=*/lane_ != nullptr);
   if (layout_.shard_world() <= 1) {
     if (lane_) g.ready = lane_->mark();
     return g;
@@ -103,6 +116,24 @@ ParamStore::PendingGather ParamStore::start_gather(int bi, comm::Communicator& c
   // After the lane's copy; then the host's wait for the all-gather covers it.
   g.work = lane_ ? lane_->issue_after(comm, issue) : issue();
   return g;
+}
+
+void ParamStore::open_swap(const std::filesystem::path& file, offload::SwapFile::Options io, const DeviceContext& ctx,
+                           memory::MemoryLedger& ledger) {
+  const PlannedBuffer& part = (*plan_)[Buffer::kParamPartition];
+  const PlannedBuffer& bufs = (*plan_)[Buffer::kParamSwapBuffers];
+  ZERO_INTERNAL_ASSERT(part.tier == memory::Tier::kNvme && bufs.present, "the plan keeps the parameters off NVMe");
+  std::size_t largest = 0;
+  for (const Bucket& b : layout_.buckets()) {
+    largest = std::max(largest, param_region_bytes(b, static_cast<int>(c10::elementSize(dtype_))));
+  }
+  const std::size_t count = (bufs.elements - kSwapAlignBytes) / largest;
+  at::Tensor slots = ctx.host_tensor(bufs.elements, at::kByte);
+  register_planned(ledger, regs_, bufs, slots);
+  swap_ = std::make_unique<ParamSwap>(layout_, dtype_, std::move(slots), count, largest, file, io);
+  // The file, as the plan has it: the chunks and their rounding to 4096 bytes.
+  regs_.push_back(ledger.add(part.tier, part.kind, part.valid_bytes(), part.what));
+  regs_.push_back(ledger.add(part.tier, memory::Kind::kPadding, part.bytes() - part.valid_bytes(), part.what));
 }
 
 void ParamStore::finish_gather(PendingGather& g) {

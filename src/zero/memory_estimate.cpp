@@ -49,6 +49,8 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
       pi.groups.push_back(static_cast<std::int64_t>(pi.numels[i]) < in.persistence_threshold ? -1 : unit);
     }
     pi.offload_param = in.offload_param;
+    pi.param_nvme = in.param_nvme;
+    pi.param_nvme_buffers = in.param_nvme_buffers;
     pi.prefetch_elements = in.prefetch_elements;
     pi.max_live_elements = in.max_live_elements;
   }
@@ -58,7 +60,9 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
     if (!b.present || b.lifetime == Lifetime::kConstruction) continue;
     const bool dev = b.tier == memory::Tier::kDevice;
     if (b.tier == memory::Tier::kNvme) {
-      (b.kind == memory::Kind::kFp32Master ? e.nvme_master : e.nvme_moments) += b.valid_bytes();
+      (b.kind == memory::Kind::kFp32Master ? e.nvme_master
+       : b.kind == memory::Kind::kHalfParams ? e.nvme_params
+                                             : e.nvme_moments) += b.valid_bytes();
       e.nvme_padding += b.bytes() - b.valid_bytes();
       continue;
     }

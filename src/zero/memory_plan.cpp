@@ -47,9 +47,24 @@ void plan_stage3_params(const PlanInput& in, MemoryPlan& p) {
   }
   set(Buffer::kFlat32, make(Tier::kDevice, Kind::kStaging, Lifetime::kConstruction, largest_bucket, largest_bucket, 4,
                             "one bucket of the parameters in fp32 (construction only)"));
-  set(Buffer::kParamPartition, make(in.offload_param ? Tier::kHost : Tier::kDevice, Kind::kHalfParams,
-                                    Lifetime::kPersistent, L.partition_numel(), L.partition_valid(p.shard_rank), es,
-                                    "the parameter partition"));
+  if (in.param_nvme) {
+    // Each bucket's chunk is a region of the swap file; a host buffer holds one.
+    std::size_t file = 0, largest = 0;
+    for (const Bucket& b : L.buckets()) {
+      file += param_region_bytes(b, es);
+      largest = std::max(largest, param_region_bytes(b, es));
+    }
+    set(Buffer::kParamPartition, make(Tier::kNvme, Kind::kHalfParams, Lifetime::kPersistent, file / es,
+                                      L.partition_valid(p.shard_rank), es, "the parameter partition"));
+    const std::size_t count = std::min(static_cast<std::size_t>(in.param_nvme_buffers), L.buckets().size());
+    const std::size_t bytes = largest * count + kSwapAlignBytes;
+    set(Buffer::kParamSwapBuffers, make(Tier::kHost, Kind::kStaging, Lifetime::kPersistent, bytes, bytes, 1,
+                                        "the NVMe parameter buffers"));
+  } else {
+    set(Buffer::kParamPartition, make(in.offload_param ? Tier::kHost : Tier::kDevice, Kind::kHalfParams,
+                                      Lifetime::kPersistent, L.partition_numel(), L.partition_valid(p.shard_rank), es,
+                                      "the parameter partition"));
+  }
   if (persistent > 0) {
     set(Buffer::kFlatParams, make(Tier::kDevice, Kind::kHalfParams, Lifetime::kPersistent, persistent,
                                   persistent_valid, es, "the parameters of no unit (kept gathered)"));
@@ -80,6 +95,9 @@ MemoryPlan plan_memory(const PlanInput& in) {
   ZERO_CHECK(in.stage >= 0 && in.stage <= 3, "stage must be 0, 1, 2 or 3, got ", in.stage);
   ZERO_CHECK(!in.offload || in.stage >= 1, "offload needs stage 1, 2 or 3");
   ZERO_CHECK(!in.offload_param || in.stage == 3, "parameter offload needs stage 3");
+  ZERO_CHECK(!in.param_nvme || (in.offload_param && in.offload), "parameters on NVMe need offload_param and an "
+             "offloaded optimizer");
+  ZERO_CHECK(!in.param_nvme || in.param_nvme_buffers >= 2, "parameters on NVMe need at least 2 buffers");
   ZERO_CHECK(in.groups.empty() || in.groups.size() == in.numels.size(), "one unit per parameter, or none");
   ZERO_CHECK(in.element_bytes == 2 || in.element_bytes == 4, "element size must be 2 or 4 bytes");
   ZERO_CHECK(in.moments == 1 || in.moments == 2, "moments per parameter must be 1 or 2");

@@ -399,9 +399,8 @@ TEST(Config, OffloadDevice) {
 }
 
 // The optimizer's NVMe tier as DeepSpeed spells it (offload_optimizer.nvme_path,
-// buffer_count, sub_group_size, aio); parameters on NVMe are refused at parse
-// time, with the key and the fix.
-TEST(Config, NvmeOptimizerTierIsReadAndParametersOnNvmeRefused) {
+// buffer_count, sub_group_size, aio).
+TEST(Config, NvmeOptimizerTierIsRead) {
   Config c = parse(with(R"("zero_optimization": {"stage": 3, "sub_group_size": 5000,
       "offload_optimizer": {"device": "nvme", "nvme_path": "/local_nvme", "buffer_count": 3,
                             "pipeline_read": true, "delayed_param_update": true}},
@@ -431,9 +430,40 @@ TEST(Config, NvmeOptimizerTierIsReadAndParametersOnNvmeRefused) {
   EXPECT_CONTAINS(all_warnings(parse(with(R"("zero_optimization": {"stage": 2,
       "offload_optimizer": {"device": "cpu", "buffer_count": 8}})"))),
                   "'zero_optimization.offload_optimizer.buffer_count'");
-  EXPECT_CONTAINS(error_of(with(R"("zero_optimization": {"stage": 3, "offload_param": {"device": "nvme"}})")),
-                  "zero_optimization.offload_param.device: \"nvme\" (parameters on NVMe) is not available in "
-                  "zerocpp yet: use \"cpu\" (host memory) or \"none\"");
+}
+
+// The parameters' NVMe tier (ZeRO-Infinity) as DeepSpeed spells it: its
+// folder is required, the optimizer must step on the CPU, buffer_size and
+// max_in_cpu are read and ignored with a note that says why.
+TEST(Config, NvmeParameterTierIsRead) {
+  Config c = parse(with(R"("zero_optimization": {"stage": 3,
+      "offload_optimizer": {"device": "cpu"},
+      "offload_param": {"device": "nvme", "nvme_path": "/local_nvme", "buffer_count": 4,
+                        "buffer_size": 100000000, "max_in_cpu": 1000000000}})"));
+  const auto& op = c.zero_optimization.offload_param;
+  EXPECT_EQ(op.device, "nvme");
+  EXPECT_EQ(op.nvme_path, "/local_nvme");
+  EXPECT_EQ(op.buffer_count, 4);
+  EXPECT_CONTAINS(all_warnings(c), "'zero_optimization.offload_param.buffer_size'");
+  EXPECT_CONTAINS(all_warnings(c), "largest bucket's chunk");
+  EXPECT_CONTAINS(all_warnings(c), "'zero_optimization.offload_param.max_in_cpu'");
+  EXPECT_EQ(parse(with(R"("zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"},
+      "offload_param": {"device": "nvme", "nvme_path": "/n"}})")).zero_optimization.offload_param.buffer_count, 5);
+  EXPECT_CONTAINS(error_of(with(R"("zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"},
+      "offload_param": {"device": "nvme"}})")),
+                  "zero_optimization.offload_param.nvme_path: is required with offload_param.device \"nvme\"");
+  EXPECT_CONTAINS(error_of(with(R"("zero_optimization": {"stage": 3,
+      "offload_param": {"device": "nvme", "nvme_path": "/n"}})")),
+                  "zero_optimization.offload_param.device: is \"nvme\" but offload_optimizer.device is \"none\"");
+  EXPECT_CONTAINS(error_of(with(R"("zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"},
+      "offload_param": {"device": "nvme", "nvme_path": "/n"}})")),
+                  "parameter offload needs stage 3");
+  EXPECT_CONTAINS(error_of(with(R"("zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"},
+      "offload_param": {"device": "nvme", "nvme_path": "/n", "buffer_count": 1}})")),
+                  "zero_optimization.offload_param.buffer_count: expected an integer 2..64, got 1");
+  EXPECT_CONTAINS(all_warnings(parse(with(R"("zero_optimization": {"stage": 3,
+      "offload_param": {"device": "cpu", "buffer_count": 8}})"))),
+                  "'zero_optimization.offload_param.buffer_count'");
 }
 
 TEST(Config, OffloadNeedsAPartitionedOptimizer) {

@@ -1,5 +1,10 @@
 // zero-estimate's formulas against the engine's measured ledger (within 5%),
 // and the ZeRO paper's worked example.
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+
 #include <gtest/gtest.h>
 #include <torch/utils.h>
 
@@ -98,6 +103,42 @@ TEST(Estimate, MatchesTheEngineLedger) {
       }
     }
   }
+}
+
+// Parameters on NVMe (offload_param.device "nvme"): the swap file holds the
+// partition and its rounding to 4096 bytes, the host the buffers of
+// buffer_count chunks and no parameters; zero-estimate says so exactly.
+TEST(Estimate, ParametersOnNvmeMatchTheLedger) {
+  auto comm = comm::make_communicator();
+  const models::GptConfig g = models::gpt_preset("gpt2-tiny");
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    ("zero_estimate_param_nvme_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  for (bool dpu : {false, true}) {
+    torch::manual_seed(0);
+    auto model = std::make_shared<models::Gpt>(g);
+    config::Config cfg = bf16_config(comm->world_size(), 3, true);
+    cfg.zero_optimization.offload_optimizer.delayed_param_update = dpu;
+    cfg.zero_optimization.offload_param.device = "nvme";
+    cfg.zero_optimization.offload_param.nvme_path = dir.string();
+    cfg.zero_optimization.offload_param.buffer_count = 3;
+    Engine engine(model, cfg, *comm);
+    EstimateInput in = tiny_input(g, comm->world_size(), 3, true);
+    in.dpu = dpu;
+    in.offload_param = in.param_nvme = true;
+    in.param_nvme_buffers = 3;
+    const MemoryEstimate e = estimate_memory(in);
+    const auto s = engine.ledger().snapshot();
+    EXPECT_EQ(e.host_params, 0);
+    EXPECT_GT(e.nvme_params, 0);
+    EXPECT_EQ(s.bytes(memory::Tier::kHost, memory::Kind::kHalfParams), 0);
+    if (comm->rank() != comm->world_size() - 1) continue;  // the estimate is the last rank's (the most padding)
+    EXPECT_EQ(s.bytes(memory::Tier::kNvme, memory::Kind::kHalfParams), e.nvme_params) << "dpu " << dpu;
+    EXPECT_EQ(s.tier_current[static_cast<int>(memory::Tier::kNvme)], e.nvme_total()) << "dpu " << dpu;
+    EXPECT_EQ(s.bytes(memory::Tier::kHost, memory::Kind::kStaging), e.host_staging) << "dpu " << dpu;
+    EXPECT_EQ(s.model_state_bytes(memory::Tier::kHost), e.host_model_states()) << "dpu " << dpu;
+  }
+  std::filesystem::remove_all(dir);
 }
 
 // offload_optimizer.ratio r: the host holds the optimizer state (master and

@@ -103,6 +103,9 @@ struct OffloadParamConfig {
   std::string device = "none";  // "none" | "cpu" | "nvme"
   bool pin_memory = false;
   std::string nvme_path;  // required when device is "nvme"
+  // device "nvme" (ZeRO-Infinity): the host buffers the partition's chunks
+  // go through, one bucket's chunk each (DeepSpeed's default, 5).
+  int buffer_count = 5;
   bool operator==(const OffloadParamConfig&) const = default;
 };
 

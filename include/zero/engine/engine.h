@@ -111,6 +111,13 @@ struct StepStats {
   // used, and those fetched ahead in vain (the order of the units changed).
   std::int64_t units_prefetched = 0;
   std::int64_t units_prefetched_unused = 0;
+  // Stage 3 with the parameters on NVMe (offload_param.device "nvme"), since
+  // the last step: this rank's chunks read from its swap file, of which read
+  // ahead of their gather (in the order of the last step's gathers), and the
+  // gathers that waited for a read (not ahead, or ahead and not done yet).
+  std::int64_t param_chunks_read = 0;
+  std::int64_t param_chunks_read_ahead = 0;
+  std::int64_t param_read_waits = 0;
 };
 
 // Where the engine trains, and how it fills a module built without memory

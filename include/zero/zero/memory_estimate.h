@@ -36,7 +36,11 @@ struct EstimateInput {
   // (GptConfig::parameter_units(): its block; -1 for the embeddings and the
   // final LayerNorm, which stay gathered); empty: the model is one unit.
   std::vector<int> param_units;
-  bool offload_param = false;                        // offload_param.device = "cpu"
+  bool offload_param = false;                        // offload_param.device = "cpu" (or "nvme")
+  // offload_param.device = "nvme" (offload_param set too): the parameter
+  // partition in a swap file, buffer_count host buffers of a chunk each.
+  bool param_nvme = false;
+  int param_nvme_buffers = 5;                        // offload_param.buffer_count
   std::int64_t prefetch_elements = 50'000'000;       // stage3_prefetch_bucket_size
   std::int64_t max_live_elements = 1'000'000'000;    // stage3_max_live_parameters
   std::int64_t persistence_threshold = 100'000;      // stage3_param_persistence_threshold
@@ -68,8 +72,9 @@ struct MemoryEstimate {
   std::int64_t host_activations = 0;  // checkpoints kept on the host (cpu_checkpointing)
   // NVMe tier (offload "nvme"): the swap file, its states and their
   // alignment padding. The swap buffers are host_staging.
-  std::int64_t nvme_master = 0, nvme_moments = 0, nvme_padding = 0;
-  std::int64_t nvme_total() const { return nvme_master + nvme_moments + nvme_padding; }
+  // With the parameters on NVMe too, nvme_params is their partition.
+  std::int64_t nvme_master = 0, nvme_moments = 0, nvme_params = 0, nvme_padding = 0;
+  std::int64_t nvme_total() const { return nvme_master + nvme_moments + nvme_params + nvme_padding; }
   // The device bytes while the engine is built (the temporary fp32 copy of
   // the parameters beside the flat parameters and, without offload, the
   // master weights), before any activation.

@@ -42,6 +42,12 @@ struct PlanInput {
   // length as numels; empty: no units (every parameter stays gathered).
   std::vector<int> groups;
   bool offload_param = false;  // stage 3: the parameter partition in host memory
+  // Stage 3, offload_param.device = "nvme" (offload_param set too): the
+  // parameter partition lives in a swap file, one region per bucket's chunk
+  // (rounded up to 4096 bytes), and goes through param_nvme_buffers host
+  // buffers of one chunk each (no more than there are buckets).
+  bool param_nvme = false;
+  int param_nvme_buffers = 5;
   // Stage 3's prefetch: stage3_prefetch_bucket_size (0: off) and
   // stage3_max_live_parameters, in elements. The gathered units' bound is the
   // largest unit plus what may be fetched ahead of it.
@@ -82,8 +88,9 @@ enum class Buffer : std::uint8_t {
   kDevGrads,     // its gradients, kept on the device (not when kDevAccum holds them)
   kDevStaging,   // its updated training-precision values until they are published (bf16/fp16)
   kSwapBuffers,  // NVMe: the host buffers the state goes through, one piece's master and moments each
+  kParamSwapBuffers,  // stage 3, parameters on NVMe: the host buffers the chunks go through, one chunk each
 };
-inline constexpr int kNumBuffers = 20;
+inline constexpr int kNumBuffers = 21;
 
 struct PlannedBuffer {
   bool present = false;
@@ -140,6 +147,13 @@ inline std::size_t step_piece_elements(const Bucket& b, std::size_t cap) {
 inline constexpr std::size_t kSwapAlignBytes = 4096;
 inline std::size_t swap_region_bytes(std::size_t n) {
   return (n * 4 + kSwapAlignBytes - 1) / kSwapAlignBytes * kSwapAlignBytes;
+}
+
+// Parameters on NVMe: bucket b's chunk (training precision, `element_bytes`
+// each) in the swap file, rounded up to 4096 bytes.
+inline std::size_t param_region_bytes(const Bucket& b, int element_bytes) {
+  const std::size_t n = b.chunk * static_cast<std::size_t>(element_bytes);
+  return (n + kSwapAlignBytes - 1) / kSwapAlignBytes * kSwapAlignBytes;
 }
 
 // Gradient buckets alive at once in stage 2 / offload: GradReducer's

@@ -1,0 +1,248 @@
+#include "param_swap.h"
+
+#include <algorithm>
+#include <cstdint>
+
+#include <c10/core/ScalarType.h>
+
+#include "zero/core/error.h"
+#include "zero/zero/memory_plan.h"
+
+namespace zero::detail {
+
+namespace {
+std::int64_t i64(std::size_t n) { return static_cast<std::int64_t>(n); }
+}  // namespace
+
+ParamSwap::ParamSwap(const FlatLayout& layout, c10::ScalarType dtype, at::Tensor slots, std::size_t count,
+                     std::size_t slot_bytes, const std::filesystem::path& file, offload::SwapFile::Options io)
+    : layout_(layout),
+      dtype_(dtype),
+      es_(c10::elementSize(dtype)),
+      slots_mem_(std::move(slots)),
+      count_(count),
+      slot_bytes_(slot_bytes),
+      slots_(count) {
+  ZERO_INTERNAL_ASSERT(count_ >= 1 && slot_bytes_ % kSwapAlignBytes == 0 &&
+                           slots_mem_.nbytes() >= count_ * slot_bytes_ + kSwapAlignBytes,
+                       "the NVMe parameter buffers (", slots_mem_.nbytes(), " bytes) do not hold ", count_,
+                       " slots of ", slot_bytes_);
+  std::size_t bytes = 0;
+  for (const Bucket& b : layout_.buckets()) {
+    region_.push_back(bytes);
+    const std::size_t r = param_region_bytes(b, static_cast<int>(es_));
+    ZERO_INTERNAL_ASSERT(r <= slot_bytes_, "a bucket's chunk (", r, " bytes) is larger than the buffers");
+    bytes += r;
+  }
+  swap_ = std::make_unique<offload::SwapFile>(file, bytes, io);
+}
+
+ParamSwap::~ParamSwap() = default;
+
+char* ParamSwap::slot_data(std::size_t s) const {
+  auto* base = static_cast<char*>(slots_mem_.data_ptr());
+  const auto at = reinterpret_cast<std::uintptr_t>(base);
+  return base + (kSwapAlignBytes - at % kSwapAlignBytes) % kSwapAlignBytes + s * slot_bytes_;
+}
+
+at::Tensor ParamSwap::slot_tensor(std::size_t s, int b) const {
+  const std::size_t begin = static_cast<std::size_t>(slot_data(s) - static_cast<char*>(slots_mem_.data_ptr()));
+  const std::size_t n = layout_.buckets()[static_cast<std::size_t>(b)].chunk;
+  return slots_mem_.narrow(0, i64(begin), i64(n * es_)).view(dtype_);
+}
+
+std::size_t ParamSwap::region_bytes(int b) const {
+  return param_region_bytes(layout_.buckets()[static_cast<std::size_t>(b)], static_cast<int>(es_));
+}
+
+int ParamSwap::find(int b) const {
+  for (std::size_t s = 0; s < slots_.size(); ++s) {
+    if (slots_[s].state != State::kFree && slots_[s].bucket == b) return static_cast<int>(s);
+  }
+  return -1;
+}
+
+int ParamSwap::take(bool wait) {
+  int best = -1;
+  // A free slot; else the least recently used one not in use and not being
+  // filled, those reserved for a coming gather last; read-ahead (!wait)
+  // takes only slots that hold a chunk nobody waits for.
+  auto rank = [&](const Slot& sl) { return std::pair<int, std::uint64_t>{sl.ahead ? 1 : 0, sl.used}; };
+  for (std::size_t s = 0; s < slots_.size(); ++s) {
+    const Slot& sl = slots_[s];
+    if (sl.state == State::kFree) {
+      best = static_cast<int>(s);
+      break;
+    }
+    if (sl.in_use || sl.state == State::kFilling) continue;
+    if (!wait && (sl.ahead || sl.state != State::kReady)) continue;
+    if (best < 0 || rank(sl) < rank(slots_[static_cast<std::size_t>(best)])) best = static_cast<int>(s);
+  }
+  if (best < 0) return -1;
+  Slot& sl = slots_[static_cast<std::size_t>(best)];
+  if (sl.state == State::kReading || sl.state == State::kWriting) settle_slot(static_cast<std::size_t>(best));
+  if (sl.queued) {
+    if (settle_) settle_();
+    sl.queued = false;
+  }
+  sl = Slot{};
+  return best;
+}
+
+void ParamSwap::settle_slot(std::size_t s) {
+  Slot& sl = slots_[s];
+  if (sl.state != State::kReading && sl.state != State::kWriting) return;
+  const offload::SwapFile::Ticket t = sl.ticket;
+  sl.ticket = 0;
+  try {
+    swap_->wait(t);
+  } catch (...) {
+    // A failed read leaves nothing; a failed write leaves the file behind
+    // the slot: either way the slot no longer says what the file holds.
+    sl = Slot{};
+    throw;
+  }
+  sl.state = State::kReady;
+}
+
+void ParamSwap::start_read(std::size_t s, int b, bool ahead) {
+  Slot& sl = slots_[s];
+  sl.state = State::kReading;
+  sl.bucket = b;
+  sl.ahead = ahead;
+  sl.used = ++clock_;
+  sl.ticket = swap_->read(region_[static_cast<std::size_t>(b)], slot_data(s), region_bytes(b));
+  ++counters_.reads;
+  if (ahead) ++counters_.read_ahead;
+}
+
+at::Tensor ParamSwap::chunk(int b) {
+  this_pass_.push_back(b);
+  int s = find(b);
+  if (s >= 0) {
+    Slot& sl = slots_[static_cast<std::size_t>(s)];
+    ZERO_INTERNAL_ASSERT(sl.state != State::kFilling, "bucket ", b, " gathered while its update is being written");
+    if (sl.state == State::kReading) ++counters_.waited;
+    settle_slot(static_cast<std::size_t>(s));
+  } else {
+    s = take(/*wait=*/true);
+    ZERO_INTERNAL_ASSERT(s >= 0, "no NVMe parameter buffer is free for bucket ", b);
+    start_read(static_cast<std::size_t>(s), b, /*ahead=*/false);
+    ++counters_.waited;
+    settle_slot(static_cast<std::size_t>(s));
+  }
+  Slot& sl = slots_[static_cast<std::size_t>(s)];
+  sl.in_use = true;
+  sl.ahead = false;
+  sl.used = ++clock_;
+  read_ahead(b);
+  return slot_tensor(static_cast<std::size_t>(s), b);
+}
+
+void ParamSwap::done_with(int b, bool queued) {
+  const int s = find(b);
+  ZERO_INTERNAL_ASSERT(s >= 0 && slots_[static_cast<std::size_t>(s)].in_use, "bucket ", b, " was not handed out");
+  Slot& sl = slots_[static_cast<std::size_t>(s)];
+  sl.in_use = false;
+  sl.queued = sl.queued || queued;
+}
+
+void ParamSwap::read_ahead(int b) {
+  // Where this pass is in the last one: the next entry, or b's next place.
+  const std::size_t n = last_pass_.size();
+  if (expect_ < n && last_pass_[expect_] == b) {
+    ++expect_;
+  } else {
+    std::size_t at = n;
+    for (std::size_t k = 0; k < n && at == n; ++k) {
+      const std::size_t i = (expect_ + k) % n;
+      if (last_pass_[i] == b) at = i;
+    }
+    if (at == n) return;  // not gathered in the last pass: nothing to follow
+    expect_ = at + 1;
+  }
+  // The coming gathers: their chunks reserved where a slot holds them,
+  // read into the free slots (or those holding chunks nobody waits for).
+  for (std::size_t i = expect_; i < n; ++i) {
+    const int c = last_pass_[i];
+    if (c == b) continue;
+    const int held = find(c);
+    if (held >= 0) {
+      Slot& sl = slots_[static_cast<std::size_t>(held)];
+      if (sl.state != State::kFilling) sl.ahead = true;
+      continue;
+    }
+    const int s = take(/*wait=*/false);
+    if (s < 0) return;
+    start_read(static_cast<std::size_t>(s), c, /*ahead=*/true);
+  }
+}
+
+void ParamSwap::write(int b, std::size_t offset, const at::Tensor& values) {
+  const Bucket& bucket = layout_.buckets()[static_cast<std::size_t>(b)];
+  const std::size_t n = static_cast<std::size_t>(values.numel());
+  ZERO_INTERNAL_ASSERT(offset + n <= bucket.chunk, "a write past bucket ", b, "'s chunk");
+  int s = find(b);
+  if (s >= 0 && slots_[static_cast<std::size_t>(s)].state != State::kFilling) {
+    // An older copy of the chunk: done with its read or write, then refilled.
+    Slot& sl = slots_[static_cast<std::size_t>(s)];
+    ZERO_INTERNAL_ASSERT(!sl.in_use, "bucket ", b, " written while a gather reads it");
+    settle_slot(static_cast<std::size_t>(s));
+    if (sl.queued) {
+      if (settle_) settle_();
+      sl.queued = false;
+    }
+    sl.state = State::kFilling;
+    sl.filled = 0;
+  } else if (s < 0) {
+    s = take(/*wait=*/true);
+    ZERO_INTERNAL_ASSERT(s >= 0, "no NVMe parameter buffer is free for bucket ", b, "'s update");
+    Slot& sl = slots_[static_cast<std::size_t>(s)];
+    sl.state = State::kFilling;
+    sl.bucket = b;
+  }
+  Slot& sl = slots_[static_cast<std::size_t>(s)];
+  sl.used = ++clock_;
+  slot_tensor(static_cast<std::size_t>(s), b).narrow(0, i64(offset), i64(n)).copy_(values.reshape({-1}));
+  sl.filled += n;
+  ZERO_INTERNAL_ASSERT(sl.filled <= bucket.chunk, "bucket ", b, "'s chunk written more than once");
+  if (sl.filled < bucket.chunk) return;
+  sl.state = State::kWriting;
+  sl.ahead = false;
+  sl.ticket = swap_->write(region_[static_cast<std::size_t>(b)], slot_data(static_cast<std::size_t>(s)),
+                           region_bytes(b));
+  ++counters_.writes;
+}
+
+void ParamSwap::flush() {
+  for (std::size_t s = 0; s < slots_.size(); ++s) {
+    ZERO_INTERNAL_ASSERT(slots_[s].state != State::kFilling, "bucket ", slots_[s].bucket, "'s chunk was written in part (",
+                         slots_[s].filled, " elements)");
+  }
+  for (std::size_t s = 0; s < slots_.size(); ++s) settle_slot(s);
+  if (!this_pass_.empty()) last_pass_ = std::move(this_pass_);
+  this_pass_.clear();
+  expect_ = 0;
+  for (Slot& sl : slots_) sl.ahead = false;
+}
+
+void ParamSwap::discard_partial() {
+  for (Slot& sl : slots_) {
+    if (sl.state == State::kFilling) sl = Slot{};
+  }
+}
+
+at::Tensor ParamSwap::read_copy(int b) {
+  int s = find(b);
+  if (s < 0) {
+    s = take(/*wait=*/true);
+    ZERO_INTERNAL_ASSERT(s >= 0, "no NVMe parameter buffer is free to read bucket ", b);
+    start_read(static_cast<std::size_t>(s), b, /*ahead=*/false);
+  }
+  ZERO_INTERNAL_ASSERT(slots_[static_cast<std::size_t>(s)].state != State::kFilling, "bucket ", b,
+                       " read while its update is being written");
+  settle_slot(static_cast<std::size_t>(s));
+  return slot_tensor(static_cast<std::size_t>(s), b).clone();
+}
+
+}  // namespace zero::detail

@@ -1,0 +1,128 @@
+// Stage 3 with offload_param.device "nvme" (ZeRO-Infinity's parameter tier):
+// the rank's partition of the training-precision parameters lives in a swap
+// file (zero/offload/swap_file.h), one region per bucket's chunk rounded up
+// to 4096 bytes, and goes through a few host buffers ("slots") that hold one
+// chunk each:
+//  - a gather takes its bucket's chunk from a slot (chunk()), read then or
+//    ahead: the reads of one pass (the gathers between two publishes) follow
+//    the order of the last pass, as far ahead as there are free slots;
+//  - a publish writes the step's update into slots, piece by piece, and a
+//    slot is written to the file once its chunk is whole; flush() waits for
+//    the writes, after which the slots keep the chunks they wrote (the
+//    publish's own gathers of the buckets of no unit read no file);
+//  - checkpoints read and write whole chunks.
+// Used from one thread (the engine's); the file's I/O threads are its own.
+// Private to zero_engine.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include <ATen/Tensor.h>
+
+#include "zero/offload/swap_file.h"
+#include "zero/zero/flat_layout.h"
+
+namespace zero::detail {
+
+class ParamSwap {
+ public:
+  struct Counters {
+    std::uint64_t reads = 0;        // chunks read from the file
+    std::uint64_t read_ahead = 0;   // of which read before their gather asked
+    std::uint64_t waited = 0;       // gathers that waited for their read (started then, or ahead but not done)
+    std::uint64_t writes = 0;       // chunks written
+  };
+  // `slots`: host bytes (the plan's kParamSwapBuffers; pinned on a GPU),
+  // holding `count` slots of `slot_bytes` after its first 4096-aligned byte.
+  // Makes the file (SwapFile's errors: the folder, the space, the lock).
+  ParamSwap(const FlatLayout& layout, c10::ScalarType dtype, at::Tensor slots, std::size_t count,
+            std::size_t slot_bytes, const std::filesystem::path& file, offload::SwapFile::Options io);
+  ~ParamSwap();
+  ParamSwap(const ParamSwap&) = delete;
+  ParamSwap& operator=(const ParamSwap&) = delete;
+
+  // Runs before a slot whose chunk was given to a queued copy (done_with(b,
+  // true)) is reused: waits for that copy.
+  void set_settle(std::function<void()> settle) { settle_ = std::move(settle); }
+
+  // Bucket b's chunk (b.chunk elements, training precision, host): read now
+  // or ahead. Valid until done_with(b) and the next call that takes a slot.
+  at::Tensor chunk(int b);
+  // The caller has copied the chunk out (`queued`: the copy is queued and
+  // settle() waits for it). The slot keeps the chunk until it is needed.
+  void done_with(int b, bool queued);
+
+  // Elements [offset, offset + n) of bucket b's chunk from `values`
+  // (n elements, any floating dtype, any device; converted). A chunk is
+  // written to the file once each of its elements has been given once.
+  void write(int b, std::size_t offset, const at::Tensor& values);
+  // Waits for the chunks' writes; every chunk begun since the last flush
+  // must be whole (an internal error otherwise). A new pass of reads begins.
+  void flush();
+  // Drops the chunks begun and not whole (a publish that failed part-way:
+  // the file keeps the values before it).
+  void discard_partial();
+
+  // Checkpoints: bucket b's chunk read now into a new host tensor.
+  at::Tensor read_copy(int b);
+
+  // Counted since the last call.
+  Counters take_counters() { return std::exchange(counters_, Counters{}); }
+  std::size_t file_bytes() const { return swap_->size(); }
+  const std::filesystem::path& path() const { return swap_->path(); }
+
+ private:
+  enum class State : std::uint8_t {
+    kFree,      // holds nothing
+    kReading,   // a read of `bucket` under way (ticket)
+    kReady,     // holds `bucket`'s chunk as the file has it
+    kFilling,   // `bucket`'s chunk being written into by write(), `filled` elements so far
+    kWriting,   // `bucket`'s whole chunk going to the file (ticket); then kReady
+  };
+  struct Slot {
+    State state = State::kFree;
+    int bucket = -1;
+    offload::SwapFile::Ticket ticket = 0;
+    std::size_t filled = 0;
+    bool queued = false;   // a copy out of it may still be queued (settle() first)
+    bool in_use = false;   // handed out by chunk(), not done_with() yet
+    bool ahead = false;    // read ahead, not asked for yet
+    std::uint64_t used = 0;  // when it was last handed out or written (least recently used goes first)
+  };
+  char* slot_data(std::size_t s) const;
+  at::Tensor slot_tensor(std::size_t s, int b) const;
+  std::size_t region_bytes(int b) const;
+  // The slot holding bucket b (any state), or -1.
+  int find(int b) const;
+  // A slot to take: a free one, else the least recently used one that is
+  // not in use and not filling (waiting for its write or read). -1: none.
+  int take(bool wait);
+  // Slot s, done with its read or write (waits), now kReady.
+  void settle_slot(std::size_t s);
+  void start_read(std::size_t s, int b, bool ahead);
+  // After the gather of b: reads ahead the buckets the last pass gathered next.
+  void read_ahead(int b);
+
+  const FlatLayout& layout_;
+  c10::ScalarType dtype_;
+  std::size_t es_;
+  at::Tensor slots_mem_;
+  std::size_t count_, slot_bytes_;
+  std::vector<std::size_t> region_;  // each bucket's region in the file
+  std::unique_ptr<offload::SwapFile> swap_;
+  std::vector<Slot> slots_;
+  std::function<void()> settle_;
+  std::uint64_t clock_ = 0;
+  // The gathers' order: the last pass's, and this one's so far.
+  std::vector<int> last_pass_, this_pass_;
+  std::size_t expect_ = 0;  // where in last_pass_ this pass is
+  Counters counters_;
+};
+
+}  // namespace zero::detail

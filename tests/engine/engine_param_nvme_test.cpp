@@ -1,0 +1,183 @@
+// Parameters on NVMe (offload_param.device "nvme", ZeRO-Infinity's
+// parameter tier) against the parameter offload to host memory it must
+// equal: the same values go through a swap file instead of a host tensor,
+// so every loss and every final parameter is bitwise offload_param "cpu"'s.
+// The cases gather units of every shape (a unit called twice, a parameter
+// of two units, a model with no unit), publish through the delayed update,
+// accumulation and a device share (Twin-Flow: a bucket's chunk written in two
+// parts), with two buffers (every gather evicts) and with the deferred
+// gather lane (a buffer reused before the lane's copy out of it would read
+// the next chunk). Also: the partition is in the file and not in host
+// memory (the ledger; zero-estimate's figures are in estimate_test), the gathers are read ahead, checkpoints
+// move between NVMe and host memory, and a bad folder is named.
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "shared_temp_dir.h"
+#include "train_loop.h"
+#include "zero/comm/communicator.h"
+#include "zero/engine/engine.h"
+
+namespace zero::test {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr int kSteps = 6;
+
+struct ParamNvmeCase {
+  const char* name;
+  ModelKind kind;
+  bool bf16 = false, dpu = false;
+  std::string optimizer = "cpu";  // offload_optimizer.device
+  int accumulation = 1;
+  int buffers = 2;       // offload_param.buffer_count
+  float ratio = 1.0f;    // offload_optimizer.ratio
+  bool deferred = false;  // ZERO_TEST_DEFERRED_GATHERS
+};
+
+config::Config make(const ParamNvmeCase& c, int world, const std::string& params, const fs::path& dir) {
+  config::Config cfg = make_config(3, true, c.bf16, world, kGlobalBatch / c.accumulation / world, c.accumulation);
+  auto& oo = cfg.zero_optimization.offload_optimizer;
+  oo.device = c.optimizer;
+  oo.nvme_path = c.optimizer == "nvme" ? (dir / "optimizer").string() : "";
+  oo.delayed_param_update = c.dpu;
+  oo.delayed_param_update_warmup_steps = 1;
+  oo.ratio = c.ratio;
+  cfg.zero_optimization.sub_group_size = 64;
+  auto& op = cfg.zero_optimization.offload_param;
+  op.device = params;
+  op.nvme_path = params == "nvme" ? dir.string() : "";
+  op.buffer_count = c.buffers;
+  return cfg;
+}
+
+fs::path swap_path(const fs::path& dir, int rank) {
+  return dir / ("zerocpp-params-rank" + std::to_string(rank) + ".swap");
+}
+
+class ParamNvme : public testing::TestWithParam<ParamNvmeCase> {};
+
+TEST_P(ParamNvme, TrainsBitwiseLikeTheHostPartition) {
+  const ParamNvmeCase& c = GetParam();
+  comm::Communicator& comm = world_comm();
+  const fs::path dir = shared_temp_dir(comm, "zero_param_nvme_", c.name);
+  if (comm.rank() == 0) fs::create_directories(dir / "optimizer");
+  comm.barrier()->wait();
+  if (c.deferred) ::setenv("ZERO_TEST_DEFERRED_GATHERS", "1", 1);
+  const RunResult host = train(c.kind, make(c, comm.world_size(), "cpu", dir), comm, kSteps);
+  const RunResult nvme = train(c.kind, make(c, comm.world_size(), "nvme", dir), comm, kSteps,
+                               [&](int step, Engine& engine) {
+                                 if (step != 1) return;
+                                 // The partition is in this rank's swap file, not in host memory.
+                                 const auto s = engine.ledger().snapshot();
+                                 EXPECT_EQ(s.bytes(memory::Tier::kHost, memory::Kind::kHalfParams), 0);
+                                 EXPECT_GT(s.bytes(memory::Tier::kNvme, memory::Kind::kHalfParams), 0);
+                                 EXPECT_FALSE(fs::exists(swap_path(dir, comm.rank())));  // unlinked at once
+                                 EXPECT_TRUE(fs::exists(swap_path(dir, comm.rank()).string() + ".lock"));
+                               });
+  ::unsetenv("ZERO_TEST_DEFERRED_GATHERS");
+  ASSERT_EQ(nvme.losses.size(), host.losses.size());
+  for (std::size_t i = 0; i < host.losses.size(); ++i) EXPECT_EQ(nvme.losses[i], host.losses[i]) << "step " << i;
+  ASSERT_EQ(nvme.params.size(), host.params.size());
+  for (std::size_t i = 0; i < host.params.size(); ++i) {
+    EXPECT_TRUE(nvme.params[i].equal(host.params[i]))
+        << "parameter " << i << " max diff " << (nvme.params[i] - host.params[i]).abs().max().item<float>();
+  }
+  // Units are gathered every step: chunks are read, and from the second
+  // step on they follow the first's order and are read ahead (with two
+  // buffers, at least one). (Without units every bucket stays gathered, and
+  // the buffers may hold them all: nothing to read.)
+  for (int step = 1; step < kSteps && c.kind == ModelKind::kUnitMlp; ++step) {
+    const StepStats& s = nvme.stats[static_cast<std::size_t>(step)];
+    EXPECT_GT(s.param_chunks_read, 0) << "step " << step;
+    EXPECT_GT(s.param_chunks_read_ahead, 0) << "step " << step;
+    EXPECT_LE(s.param_chunks_read_ahead, s.param_chunks_read);
+  }
+  EXPECT_EQ(host.stats.back().param_chunks_read, 0);
+  comm.barrier()->wait();
+  EXPECT_FALSE(fs::exists(swap_path(dir, comm.rank()).string() + ".lock"));  // removed with the engine
+  comm.barrier()->wait();
+  if (comm.rank() == 0) rm_tree(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, ParamNvme,
+    testing::Values(ParamNvmeCase{"units_fp32", ModelKind::kUnitMlp},
+                    ParamNvmeCase{"units_bf16_dpu_all_on_nvme", ModelKind::kUnitMlp, true, true, "nvme", 1, 3},
+                    ParamNvmeCase{"tied_accumulation", ModelKind::kTiedMlp, false, false, "cpu", 2, 5},
+                    ParamNvmeCase{"no_units_transformer_dpu", ModelKind::kTransformer, false, true, "cpu", 1, 2},
+                    ParamNvmeCase{"units_device_share", ModelKind::kUnitMlp, false, false, "cpu", 1, 2, 0.5f},
+                    ParamNvmeCase{"units_deferred_lane", ModelKind::kUnitMlp, true, false, "cpu", 1, 2, 1.0f, true}),
+    [](const testing::TestParamInfo<ParamNvmeCase>& i) { return std::string(i.param.name); });
+
+// A checkpoint does not say where the partition lived: saved with the
+// parameters on NVMe and a delayed update pending, resumed with them in host
+// memory, and the other way round, bitwise like the unbroken run.
+TEST(ParamNvmeCheckpoint, MovesBetweenNvmeAndHostMemory) {
+  comm::Communicator& comm = world_comm();
+  const fs::path dir = shared_temp_dir(comm, "zero_param_nvme_", "ckpt");
+  const int world = comm.world_size();
+  const ParamNvmeCase c{"ckpt", ModelKind::kUnitMlp, true, true, "cpu", 1, 2};
+  const RunResult unbroken = train(c.kind, make(c, world, "cpu", dir), comm, kSteps);
+  for (const auto& [save_on, load_on] : {std::pair<std::string, std::string>{"nvme", "cpu"}, {"cpu", "nvme"}}) {
+    SCOPED_TRACE("saved with " + save_on + ", loaded with " + load_on);
+    const std::string tag = "from_" + save_on;
+    {
+      auto model = make_model(c.kind);
+      Engine engine(model, make(c, world, save_on, dir), comm);
+      for (int step = 0; step < kSteps / 2; ++step) {
+        GlobalBatch gb = global_batch(c.kind, step);
+        const int micro = kGlobalBatch / world;
+        engine.backward(micro_loss(c.kind, *model, gb.x.narrow(0, comm.rank() * micro, micro),
+                                   gb.y.narrow(0, comm.rank() * micro, micro), engine.dtype()));
+        engine.step();
+      }
+      engine.save_checkpoint((dir / "ckpt").string(), tag, nlohmann::json::object(), /*async=*/false);
+    }
+    RunResult second = train(c.kind, make(c, world, load_on, dir), comm, kSteps / 2, [&](int step, Engine& engine) {
+      if (step == 0) engine.load_checkpoint((dir / "ckpt").string(), tag);
+    });
+    for (int i = 0; i < kSteps / 2; ++i) {
+      EXPECT_EQ(second.losses[static_cast<std::size_t>(i)], unbroken.losses[static_cast<std::size_t>(i + kSteps / 2)])
+          << "step " << i + kSteps / 2;
+    }
+    for (std::size_t i = 0; i < unbroken.params.size(); ++i) {
+      EXPECT_TRUE(second.params[i].equal(unbroken.params[i])) << "parameter " << i;
+    }
+  }
+  comm.barrier()->wait();
+  if (comm.rank() == 0) rm_tree(dir);
+}
+
+TEST(ParamNvmeErrors, AreNamed) {
+  comm::Communicator& comm = world_comm();
+  const fs::path dir = shared_temp_dir(comm, "zero_param_nvme_", "errors");
+  const ParamNvmeCase c{"errors", ModelKind::kUnitMlp};
+  auto expect_error = [&](const config::Config& cfg, const std::string& needle) {
+    auto model = make_model(c.kind);
+    try {
+      Engine engine(model, cfg, comm);
+      ADD_FAILURE() << "no error; expected one naming " << needle;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  expect_error(make(c, comm.world_size(), "nvme", dir / "missing"), "mkdir -p");
+  config::Config no_offload = make(c, comm.world_size(), "nvme", dir);
+  no_offload.zero_optimization.offload_optimizer.device = "none";
+  expect_error(no_offload, "offload_param.device=\"nvme\" needs the optimizer on the CPU");
+  // Two engines given one folder: the second is refused.
+  {
+    auto model = make_model(c.kind);
+    Engine first(model, make(c, comm.world_size(), "nvme", dir), comm);
+    expect_error(make(c, comm.world_size(), "nvme", dir), "in use by another");
+  }
+  comm.barrier()->wait();
+  if (comm.rank() == 0) rm_tree(dir);
+}
+
+}  // namespace
+}  // namespace zero::test
