@@ -11,6 +11,9 @@
 //   stage2+offload, stage2+offload+dpu
 //   stage2+nvme, stage2+nvme+dpu (with --nvme-path: the optimizer state in
 //             a swap file there, offload_optimizer.device "nvme")
+//   stage3+params-host+dpu, stage3+params-nvme+dpu (with --nvme-path: stage
+//             3 with CPU offload and DPU, the parameter partition in host
+//             memory or in a swap file there, offload_param.device "nvme")
 // Every variant is built first (its own model and engine), then the variants
 // run interleaved, one step each per round, so that a change of machine load
 // during the run hits them alike. The first --warmup rounds are not timed;
@@ -116,9 +119,11 @@ struct EngineRun {
 };
 
 // nvme: a folder for offload_optimizer.device "nvme" (offload must be set),
-// or "" for the CPU offload.
+// or "" for the CPU offload. params: offload_param.device (stage 3);
+// params_nvme: its folder for "nvme".
 Variant make_engine(const StepOptions& o, const std::string& name, int stage, bool offload, bool dpu,
-                    bool prefetch = true, const std::string& nvme = "") {
+                    bool prefetch = true, const std::string& nvme = "", const std::string& params = "none",
+                    const std::string& params_nvme = "") {
   auto run = std::make_shared<EngineRun>();
   run->comm = comm::make_communicator();
   run->model = make_gpt(o);
@@ -135,6 +140,11 @@ Variant make_engine(const StepOptions& o, const std::string& name, int stage, bo
     // A folder per variant: each engine's rank file is locked while it lives.
     ::mkdir(nvme.c_str(), 0700);  // (EEXIST from another rank is fine; a real failure the engine names)
     cfg.zero_optimization.offload_optimizer.nvme_path = nvme;
+  }
+  cfg.zero_optimization.offload_param.device = params;
+  if (!params_nvme.empty()) {
+    ::mkdir(params_nvme.c_str(), 0700);
+    cfg.zero_optimization.offload_param.nvme_path = params_nvme;
   }
   cfg.zero_optimization.offload_optimizer.delayed_param_update = dpu;
   cfg.zero_optimization.offload_optimizer.delayed_param_update_warmup_steps = 1;
@@ -177,7 +187,9 @@ void add_step_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--nvme-path", o->nvme_path,
                   "also time stage 2 with the optimizer state on NVMe (offload_optimizer.device \"nvme\"), "
-                  "without and with DPU, its swap files in subfolders of this existing folder");
+                  "without and with DPU, and stage 3 + offload + DPU with the parameter partition in host "
+                  "memory and on NVMe (offload_param.device \"nvme\"), their swap files in subfolders of this "
+                  "existing folder");
   cmd->add_flag("--summaries", o->summaries, "print every engine variant's memory/comm summary");
   cmd->add_flag("--json", o->json, "print one JSON object as the last line");
   cmd->callback([o] { run_as_job("zero-bench step", [&](comm::Communicator& job) { run_step_on(*o, job); }); });
@@ -205,6 +217,9 @@ void run_step_on(const StepOptions& o, comm::Communicator& job) {
   if (!o.nvme_path.empty()) {
     vs.push_back(make_engine(o, "stage2+nvme", 2, true, false, true, o.nvme_path + "/stage2-nvme"));
     vs.push_back(make_engine(o, "stage2+nvme+dpu", 2, true, true, true, o.nvme_path + "/stage2-nvme-dpu"));
+    vs.push_back(make_engine(o, "stage3+params-host+dpu", 3, true, true, true, "", "cpu"));
+    vs.push_back(make_engine(o, "stage3+params-nvme+dpu", 3, true, true, true, "", "nvme",
+                             o.nvme_path + "/stage3-params-nvme"));
   }
   for (int round = 0; round < o.warmup + o.steps; ++round) {
     for (Variant& v : vs) {
@@ -246,6 +261,10 @@ void run_step_on(const StepOptions& o, comm::Communicator& job) {
   };
   std::printf("stage3 / stage2: %.3fx; stage3 without prefetch / with: %.3fx\n", seconds("stage3") / seconds("stage2"),
               seconds("stage3-noprefetch") / seconds("stage3"));
+  if (!o.nvme_path.empty()) {
+    std::printf("stage 3 + offload + dpu, parameters on NVMe / in host memory: %.3fx\n",
+                seconds("stage3+params-nvme+dpu") / seconds("stage3+params-host+dpu"));
+  }
   if (o.summaries) {
     for (const std::string& sm : summaries) std::printf("%s", sm.c_str());
   } else if (!summaries.empty()) {

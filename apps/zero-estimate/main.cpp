@@ -74,8 +74,8 @@ int main(int argc, char** argv) {
   std::string model = "gpt2", params_text, device_mem_text, host_mem_text, precision = "bf16", stage_text, optimizer = "AdamW";
   int world = 1, stage = -1;
   bool offload = false, dpu = false, json = false, checkpoint = false, cpu_checkpoint = false, on_gpu = false;
-  bool offload_param = false, nvme = false;
-  int nvme_buffers = 4;
+  bool offload_param = false, nvme = false, param_nvme = false;
+  int nvme_buffers = 4, param_buffers = 5;
   std::int64_t sub_group = 1000000000;
   std::int64_t prefetch = 50'000'000, persistence = 100'000;
   double offload_ratio = 1.0;
@@ -94,6 +94,11 @@ int main(int argc, char** argv) {
   app.add_flag("--offload", offload, "offload_optimizer.device = cpu (stage 1, 2 or 3)");
   app.add_flag("--offload-param", offload_param, "offload_param.device = cpu: stage 3's parameter partition in "
                "host memory (lists stage 3 only)");
+  app.add_flag("--param-nvme", param_nvme, "offload_param.device = nvme: stage 3's parameter partition in a "
+               "swap file (the nvme column), read through --param-buffer-count host buffers of one bucket's chunk "
+               "each; implies --offload-param and --offload");
+  app.add_option("--param-buffer-count", param_buffers, "with --param-nvme: offload_param.buffer_count")
+      ->capture_default_str();
   app.add_option("--prefetch", prefetch, "stage3_prefetch_bucket_size in elements (0: no prefetch); stage 3 "
                  "holds the largest unit plus this much fetched ahead")->capture_default_str();
   app.add_option("--persistence-threshold", persistence, "stage3_param_persistence_threshold: parameters with "
@@ -133,6 +138,13 @@ int main(int argc, char** argv) {
       stage = std::stoi(stage_text);
       ZERO_CHECK(stage <= 3, "--stage ", stage, " does not exist: ZeRO stages are 0, 1, 2 and 3");
     }
+    ZERO_CHECK(param_buffers >= 2 && param_buffers <= 64, "--param-buffer-count must be in [2, 64], got ",
+               param_buffers);
+    ZERO_CHECK(param_nvme || param_buffers == 5, "--param-buffer-count is the parameters' NVMe tier's: it needs "
+               "--param-nvme");
+    ZERO_CHECK(!param_nvme || stage < 0 || stage == 3, "--param-nvme needs --stage 3 (parameter offload "
+               "partitions the parameters), got --stage ", stage);
+    if (param_nvme) offload_param = offload = true;
     ZERO_CHECK(!offload_param || stage < 0 || stage == 3, "--offload-param needs --stage 3 (parameter offload "
                "partitions the parameters), got --stage ", stage);
     ZERO_CHECK(prefetch >= 0 && persistence >= 0, "--prefetch and --persistence-threshold must be >= 0");
@@ -210,9 +222,9 @@ int main(int argc, char** argv) {
       std::printf("(stage 3 with --params: the model is taken as one unit, gathered whole in forward and "
                   "backward; give --model for a GPT's per-block units)\n");
     }
-    std::printf("%-26s %12s %12s %12s %12s %12s %12s | %12s %12s%s\n", "configuration", "dev states", "dev padding",
+    std::printf("%-40s %12s %12s %12s %12s %12s %12s | %12s %12s%s\n", "configuration", "dev states", "dev padding",
                 "dev buckets", "dev units", "dev activ.", "dev total", "host states", "host total",
-                nvme ? " |         nvme" : "");
+                nvme || param_nvme ? " |         nvme" : "");
     struct Row { int stage; bool offload; MemoryEstimate e; bool fits; };
     std::vector<Row> rows;
     // Best first: the least communication and host work that fits.
@@ -232,27 +244,36 @@ int main(int argc, char** argv) {
       in.nvme = off && nvme;
       in.nvme_buffers = nvme_buffers;
       in.sub_group_elements = sub_group;
+      in.param_nvme = param_nvme && in.offload_param;
+      in.param_nvme_buffers = param_buffers;
       MemoryEstimate e = estimate_memory(in);
       // On the CPU (no --gpu) the "device" is host memory too: both columns
       // come out of --host-mem.
       const std::int64_t host_need = on_gpu ? e.host_total() : e.host_total() + e.device_total();
       const bool fits = (device_mem == 0 || e.device_total() <= device_mem) && (host_mem == 0 || host_need <= host_mem);
       rows.push_back({s, off, e, fits});
-      std::printf("%-26s %12s %12s %12s %12s %12s %12s | %12s %12s%s%s\n",
-                  (describe_config(s, off, in.offload_param) + (in.nvme ? " (nvme)" : "")).c_str(),
+      std::printf("%-40s %12s %12s %12s %12s %12s %12s | %12s %12s%s%s\n",
+                  (describe_config(s, off, in.offload_param) +
+                   (in.nvme && in.param_nvme ? " (all nvme)" : in.nvme ? " (nvme)" : in.param_nvme ? " (params nvme)" : ""))
+                      .c_str(),
                   memory::format_bytes(e.device_model_states()).c_str(), memory::format_bytes(e.device_padding).c_str(),
                   memory::format_bytes(e.device_buckets).c_str(), memory::format_bytes(e.device_gathered).c_str(),
                   memory::format_bytes(e.device_activations).c_str(), memory::format_bytes(e.device_total()).c_str(),
                   memory::format_bytes(e.host_model_states()).c_str(), memory::format_bytes(e.host_total()).c_str(),
-                  nvme ? (" | " + std::string(12 - std::min<std::size_t>(12, memory::format_bytes(e.nvme_total()).size()), ' ') +
+                  nvme || param_nvme ? (" | " + std::string(12 - std::min<std::size_t>(12, memory::format_bytes(e.nvme_total()).size()), ' ') +
                           memory::format_bytes(e.nvme_total())).c_str() : "",
                   (device_mem || host_mem) ? (fits ? "  fits" : "  does not fit") : "");
     }
     for (const Row& r : rows) {
       if (r.e.nvme_total() == 0) continue;
-      std::printf("(a checkpoint save or load of an NVMe run streams the state between the swap file and the "
-                  "checkpoint's files through %s of host memory per rank, not in host total)\n",
+      std::printf("(a checkpoint save or load of an NVMe run streams the optimizer state between the swap file and "
+                  "the checkpoint's files through %s of host memory per rank, not in host total",
                   memory::format_bytes(static_cast<std::int64_t>(ckpt::kIoBlock * (ckpt::kIoRing + 2))).c_str());
+      if (r.e.nvme_params > 0) {
+        std::printf("; parameters on NVMe are read into host memory whole: %s more per rank while it runs",
+                    memory::format_bytes(r.e.nvme_params).c_str());
+      }
+      std::printf(")\n");
       break;
     }
     for (const Row& r : rows) {
@@ -287,7 +308,7 @@ int main(int argc, char** argv) {
         std::printf("best fit: %s (zero_optimization.stage=%d%s%s)\n",
                     describe_config(best->stage, best->offload, params_off).c_str(), best->stage,
                     best->offload ? (nvme ? ", offload_optimizer.device=\"nvme\"" : ", offload_optimizer.device=\"cpu\"") : "",
-                    params_off ? ", offload_param.device=\"cpu\"" : "");
+                    params_off ? (param_nvme ? ", offload_param.device=\"nvme\"" : ", offload_param.device=\"cpu\"") : "");
       } else {
         std::printf("nothing fits: add ranks (--world), lower the micro-batch, or use more host memory\n");
         return 2;

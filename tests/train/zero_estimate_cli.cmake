@@ -44,6 +44,23 @@ string(JSON p3 GET "${json}" configs 0 device_total)
 if(NOT rc EQUAL 0 OR NOT n EQUAL 1 OR NOT p3 LESS s3)
   message(FATAL_ERROR "--offload --offload-param: expected one stage-3 row below ${s3} device bytes:\n${out}")
 endif()
+# --param-nvme: the one stage-3 row, its host states lower by the parameter
+# partition (now in the nvme column), its device the same.
+execute_process(COMMAND ${ESTIMATE} --model gpt2 --world 8 --param-nvme --json RESULT_VARIABLE rc OUTPUT_VARIABLE out)
+string(REGEX MATCH "{[^\n]*}\n?$" json "${out}")
+string(JSON n LENGTH "${json}" configs)
+string(JSON h GET "${json}" configs 0 host_model_states)
+string(JSON v GET "${json}" configs 0 nvme_total)
+string(JSON d GET "${json}" configs 0 device_total)
+execute_process(COMMAND ${ESTIMATE} --model gpt2 --world 8 --offload --offload-param --json OUTPUT_VARIABLE out_cpu)
+string(REGEX MATCH "{[^\n]*}\n?$" json_cpu "${out_cpu}")
+string(JSON h_cpu GET "${json_cpu}" configs 0 host_model_states)
+math(EXPR moved "${h_cpu} - ${h}")
+if(NOT rc EQUAL 0 OR NOT n EQUAL 1 OR NOT d EQUAL p3 OR moved LESS_EQUAL 0 OR v LESS moved
+   OR NOT out MATCHES "params nvme")
+  message(FATAL_ERROR "--param-nvme: expected one stage-3 row with ${p3} device bytes and the parameters moved "
+                      "from the host (${h_cpu}) to the nvme column:\n${out}")
+endif()
 execute_process(COMMAND ${ESTIMATE} --model gpt2 --stage 2 --offload-param RESULT_VARIABLE rc ERROR_VARIABLE err)
 if(rc EQUAL 0 OR NOT err MATCHES "--offload-param needs --stage 3")
   message(FATAL_ERROR "--stage 2 --offload-param should be refused with the fix named:\n${err}")
