@@ -828,6 +828,11 @@ std::string Engine::summary() const {
   if (m.offload) {
     os << ", offload copies " << memory::format_bytes(static_cast<std::int64_t>(last_step_offload_bytes_));
   }
+  if (m.params->swap()) {
+    os << "\n  parameters on nvme: last step read " << stats_.param_chunks_read << " chunks ("
+       << stats_.param_chunks_read_ahead << " ahead of their gather), " << stats_.param_read_waits
+       << " gathers waited for a read";
+  }
   os << "\n  steps " << stats_.step << ", skipped " << stats_.skipped << ", loss scale " << stats_.loss_scale
      << "\n";
   return os.str();
