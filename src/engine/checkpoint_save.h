@@ -44,6 +44,7 @@ struct SaveSection {
   std::vector<std::int64_t> shape;  // module tensors
   std::vector<at::Tensor> pieces;   // contiguous tensors, written in order
   bool live = false;                // async: host pieces written in place until fence()
+  bool copies = false;              // the pieces are host copies of the save's own (async: no snapshot of them)
   // Streamed (no pieces): `stream_bytes` bytes that stream(offset, n, buf,
   // cap) reads into `buf` (aligned to kStreamAlign, cap bytes), returning
   // where they begin and how many (at least one, at most n).

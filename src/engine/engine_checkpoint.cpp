@@ -212,7 +212,9 @@ void Engine::save_checkpoint(const std::string& dir, const std::string& tag, con
       man.partition_sections.push_back("exp_avg_sq");
       state_section("exp_avg_sq", State::kExpAvgSq);
     }
-    detail::SaveSection params{"params", tdtype, {}, {}, true};
+    // (On NVMe, read from the swap file into copies of the save's own.)
+    detail::SaveSection params{"params", tdtype, {}, {}, /*live=*/P.swap() == nullptr};
+    params.copies = P.swap() != nullptr;
     for (const Bucket& b : L.buckets()) params.pieces.push_back(host(P.read_rank_chunk(b)));
     sections.push_back(std::move(params));
     man.partition_sections.push_back("params");
@@ -259,7 +261,7 @@ void Engine::save_checkpoint(const std::string& dir, const std::string& tag, con
       for (detail::SaveSection& s : sections) {
         for (at::Tensor& t : s.pieces) {
           if (s.live && t.device().is_cpu()) continue;  // written in place until the fence
-          t = detail::host_snapshot(t);
+          if (!s.copies) t = detail::host_snapshot(t);
           copied += static_cast<std::int64_t>(t.nbytes());
         }
       }
@@ -507,7 +509,8 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
       params_target = &target("params");
       if (P.swap()) {
         // On NVMe: read into host memory, then written to the swap file.
-        params_read = at::empty({static_cast<std::int64_t>(L.partition_numel())}, at::TensorOptions().dtype(dtype));
+        // (zeros: the reads fill the parameters' runs, the padding keeps zeros)
+        params_read = at::zeros({static_cast<std::int64_t>(L.partition_numel())}, at::TensorOptions().dtype(dtype));
         params_target->add(0, params_read);
       } else {
         for (const Bucket& b : L.buckets()) params_target->add(b.partition_offset, P.rank_chunk(b).contiguous());

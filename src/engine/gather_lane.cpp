@@ -53,6 +53,7 @@ class StreamLane final : public GatherLane {
   }
 
   void host_waits() override { stream_.synchronize(); }
+  void host_waits(const Mark& m) override { m.event->synchronize(); }
 
  private:
   const DeviceContext& ctx_;
@@ -80,6 +81,7 @@ class DeferredLane final : public GatherLane {
   }
 
   void host_waits() override { run_until(queued_); }
+  void host_waits(const Mark& m) override { run_until(m.queued); }
 
  private:
   struct Copy {

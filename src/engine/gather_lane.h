@@ -60,6 +60,8 @@ class GatherLane {
   virtual comm::WorkPtr issue_after(comm::Communicator& comm, const std::function<comm::WorkPtr()>& issue) = 0;
   // Blocks the host until every copy queued so far is done.
   virtual void host_waits() = 0;
+  // Blocks the host until the copies queued before `m` are done.
+  virtual void host_waits(const Mark& m) = 0;
 };
 
 // A side stream of ctx.device (not the copy stream of ZeRO-Offload's

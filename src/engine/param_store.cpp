@@ -204,7 +204,8 @@ void ParamStore::begin_publish(bool offloaded, const DeviceContext& ctx) {
 
 void ParamStore::publish_piece(const UpdateSource& src, const Bucket& b, std::size_t offset, std::size_t n,
                                const char* kind, std::size_t index) {
-  if (publish_offloaded_ && src.host) copied_ += n * c10::elementSize(dtype_);  // H2D
+  // H2D (with the partition on NVMe, nothing goes up here: the gathers copy the chunks up)
+  if (publish_offloaded_ && src.host && !swap_) copied_ += n * c10::elementSize(dtype_);
   if (!src.values.defined()) return;
   const at::Tensor from = src.values.narrow(0, i64(b.partition_offset + offset - src.base), i64(n));
   if (swap_) {
@@ -261,6 +262,7 @@ at::Tensor ParamStore::read_rank_chunk(const Bucket& b) {
 }
 
 void ParamStore::write_partition(const at::Tensor& values) {
+  if (swap_) swap_->discard_partial();  // a publish that failed part-way before this
   for (const Bucket& b : layout_.buckets()) {
     const at::Tensor from = values.narrow(0, i64(b.partition_offset), i64(b.chunk));
     if (swap_) {

@@ -34,8 +34,6 @@ void ParamStore::adopt_partitioned(comm::Communicator& comm, memory::MemoryLedge
   } else if (deferred_gathers_requested()) {
     lane_ = make_deferred_lane();
   }
-  // A chunk's buffer is reused only once the lane's copy out of it is done.
-  if (swap_ && lane_) swap_->set_settle([this] { lane_->host_waits(); });
   // One bucket of fp32 at a time (the largest one's size), counted while it lives.
   const PlannedBuffer& temp = plan[Buffer::kFlat32];
   at::Tensor flat32 = at::zeros({i64(temp.elements)}, at::TensorOptions().dtype(at::kFloat).device(device()));
@@ -100,12 +98,22 @@ ParamStore::PendingGather ParamStore::start_gather(int bi, comm::Communicator& c
   const at::Tensor dst = st.raw(mine, b.chunk);
   const at::Tensor src = swap_ ? swap_->chunk(bi) : partition_.narrow(0, i64(b.partition_offset), i64(b.chunk));
   PendingGather g;
-  if (lane_) {
-    lane_->copy(dst, src, st.tensor(), static_cast<std::size_t>(bi), timeline_);
-  } else {
-    dst.copy_(src);
+  try {
+    if (lane_) {
+      lane_->copy(dst, src, st.tensor(), static_cast<std::size_t>(bi), timeline_);
+    } else {
+      dst.copy_(src);
+    }
+  } catch (...) {
+    if (swap_) swap_->done_with(bi);
+    throw;
   }
-  if (swap_) swap_->done_with(bi, /*queued=*/lane_ != nullptr);
+  if (swap_ && lane_) {
+    // The chunk's buffer is written again only once the lane's copy out of it is done.
+    swap_->done_with(bi, [lane = lane_.get(), m = lane_->mark()] { lane->host_waits(m); });
+  } else if (swap_) {
+    swap_->done_with(bi);
+  }
   if (layout_.shard_world() <= 1) {
     if (lane_) g.ready = lane_->mark();
     return g;

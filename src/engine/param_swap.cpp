@@ -12,6 +12,8 @@ namespace zero::detail {
 
 namespace {
 std::int64_t i64(std::size_t n) { return static_cast<std::int64_t>(n); }
+// A pass of gathers is at most this long (per bucket, plus a constant).
+constexpr std::size_t kMaxPassPerBucket = 8, kMaxPassExtra = 256;
 }  // namespace
 
 ParamSwap::ParamSwap(const FlatLayout& layout, c10::ScalarType dtype, at::Tensor slots, std::size_t count,
@@ -79,19 +81,25 @@ int ParamSwap::take(bool wait) {
     if (best < 0 || rank(sl) < rank(slots_[static_cast<std::size_t>(best)])) best = static_cast<int>(s);
   }
   if (best < 0) return -1;
-  Slot& sl = slots_[static_cast<std::size_t>(best)];
-  if (sl.state == State::kReading || sl.state == State::kWriting) settle_slot(static_cast<std::size_t>(best));
-  if (sl.queued) {
-    if (settle_) settle_();
-    sl.queued = false;
-  }
-  sl = Slot{};
+  quiesce(static_cast<std::size_t>(best));
+  slots_[static_cast<std::size_t>(best)] = Slot{};
   return best;
 }
 
-void ParamSwap::settle_slot(std::size_t s) {
+void ParamSwap::quiesce(std::size_t s) {
+  Slot& sl = slots_[s];
+  settle_slot(s, /*drop_read=*/true);
+  if (sl.wait_copy) {
+    const std::function<void()> wait = std::move(sl.wait_copy);
+    sl.wait_copy = nullptr;
+    wait();
+  }
+}
+
+void ParamSwap::settle_slot(std::size_t s, bool drop_read) {
   Slot& sl = slots_[s];
   if (sl.state != State::kReading && sl.state != State::kWriting) return;
+  const bool reading = sl.state == State::kReading;
   const offload::SwapFile::Ticket t = sl.ticket;
   sl.ticket = 0;
   try {
@@ -99,29 +107,48 @@ void ParamSwap::settle_slot(std::size_t s) {
   } catch (...) {
     // A failed read leaves nothing; a failed write leaves the file behind
     // the slot: either way the slot no longer says what the file holds.
+    // (Its copy out, if one is queued, still reads it: kept.)
+    std::function<void()> wait = std::move(sl.wait_copy);
     sl = Slot{};
+    sl.wait_copy = std::move(wait);
+    if (reading && drop_read) return;  // nobody wanted it
     throw;
   }
   sl.state = State::kReady;
 }
 
-void ParamSwap::start_read(std::size_t s, int b, bool ahead) {
+void ParamSwap::start_read(std::size_t s, int b, bool ahead, bool count) {
   Slot& sl = slots_[s];
   sl.state = State::kReading;
   sl.bucket = b;
   sl.ahead = ahead;
   sl.used = ++clock_;
   sl.ticket = swap_->read(region_[static_cast<std::size_t>(b)], slot_data(s), region_bytes(b));
-  ++counters_.reads;
+  if (count) ++counters_.reads;
   if (ahead) ++counters_.read_ahead;
 }
 
+void ParamSwap::new_pass() {
+  if (!this_pass_.empty()) last_pass_ = std::move(this_pass_);
+  this_pass_.clear();
+  expect_ = 0;
+  for (Slot& sl : slots_) sl.ahead = false;
+}
+
 at::Tensor ParamSwap::chunk(int b) {
+  // Gathers with no publish between them (evaluation only, or a long
+  // accumulation window): a pass ends after a bound, so that its record
+  // stays bounded and the reads follow it (the order repeats).
+  if (this_pass_.size() >= kMaxPassPerBucket * layout_.buckets().size() + kMaxPassExtra) new_pass();
   this_pass_.push_back(b);
   int s = find(b);
+  if (s >= 0 && slots_[static_cast<std::size_t>(s)].state == State::kFilling) {
+    // Left by a publish that failed part-way: the file has the chunk.
+    slots_[static_cast<std::size_t>(s)] = Slot{};
+    s = -1;
+  }
   if (s >= 0) {
     Slot& sl = slots_[static_cast<std::size_t>(s)];
-    ZERO_INTERNAL_ASSERT(sl.state != State::kFilling, "bucket ", b, " gathered while its update is being written");
     if (sl.state == State::kReading) ++counters_.waited;
     settle_slot(static_cast<std::size_t>(s));
   } else {
@@ -132,19 +159,25 @@ at::Tensor ParamSwap::chunk(int b) {
     settle_slot(static_cast<std::size_t>(s));
   }
   Slot& sl = slots_[static_cast<std::size_t>(s)];
-  sl.in_use = true;
   sl.ahead = false;
   sl.used = ++clock_;
-  read_ahead(b);
+  sl.in_use = true;
+  try {
+    read_ahead(b);
+  } catch (...) {
+    sl.in_use = false;
+    throw;
+  }
   return slot_tensor(static_cast<std::size_t>(s), b);
 }
 
-void ParamSwap::done_with(int b, bool queued) {
+void ParamSwap::done_with(int b, std::function<void()> wait_copy) {
   const int s = find(b);
   ZERO_INTERNAL_ASSERT(s >= 0 && slots_[static_cast<std::size_t>(s)].in_use, "bucket ", b, " was not handed out");
   Slot& sl = slots_[static_cast<std::size_t>(s)];
   sl.in_use = false;
-  sl.queued = sl.queued || queued;
+  // A later copy's wait covers an earlier one's (a lane runs its copies in order).
+  if (wait_copy) sl.wait_copy = std::move(wait_copy);
 }
 
 void ParamSwap::read_ahead(int b) {
@@ -184,13 +217,13 @@ void ParamSwap::write(int b, std::size_t offset, const at::Tensor& values) {
   ZERO_INTERNAL_ASSERT(offset + n <= bucket.chunk, "a write past bucket ", b, "'s chunk");
   int s = find(b);
   if (s >= 0 && slots_[static_cast<std::size_t>(s)].state != State::kFilling) {
-    // An older copy of the chunk: done with its read or write, then refilled.
+    // An older copy of the chunk: done with its read or write (a failed
+    // read of it does not matter: it is overwritten), then refilled.
     Slot& sl = slots_[static_cast<std::size_t>(s)];
     ZERO_INTERNAL_ASSERT(!sl.in_use, "bucket ", b, " written while a gather reads it");
-    settle_slot(static_cast<std::size_t>(s));
-    if (sl.queued) {
-      if (settle_) settle_();
-      sl.queued = false;
+    quiesce(static_cast<std::size_t>(s));
+    if (sl.state == State::kFree) {  // its read failed: the slot is free again
+      sl.bucket = b;
     }
     sl.state = State::kFilling;
     sl.filled = 0;
@@ -219,11 +252,11 @@ void ParamSwap::flush() {
     ZERO_INTERNAL_ASSERT(slots_[s].state != State::kFilling, "bucket ", slots_[s].bucket, "'s chunk was written in part (",
                          slots_[s].filled, " elements)");
   }
-  for (std::size_t s = 0; s < slots_.size(); ++s) settle_slot(s);
-  if (!this_pass_.empty()) last_pass_ = std::move(this_pass_);
-  this_pass_.clear();
-  expect_ = 0;
-  for (Slot& sl : slots_) sl.ahead = false;
+  // The writes (a failed one throws); the reads ahead go on.
+  for (std::size_t s = 0; s < slots_.size(); ++s) {
+    if (slots_[s].state == State::kWriting) settle_slot(s);
+  }
+  new_pass();
 }
 
 void ParamSwap::discard_partial() {
@@ -233,14 +266,13 @@ void ParamSwap::discard_partial() {
 }
 
 at::Tensor ParamSwap::read_copy(int b) {
+  discard_partial();
   int s = find(b);
   if (s < 0) {
     s = take(/*wait=*/true);
     ZERO_INTERNAL_ASSERT(s >= 0, "no NVMe parameter buffer is free to read bucket ", b);
-    start_read(static_cast<std::size_t>(s), b, /*ahead=*/false);
+    start_read(static_cast<std::size_t>(s), b, /*ahead=*/false, /*count=*/false);
   }
-  ZERO_INTERNAL_ASSERT(slots_[static_cast<std::size_t>(s)].state != State::kFilling, "bucket ", b,
-                       " read while its update is being written");
   settle_slot(static_cast<std::size_t>(s));
   return slot_tensor(static_cast<std::size_t>(s), b).clone();
 }

@@ -47,16 +47,13 @@ class ParamSwap {
   ParamSwap(const ParamSwap&) = delete;
   ParamSwap& operator=(const ParamSwap&) = delete;
 
-  // Runs before a slot whose chunk was given to a queued copy (done_with(b,
-  // true)) is reused: waits for that copy.
-  void set_settle(std::function<void()> settle) { settle_ = std::move(settle); }
-
   // Bucket b's chunk (b.chunk elements, training precision, host): read now
   // or ahead. Valid until done_with(b) and the next call that takes a slot.
   at::Tensor chunk(int b);
-  // The caller has copied the chunk out (`queued`: the copy is queued and
-  // settle() waits for it). The slot keeps the chunk until it is needed.
-  void done_with(int b, bool queued);
+  // The caller has copied the chunk out, or queued the copy: then
+  // `wait_copy` blocks until it is done, and runs before the slot is
+  // written again. The slot keeps the chunk until it is needed.
+  void done_with(int b, std::function<void()> wait_copy = {});
 
   // Elements [offset, offset + n) of bucket b's chunk from `values`
   // (n elements, any floating dtype, any device; converted). A chunk is
@@ -66,10 +63,11 @@ class ParamSwap {
   // must be whole (an internal error otherwise). A new pass of reads begins.
   void flush();
   // Drops the chunks begun and not whole (a publish that failed part-way:
-  // the file keeps the values before it).
+  // the file keeps their values from before it).
   void discard_partial();
 
-  // Checkpoints: bucket b's chunk read now into a new host tensor.
+  // Checkpoints: bucket b's chunk read now into a new host tensor (not
+  // counted, and not part of the gathers' order).
   at::Tensor read_copy(int b);
 
   // Counted since the last call.
@@ -90,7 +88,7 @@ class ParamSwap {
     int bucket = -1;
     offload::SwapFile::Ticket ticket = 0;
     std::size_t filled = 0;
-    bool queued = false;   // a copy out of it may still be queued (settle() first)
+    std::function<void()> wait_copy;  // a copy out of it may still be queued: wait for it before writing it
     bool in_use = false;   // handed out by chunk(), not done_with() yet
     bool ahead = false;    // read ahead, not asked for yet
     std::uint64_t used = 0;  // when it was last handed out or written (least recently used goes first)
@@ -103,9 +101,15 @@ class ParamSwap {
   // A slot to take: a free one, else the least recently used one that is
   // not in use and not filling (waiting for its write or read). -1: none.
   int take(bool wait);
-  // Slot s, done with its read or write (waits), now kReady.
-  void settle_slot(std::size_t s);
-  void start_read(std::size_t s, int b, bool ahead);
+  // Slot s, done with its read or write (waits), now kReady. `drop_read`:
+  // the chunk read is not wanted (it is evicted or overwritten), and a
+  // failed read leaves the slot free instead of throwing.
+  void settle_slot(std::size_t s, bool drop_read = false);
+  // Slot s about to be written: its reads, writes and copies out done.
+  void quiesce(std::size_t s);
+  void start_read(std::size_t s, int b, bool ahead, bool count = true);
+  // The pass so far becomes the one the next reads follow.
+  void new_pass();
   // After the gather of b: reads ahead the buckets the last pass gathered next.
   void read_ahead(int b);
 
@@ -117,7 +121,6 @@ class ParamSwap {
   std::vector<std::size_t> region_;  // each bucket's region in the file
   std::unique_ptr<offload::SwapFile> swap_;
   std::vector<Slot> slots_;
-  std::function<void()> settle_;
   std::uint64_t clock_ = 0;
   // The gathers' order: the last pass's, and this one's so far.
   std::vector<int> last_pass_, this_pass_;

@@ -48,6 +48,13 @@ TEST(ExampleConfigs, SayWhatTheirNamesSay) {
   EXPECT_EQ(dpu.zero_optimization.offload_optimizer.device, "cpu");
   EXPECT_TRUE(dpu.zero_optimization.offload_optimizer.delayed_param_update);
   EXPECT_TRUE(dpu.bf16.enabled);
+
+  Config infinity = load_config(example("stage3_infinity.json"), 2);
+  EXPECT_EQ(infinity.zero_optimization.stage, 3);
+  EXPECT_EQ(infinity.zero_optimization.offload_optimizer.device, "nvme");
+  EXPECT_EQ(infinity.zero_optimization.offload_param.device, "nvme");
+  EXPECT_FALSE(infinity.zero_optimization.offload_param.nvme_path.empty());
+  EXPECT_TRUE(infinity.zero_optimization.offload_optimizer.delayed_param_update);
 }
 
 }  // namespace

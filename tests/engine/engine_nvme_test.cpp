@@ -169,26 +169,13 @@ TEST(NvmeOffloadCheckpoint, MovesBetweenNvmeAndHostMemory) {
     {
       auto model = make_model(c.kind);
       Engine engine(model, make(c, world, save_on, dir), comm);
-      for (int step = 0; step < kSteps / 2; ++step) {
-        GlobalBatch gb = global_batch(c.kind, step);
-        const int micro = kGlobalBatch / world;
-        at::Tensor loss = micro_loss(c.kind, *model, gb.x.narrow(0, comm.rank() * micro, micro),
-                                     gb.y.narrow(0, comm.rank() * micro, micro), engine.dtype());
-        engine.backward(loss);
-        engine.step();
-      }
+      for (int step = 0; step < kSteps / 2; ++step) step_once(c.kind, *model, engine, comm, step);
       if (way.async) ::setenv("ZERO_TEST_CKPT_WRITE_DELAY_MS", "300", 1);
       engine.save_checkpoint((dir / "ckpt").string(), tag, nlohmann::json::object(), way.async);
       ::unsetenv("ZERO_TEST_CKPT_WRITE_DELAY_MS");
       if (way.async) {
         EXPECT_TRUE(engine.checkpoint_in_flight());
-        for (int step = kSteps / 2; step < kSteps / 2 + 2; ++step) {
-          GlobalBatch gb = global_batch(c.kind, step);
-          const int micro = kGlobalBatch / world;
-          engine.backward(micro_loss(c.kind, *model, gb.x.narrow(0, comm.rank() * micro, micro),
-                                     gb.y.narrow(0, comm.rank() * micro, micro), engine.dtype()));
-          engine.step();
-        }
+        for (int step = kSteps / 2; step < kSteps / 2 + 2; ++step) step_once(c.kind, *model, engine, comm, step);
         engine.wait_checkpoint();
         EXPECT_GT(engine.last_checkpoint().stall_s, 0.2) << "the step did not wait for the streamed state";
       }
@@ -196,13 +183,7 @@ TEST(NvmeOffloadCheckpoint, MovesBetweenNvmeAndHostMemory) {
     RunResult second = train(c.kind, make(c, world, load_on, dir), comm, kSteps / 2, [&](int step, Engine& engine) {
       if (step == 0) engine.load_checkpoint((dir / "ckpt").string(), tag);
     });
-    for (int i = 0; i < kSteps / 2; ++i) {
-      EXPECT_EQ(second.losses[static_cast<std::size_t>(i)], unbroken.losses[static_cast<std::size_t>(i + kSteps / 2)])
-          << "step " << i + kSteps / 2;
-    }
-    for (std::size_t i = 0; i < unbroken.params.size(); ++i) {
-      EXPECT_TRUE(second.params[i].equal(unbroken.params[i])) << "parameter " << i;
-    }
+    expect_resumed_like(second, unbroken, kSteps / 2);
   }
   comm.barrier()->wait();
   if (comm.rank() == 0) rm_tree(dir);

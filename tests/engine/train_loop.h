@@ -125,4 +125,26 @@ inline RunResult train(ModelKind kind, const config::Config& cfg, comm::Communic
   return train(kind, cfg, comm, steps, [](int, Engine&) {});
 }
 
+// One optimizer step of train()'s schedule without accumulation: this rank's
+// micro-batch of the global batch, backward and step.
+inline void step_once(ModelKind kind, torch::nn::Module& model, Engine& engine, comm::Communicator& comm, int step) {
+  GlobalBatch gb = global_batch(kind, step);
+  const int micro = kGlobalBatch / comm.world_size();
+  engine.backward(micro_loss(kind, model, gb.x.narrow(0, comm.rank() * micro, micro),
+                             gb.y.narrow(0, comm.rank() * micro, micro), engine.dtype()));
+  engine.step();
+}
+
+// A run resumed at step `from` against the unbroken run: its losses those of
+// the unbroken run's steps from `from` on, its final weights the same, bitwise.
+inline void expect_resumed_like(const RunResult& resumed, const RunResult& unbroken, int from) {
+  for (std::size_t i = 0; i < resumed.losses.size(); ++i) {
+    EXPECT_EQ(resumed.losses[i], unbroken.losses[i + static_cast<std::size_t>(from)]) << "step " << i + from;
+  }
+  ASSERT_EQ(resumed.params.size(), unbroken.params.size());
+  for (std::size_t i = 0; i < unbroken.params.size(); ++i) {
+    EXPECT_TRUE(resumed.params[i].equal(unbroken.params[i])) << "parameter " << i;
+  }
+}
+
 }  // namespace zero::test
