@@ -65,6 +65,7 @@ struct Case {
   bool nccl = false;  // the engine on an NCCL communicator of world 1
   bool offload_param = false;  // stage 3: the parameter partition in pinned host memory
   float ratio = 1.0f;          // offload_optimizer.ratio: the rest stepped on the GPU
+  bool param_nvme = false;     // stage 3: the parameter partition on NVMe (pinned buffers, read ahead)
 };
 
 struct TrainRun {
@@ -105,7 +106,9 @@ config::Config make_config(const Case& k) {
         {"reduce_bucket_size", 20000},  // several buckets
         // Stage 3: the blocks partitioned (all their parameters are small).
         {"stage3_param_persistence_threshold", 0},
-        {"offload_param", {{"device", k.offload_param ? "cpu" : "none"}}},
+        {"offload_param",
+         {{"device", k.param_nvme ? "nvme" : k.offload_param ? "cpu" : "none"},
+          {"nvme_path", k.param_nvme ? nvme_dir() : ""}}},
         {"offload_optimizer",
          {{"device", k.offload}, {"nvme_path", k.offload == "nvme" ? nvme_dir() : ""},
           {"delayed_param_update", k.dpu}, {"delayed_param_update_warmup_steps", 1},
@@ -250,6 +253,15 @@ std::vector<Case> cases() {
   share(Case{"offload_fp32_stage2_accum2", 2, 2, 0.05f, "fp32", "cpu"}, 0.3f);
   share(Case{"offload_fp16_stage1_dynamic_scale", 1, 1, 0.05f, "fp16", "cpu"}, 0.6f);
   share(params_offloaded, 0.5f);
+  // The parameter partition on NVMe: its chunks read ahead into pinned
+  // buffers and copied up on the gather lane, a buffer reused only after its
+  // copy; with the optimizer state in host memory and on NVMe.
+  Case params_nvme{"param_nvme_bf16_stage3_dpu", 3, 1, 0.05f, "bf16", "cpu", true};
+  params_nvme.param_nvme = true;
+  v.push_back(params_nvme);
+  Case all_nvme{"param_nvme_all_nvme_fp32_stage3_accum2", 3, 2, 0.05f, "fp32", "nvme"};
+  all_nvme.param_nvme = true;
+  v.push_back(all_nvme);
   return v;
 }
 
