@@ -62,6 +62,9 @@ std::vector<std::string> ignored_settings(const config::Config& c, bool on_gpu) 
     w.push_back("zero_optimization.offload_optimizer.pin_memory has no effect on the CPU: there is no device "
                 "to copy to");
   }
+  if (z.stage == 3 && z.offload_param.device != "none" && !on_gpu && z.offload_param.pin_memory) {
+    w.push_back("zero_optimization.offload_param.pin_memory has no effect on the CPU: there is no device to copy to");
+  }
   return w;
 }
 
@@ -350,6 +353,7 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
       offload::SwapFile::Options io;
       io.io_threads = config_.aio.thread_count;
       io.block_bytes = static_cast<std::size_t>(config_.aio.block_size);
+      io.setting = "offload_param.nvme_path";
       const std::filesystem::path file = std::filesystem::path(z.offload_param.nvme_path) /
                                          ("zerocpp-params-rank" + std::to_string(m.plan.shard_rank) + ".swap");
       detail::agree(comm_, m.ctx.device, detail::error_of([&] { P.open_swap(file, io, m.ctx, ledger_); }),

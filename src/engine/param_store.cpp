@@ -204,8 +204,9 @@ void ParamStore::begin_publish(bool offloaded, const DeviceContext& ctx) {
 
 void ParamStore::publish_piece(const UpdateSource& src, const Bucket& b, std::size_t offset, std::size_t n,
                                const char* kind, std::size_t index) {
-  // H2D (with the partition on NVMe, nothing goes up here: the gathers copy the chunks up)
-  if (publish_offloaded_ && src.host && !swap_) copied_ += n * c10::elementSize(dtype_);
+  // H2D (the parameters' way up, as the paper counts it: with the partition
+  // on NVMe the update goes to the file, and the gathers bring it up)
+  if (publish_offloaded_ && src.host) copied_ += n * c10::elementSize(dtype_);
   if (!src.values.defined()) return;
   const at::Tensor from = src.values.narrow(0, i64(b.partition_offset + offset - src.base), i64(n));
   if (swap_) {

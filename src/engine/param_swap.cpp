@@ -149,7 +149,7 @@ at::Tensor ParamSwap::chunk(int b) {
   }
   if (s >= 0) {
     Slot& sl = slots_[static_cast<std::size_t>(s)];
-    if (sl.state == State::kReading) ++counters_.waited;
+    if (sl.state == State::kReading && !swap_->done(sl.ticket)) ++counters_.waited;
     settle_slot(static_cast<std::size_t>(s));
   } else {
     s = take(/*wait=*/true);

@@ -36,11 +36,11 @@ SwapFile::SwapFile(std::filesystem::path path, std::size_t bytes, Options option
   if (!std::filesystem::is_directory(dir, ec)) {
     const std::string d = dir.string();
     ZERO_CHECK(!std::filesystem::exists(dir, ec), "nvme_path '", d,
-               "' is a file, not a folder: name a folder on the NVMe drive in offload_optimizer.nvme_path");
+               "' is a file, not a folder: name a folder on the NVMe drive in ", o_.setting);
     ZERO_CHECK(d.empty() || d[0] != '~', "nvme_path '", d,
-               "' does not exist: zerocpp does not expand '~'; give the full path in offload_optimizer.nvme_path");
+               "' does not exist: zerocpp does not expand '~'; give the full path in ", o_.setting);
     ZERO_CHECK(false, "nvme_path '", d, "' is not a folder that exists: create it (mkdir -p ", d,
-               ") on the NVMe drive, or name another in offload_optimizer.nvme_path");
+               ") on the NVMe drive, or name another in ", o_.setting);
   }
   // The lock: a small file of its own, so that the swap file can go from
   // the folder at once (below). O_NOFOLLOW: never a file someone linked here.
@@ -50,14 +50,14 @@ SwapFile::SwapFile(std::filesystem::path path, std::size_t bytes, Options option
   ZERO_CHECK(lock_fd_ >= 0, "cannot create the NVMe lock file '", lock_path_, "': ",
              open_error == ELOOP ? std::string("it is a symbolic link, which zerocpp does not follow")
                                  : errno_text(open_error),
-             ". Give offload_optimizer.nvme_path a folder this process may write to, holding no links of these names");
+             ". Give ", o_.setting, " a folder this process may write to, holding no links of these names");
   if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
     const int e = errno;
     ::close(lock_fd_);
     ZERO_CHECK(false, "the NVMe swap file '", path_.string(), "' is ",
                e == EWOULDBLOCK ? "in use by another running process or engine (the same nvme_path given twice?)"
                                 : "not lockable (" + errno_text(e) + ")",
-               ": give each job a folder of its own in offload_optimizer.nvme_path");
+               ": give each job a folder of its own in ", o_.setting);
   }
   auto fail = [&](int err, const std::string& before, const std::string& after) {
     if (fd_ >= 0) ::close(fd_);
@@ -79,7 +79,7 @@ SwapFile::SwapFile(std::filesystem::path path, std::size_t bytes, Options option
   }
   if (fd_ < 0) {
     fail(errno, "cannot create the NVMe swap file '" + path_.string() + "': ",
-         ". Give offload_optimizer.nvme_path a folder this process may write to");
+         ". Give " + o_.setting + " a folder this process may write to");
   }
   // Gone from the folder at once: its space goes back to the drive when the
   // process ends, however it ends (an error, Ctrl-C, SIGTERM, kill -9).
@@ -92,8 +92,8 @@ SwapFile::SwapFile(std::filesystem::path path, std::size_t bytes, Options option
   if (err != 0) {
     fail(err, "cannot allocate " + std::to_string(bytes_) + " bytes for the NVMe swap file '" + path_.string() + "': ",
          " (the filesystem has " + free_space(dir) +
-             " free; each rank on this drive needs a file of its own). Free space there, or name a larger drive in "
-             "offload_optimizer.nvme_path");
+             " free; each rank on this drive needs a file of its own). Free space there, or name a larger drive in " +
+             o_.setting);
   }
   for (int i = 0; i < o_.io_threads; ++i) threads_.emplace_back([this] { run(); });
 }
@@ -147,6 +147,13 @@ void SwapFile::wait(Ticket ticket) {
   const std::exception_ptr error = it->second.error;
   pending_.erase(it);
   if (error) std::rethrow_exception(error);
+}
+
+bool SwapFile::done(Ticket ticket) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto it = pending_.find(ticket);
+  ZERO_CHECK(it != pending_.end(), "NVMe swap ticket ", ticket, " is unknown or was waited for already");
+  return it->second.blocks_left == 0;
 }
 
 void SwapFile::wait_all() {

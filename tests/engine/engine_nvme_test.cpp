@@ -166,23 +166,11 @@ TEST(NvmeOffloadCheckpoint, MovesBetweenNvmeAndHostMemory) {
     SCOPED_TRACE("saved with " + save_on + (way.async ? " asynchronously" : "") + ", loaded with " + load_on);
     const std::string tag = "from_" + save_on + (way.async ? "_async" : "");
     // The first half, saving at its end.
-    {
-      auto model = make_model(c.kind);
-      Engine engine(model, make(c, world, save_on, dir), comm);
-      for (int step = 0; step < kSteps / 2; ++step) step_once(c.kind, *model, engine, comm, step);
-      if (way.async) ::setenv("ZERO_TEST_CKPT_WRITE_DELAY_MS", "300", 1);
-      engine.save_checkpoint((dir / "ckpt").string(), tag, nlohmann::json::object(), way.async);
-      ::unsetenv("ZERO_TEST_CKPT_WRITE_DELAY_MS");
-      if (way.async) {
-        EXPECT_TRUE(engine.checkpoint_in_flight());
-        for (int step = kSteps / 2; step < kSteps / 2 + 2; ++step) step_once(c.kind, *model, engine, comm, step);
-        engine.wait_checkpoint();
-        EXPECT_GT(engine.last_checkpoint().stall_s, 0.2) << "the step did not wait for the streamed state";
-      }
-    }
-    RunResult second = train(c.kind, make(c, world, load_on, dir), comm, kSteps / 2, [&](int step, Engine& engine) {
-      if (step == 0) engine.load_checkpoint((dir / "ckpt").string(), tag);
-    });
+    const Engine::CheckpointTiming saved =
+        save_after(c.kind, make(c, world, save_on, dir), comm, kSteps / 2, (dir / "ckpt").string(), tag, way.async);
+    if (way.async) EXPECT_GT(saved.stall_s, 0.2) << "the step did not wait for the streamed state";
+    const RunResult second =
+        resume_from(c.kind, make(c, world, load_on, dir), comm, kSteps / 2, (dir / "ckpt").string(), tag);
     expect_resumed_like(second, unbroken, kSteps / 2);
   }
   comm.barrier()->wait();

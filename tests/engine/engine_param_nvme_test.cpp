@@ -135,22 +135,9 @@ TEST(ParamNvmeCheckpoint, MovesBetweenNvmeAndHostMemory) {
     const std::string& load_on = way.load_on;
     SCOPED_TRACE("saved with " + save_on + (way.async ? " asynchronously" : "") + ", loaded with " + load_on);
     const std::string tag = "from_" + save_on + (way.async ? "_async" : "");
-    {
-      auto model = make_model(c.kind);
-      Engine engine(model, make(c, world, save_on, dir), comm);
-      for (int step = 0; step < kSteps / 2; ++step) step_once(c.kind, *model, engine, comm, step);
-      if (way.async) ::setenv("ZERO_TEST_CKPT_WRITE_DELAY_MS", "200", 1);  // the writer held back
-      engine.save_checkpoint((dir / "ckpt").string(), tag, nlohmann::json::object(), way.async);
-      ::unsetenv("ZERO_TEST_CKPT_WRITE_DELAY_MS");
-      if (way.async) {
-        EXPECT_TRUE(engine.checkpoint_in_flight());
-        for (int step = kSteps / 2; step < kSteps / 2 + 2; ++step) step_once(c.kind, *model, engine, comm, step);
-        engine.wait_checkpoint();
-      }
-    }
-    RunResult second = train(c.kind, make(c, world, load_on, dir), comm, kSteps / 2, [&](int step, Engine& engine) {
-      if (step == 0) engine.load_checkpoint((dir / "ckpt").string(), tag);
-    });
+    save_after(c.kind, make(c, world, save_on, dir), comm, kSteps / 2, (dir / "ckpt").string(), tag, way.async, 200);
+    const RunResult second =
+        resume_from(c.kind, make(c, world, load_on, dir), comm, kSteps / 2, (dir / "ckpt").string(), tag);
     expect_resumed_like(second, unbroken, kSteps / 2);
   }
   comm.barrier()->wait();
@@ -170,7 +157,8 @@ TEST(ParamNvmeErrors, AreNamed) {
       EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
     }
   };
-  expect_error(make(c, comm.world_size(), "nvme", dir / "missing"), "mkdir -p");
+  // The folder's errors name the parameters' key, not the optimizer's.
+  expect_error(make(c, comm.world_size(), "nvme", dir / "missing"), "or name another in offload_param.nvme_path");
   config::Config no_offload = make(c, comm.world_size(), "nvme", dir);
   no_offload.zero_optimization.offload_optimizer.device = "none";
   expect_error(no_offload, "offload_param.device=\"nvme\" needs the optimizer on the CPU");
@@ -179,6 +167,26 @@ TEST(ParamNvmeErrors, AreNamed) {
     auto model = make_model(c.kind);
     Engine first(model, make(c, comm.world_size(), "nvme", dir), comm);
     expect_error(make(c, comm.world_size(), "nvme", dir), "in use by another");
+  }
+  comm.barrier()->wait();
+  if (comm.rank() == 0) rm_tree(dir);
+}
+
+// offload_param.pin_memory on the CPU is named as having no effect (rank 0).
+TEST(ParamNvmeConfig, PinMemoryOnTheCpuIsNamed) {
+  comm::Communicator& comm = world_comm();
+  const fs::path dir = shared_temp_dir(comm, "zero_param_nvme_", "pin");
+  const ParamNvmeCase c{"pin", ModelKind::kUnitMlp};
+  config::Config cfg = make(c, comm.world_size(), "nvme", dir);
+  cfg.zero_optimization.offload_param.pin_memory = true;
+  testing::internal::CaptureStderr();
+  {
+    auto model = make_model(c.kind);
+    Engine engine(model, cfg, comm);
+  }
+  const std::string err = testing::internal::GetCapturedStderr();
+  if (comm.rank() == 0) {
+    EXPECT_NE(err.find("offload_param.pin_memory has no effect on the CPU"), std::string::npos) << err;
   }
   comm.barrier()->wait();
   if (comm.rank() == 0) rm_tree(dir);

@@ -3,6 +3,8 @@
 // formula tests.
 #pragma once
 
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include <ATen/ops/cross_entropy_loss.h>
@@ -133,6 +135,35 @@ inline void step_once(ModelKind kind, torch::nn::Module& model, Engine& engine, 
   engine.backward(micro_loss(kind, model, gb.x.narrow(0, comm.rank() * micro, micro),
                              gb.y.narrow(0, comm.rank() * micro, micro), engine.dtype()));
   engine.step();
+}
+
+// Trains `steps` steps of train()'s schedule (no accumulation) with an
+// engine of `cfg`, then saves checkpoint `tag` under `root`. `async`: its
+// writer held back `hold_ms` (ZERO_TEST_CKPT_WRITE_DELAY_MS), and two more
+// steps run while it is written. Returns the save's timing.
+inline Engine::CheckpointTiming save_after(ModelKind kind, const config::Config& cfg, comm::Communicator& comm,
+                                           int steps, const std::string& root, const std::string& tag, bool async,
+                                           int hold_ms = 300) {
+  auto model = make_model(kind);
+  Engine engine(model, cfg, comm);
+  for (int step = 0; step < steps; ++step) step_once(kind, *model, engine, comm, step);
+  if (async) ::setenv("ZERO_TEST_CKPT_WRITE_DELAY_MS", std::to_string(hold_ms).c_str(), 1);
+  engine.save_checkpoint(root, tag, nlohmann::json::object(), async);
+  ::unsetenv("ZERO_TEST_CKPT_WRITE_DELAY_MS");
+  if (async) {
+    EXPECT_TRUE(engine.checkpoint_in_flight());
+    for (int step = steps; step < steps + 2; ++step) step_once(kind, *model, engine, comm, step);
+    engine.wait_checkpoint();
+  }
+  return engine.last_checkpoint();
+}
+
+// `steps` steps with an engine of `cfg` that first loads checkpoint `tag` of `root`.
+inline RunResult resume_from(ModelKind kind, const config::Config& cfg, comm::Communicator& comm, int steps,
+                             const std::string& root, const std::string& tag) {
+  return train(kind, cfg, comm, steps, [&](int step, Engine& engine) {
+    if (step == 0) engine.load_checkpoint(root, tag);
+  });
 }
 
 // A run resumed at step `from` against the unbroken run: its losses those of

@@ -40,6 +40,7 @@ class SwapFile {
   struct Options {
     int io_threads = 1;                   // aio.thread_count
     std::size_t block_bytes = 1u << 20;   // aio.block_size: one pread/pwrite at most this long
+    std::string setting = "offload_optimizer.nvme_path";  // the config key that names the folder (in errors)
   };
   // Makes `path` (its folder must exist and be writable) of `bytes` bytes.
   // Throws zero::Error naming the path and the fix when it cannot.
@@ -58,6 +59,8 @@ class SwapFile {
   void wait(Ticket ticket);
   // Waits for every request; rethrows the first error among them.
   void wait_all();
+  // Whether the request is done (its wait() would not block).
+  bool done(Ticket ticket);
 
   bool direct() const { return direct_; }
   std::size_t size() const { return bytes_; }
