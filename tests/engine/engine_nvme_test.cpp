@@ -156,21 +156,15 @@ TEST(NvmeOffloadCheckpoint, MovesBetweenNvmeAndHostMemory) {
   // engine, its writer held back (ZERO_TEST_CKPT_WRITE_DELAY_MS) so that
   // the first of them must wait for the state streamed from the swap file
   // that it rewrites.
-  struct Way {
-    std::string save_on, load_on;
-    bool async;
-  };
-  for (const Way& way : {Way{"nvme", "cpu", false}, Way{"cpu", "nvme", false}, Way{"nvme", "cpu", true}}) {
-    const std::string& save_on = way.save_on;
-    const std::string& load_on = way.load_on;
-    SCOPED_TRACE("saved with " + save_on + (way.async ? " asynchronously" : "") + ", loaded with " + load_on);
-    const std::string tag = "from_" + save_on + (way.async ? "_async" : "");
+  for (const SaveLoadWay& way : {SaveLoadWay{"nvme", "cpu", false}, SaveLoadWay{"cpu", "nvme", false}, SaveLoadWay{"nvme", "cpu", true}}) {
+    SCOPED_TRACE(way.trace());
+    const std::string tag = way.tag();
     // The first half, saving at its end.
     const Engine::CheckpointTiming saved =
-        save_after(c.kind, make(c, world, save_on, dir), comm, kSteps / 2, (dir / "ckpt").string(), tag, way.async);
+        save_after(c.kind, make(c, world, way.save_on, dir), comm, kSteps / 2, (dir / "ckpt").string(), tag, way.async);
     if (way.async) EXPECT_GT(saved.stall_s, 0.2) << "the step did not wait for the streamed state";
     const RunResult second =
-        resume_from(c.kind, make(c, world, load_on, dir), comm, kSteps / 2, (dir / "ckpt").string(), tag);
+        resume_from(c.kind, make(c, world, way.load_on, dir), comm, kSteps / 2, (dir / "ckpt").string(), tag);
     expect_resumed_like(second, unbroken, kSteps / 2);
   }
   comm.barrier()->wait();

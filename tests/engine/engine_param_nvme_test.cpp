@@ -126,18 +126,12 @@ TEST(ParamNvmeCheckpoint, MovesBetweenNvmeAndHostMemory) {
   // async: two more steps run while the save is written (the partition's
   // chunks were read from the swap file into the save's own memory: the
   // steps' publishes must not reach them).
-  struct Way {
-    std::string save_on, load_on;
-    bool async;
-  };
-  for (const Way& way : {Way{"nvme", "cpu", false}, Way{"cpu", "nvme", false}, Way{"nvme", "nvme", true}}) {
-    const std::string& save_on = way.save_on;
-    const std::string& load_on = way.load_on;
-    SCOPED_TRACE("saved with " + save_on + (way.async ? " asynchronously" : "") + ", loaded with " + load_on);
-    const std::string tag = "from_" + save_on + (way.async ? "_async" : "");
-    save_after(c.kind, make(c, world, save_on, dir), comm, kSteps / 2, (dir / "ckpt").string(), tag, way.async, 200);
+  for (const SaveLoadWay& way : {SaveLoadWay{"nvme", "cpu", false}, SaveLoadWay{"cpu", "nvme", false}, SaveLoadWay{"nvme", "nvme", true}}) {
+    SCOPED_TRACE(way.trace());
+    const std::string tag = way.tag();
+    save_after(c.kind, make(c, world, way.save_on, dir), comm, kSteps / 2, (dir / "ckpt").string(), tag, way.async, 200);
     const RunResult second =
-        resume_from(c.kind, make(c, world, load_on, dir), comm, kSteps / 2, (dir / "ckpt").string(), tag);
+        resume_from(c.kind, make(c, world, way.load_on, dir), comm, kSteps / 2, (dir / "ckpt").string(), tag);
     expect_resumed_like(second, unbroken, kSteps / 2);
   }
   comm.barrier()->wait();

@@ -137,6 +137,18 @@ inline void step_once(ModelKind kind, torch::nn::Module& model, Engine& engine, 
   engine.step();
 }
 
+// How a checkpoint test saves and loads: where the state (or the
+// parameters) lived when it was saved and when loaded, and whether the save
+// was asynchronous.
+struct SaveLoadWay {
+  std::string save_on, load_on;
+  bool async = false;
+  std::string tag() const { return "from_" + save_on + (async ? "_async" : ""); }
+  std::string trace() const {
+    return "saved with " + save_on + (async ? " asynchronously" : "") + ", loaded with " + load_on;
+  }
+};
+
 // Trains `steps` steps of train()'s schedule (no accumulation) with an
 // engine of `cfg`, then saves checkpoint `tag` under `root`. `async`: its
 // writer held back `hold_ms` (ZERO_TEST_CKPT_WRITE_DELAY_MS), and two more
