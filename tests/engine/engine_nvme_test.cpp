@@ -282,13 +282,7 @@ TEST(NvmeOffloadErrors, BadFoldersAreNamed) {
   const fs::path dir = job_dir(comm, "errors");
   NvmeCase c{"errors", ModelKind::kMlp, 2};
   auto expect_error = [&](const config::Config& cfg, const std::string& needle) {
-    auto model = make_model(c.kind);
-    try {
-      Engine engine(model, cfg, comm);
-      ADD_FAILURE() << "no error; expected one naming " << needle;
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-    }
+    expect_engine_error(c.kind, cfg, comm, needle);
   };
   // A folder that does not exist.
   expect_error(make(c, comm.world_size(), "nvme", dir / "missing"), "mkdir -p");

@@ -137,6 +137,19 @@ inline void step_once(ModelKind kind, torch::nn::Module& model, Engine& engine, 
   engine.step();
 }
 
+// Building an engine of `cfg` for a `kind` model fails with a zero::Error
+// whose message contains `needle`.
+inline void expect_engine_error(ModelKind kind, const config::Config& cfg, comm::Communicator& comm,
+                                const std::string& needle) {
+  auto model = make_model(kind);
+  try {
+    Engine engine(model, cfg, comm);
+    ADD_FAILURE() << "no error; expected one naming " << needle;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
 // How a checkpoint test saves and loads: where the state (or the
 // parameters) lived when it was saved and when loaded, and whether the save
 // was asynchronous.
