@@ -259,9 +259,7 @@ std::size_t OptimizerPartition::region_at(const Piece& pc, State s) const {
 }
 
 char* OptimizerPartition::swap_buffer(std::size_t k) const {
-  auto* base = static_cast<char*>(swap_buffers_.data_ptr()) + k * swap_buffer_bytes_;
-  const auto at = reinterpret_cast<std::uintptr_t>(base);
-  return base + (kSwapAlignBytes - at % kSwapAlignBytes) % kSwapAlignBytes;
+  return swap_aligned(static_cast<char*>(swap_buffers_.data_ptr()) + k * swap_buffer_bytes_);
 }
 
 // Piece i is stepped in buffer i % K. Reads run K - 1 pieces ahead: the read

@@ -131,14 +131,9 @@ void ParamStore::open_swap(const std::filesystem::path& file, offload::SwapFile:
   const PlannedBuffer& part = (*plan_)[Buffer::kParamPartition];
   const PlannedBuffer& bufs = (*plan_)[Buffer::kParamSwapBuffers];
   ZERO_INTERNAL_ASSERT(part.tier == memory::Tier::kNvme && bufs.present, "the plan keeps the parameters off NVMe");
-  std::size_t largest = 0;
-  for (const Bucket& b : layout_.buckets()) {
-    largest = std::max(largest, param_region_bytes(b, static_cast<int>(c10::elementSize(dtype_))));
-  }
-  const std::size_t count = (bufs.elements - kSwapAlignBytes) / largest;
   at::Tensor slots = ctx.host_tensor(bufs.elements, at::kByte);
   register_planned(ledger, regs_, bufs, slots);
-  swap_ = std::make_unique<ParamSwap>(layout_, dtype_, std::move(slots), count, largest, file, io);
+  swap_ = std::make_unique<ParamSwap>(layout_, dtype_, std::move(slots), file, io);
   // The file, as the plan has it: the chunks and their rounding to 4096 bytes.
   regs_.push_back(ledger.add(part.tier, part.kind, part.valid_bytes(), part.what));
   regs_.push_back(ledger.add(part.tier, memory::Kind::kPadding, part.bytes() - part.valid_bytes(), part.what));

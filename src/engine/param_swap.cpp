@@ -16,35 +16,28 @@ std::int64_t i64(std::size_t n) { return static_cast<std::int64_t>(n); }
 constexpr std::size_t kMaxPassPerBucket = 8, kMaxPassExtra = 256;
 }  // namespace
 
-ParamSwap::ParamSwap(const FlatLayout& layout, c10::ScalarType dtype, at::Tensor slots, std::size_t count,
-                     std::size_t slot_bytes, const std::filesystem::path& file, offload::SwapFile::Options io)
-    : layout_(layout),
-      dtype_(dtype),
-      es_(c10::elementSize(dtype)),
-      slots_mem_(std::move(slots)),
-      count_(count),
-      slot_bytes_(slot_bytes),
-      slots_(count) {
-  ZERO_INTERNAL_ASSERT(count_ >= 1 && slot_bytes_ % kSwapAlignBytes == 0 &&
-                           slots_mem_.nbytes() >= count_ * slot_bytes_ + kSwapAlignBytes,
-                       "the NVMe parameter buffers (", slots_mem_.nbytes(), " bytes) do not hold ", count_,
-                       " slots of ", slot_bytes_);
+ParamSwap::ParamSwap(const FlatLayout& layout, c10::ScalarType dtype, at::Tensor slots,
+                     const std::filesystem::path& file, offload::SwapFile::Options io)
+    : layout_(layout), dtype_(dtype), es_(c10::elementSize(dtype)), slots_mem_(std::move(slots)) {
+  // Each bucket's region, and a slot as large as the largest.
   std::size_t bytes = 0;
   for (const Bucket& b : layout_.buckets()) {
     region_.push_back(bytes);
     const std::size_t r = param_region_bytes(b, static_cast<int>(es_));
-    ZERO_INTERNAL_ASSERT(r <= slot_bytes_, "a bucket's chunk (", r, " bytes) is larger than the buffers");
+    slot_bytes_ = std::max(slot_bytes_, r);
     bytes += r;
   }
+  const std::size_t mem = static_cast<std::size_t>(slots_mem_.nbytes());
+  ZERO_INTERNAL_ASSERT(slot_bytes_ > 0 && mem >= slot_bytes_ + kSwapAlignBytes, "the NVMe parameter buffers (", mem,
+                       " bytes) do not hold one chunk of ", slot_bytes_);
+  slots_.resize((mem - kSwapAlignBytes) / slot_bytes_);
   swap_ = std::make_unique<offload::SwapFile>(file, bytes, io);
 }
 
 ParamSwap::~ParamSwap() = default;
 
 char* ParamSwap::slot_data(std::size_t s) const {
-  auto* base = static_cast<char*>(slots_mem_.data_ptr());
-  const auto at = reinterpret_cast<std::uintptr_t>(base);
-  return base + (kSwapAlignBytes - at % kSwapAlignBytes) % kSwapAlignBytes + s * slot_bytes_;
+  return swap_aligned(static_cast<char*>(slots_mem_.data_ptr())) + s * slot_bytes_;
 }
 
 at::Tensor ParamSwap::slot_tensor(std::size_t s, int b) const {

@@ -39,10 +39,11 @@ class ParamSwap {
     std::uint64_t writes = 0;       // chunks written
   };
   // `slots`: host bytes (the plan's kParamSwapBuffers; pinned on a GPU),
-  // holding `count` slots of `slot_bytes` after its first 4096-aligned byte.
-  // Makes the file (SwapFile's errors: the folder, the space, the lock).
-  ParamSwap(const FlatLayout& layout, c10::ScalarType dtype, at::Tensor slots, std::size_t count,
-            std::size_t slot_bytes, const std::filesystem::path& file, offload::SwapFile::Options io);
+  // as many slots of the largest bucket's region as fit after its first
+  // 4096-aligned byte. Makes the file (SwapFile's errors: the folder, the
+  // space, the lock).
+  ParamSwap(const FlatLayout& layout, c10::ScalarType dtype, at::Tensor slots, const std::filesystem::path& file,
+            offload::SwapFile::Options io);
   ~ParamSwap();
   ParamSwap(const ParamSwap&) = delete;
   ParamSwap& operator=(const ParamSwap&) = delete;
@@ -117,7 +118,7 @@ class ParamSwap {
   c10::ScalarType dtype_;
   std::size_t es_;
   at::Tensor slots_mem_;
-  std::size_t count_, slot_bytes_;
+  std::size_t slot_bytes_ = 0;  // one slot: the largest bucket's region
   std::vector<std::size_t> region_;  // each bucket's region in the file
   std::unique_ptr<offload::SwapFile> swap_;
   std::vector<Slot> slots_;

@@ -37,8 +37,7 @@ struct Fixture {
     std::size_t largest = 0;
     for (const Bucket& b : layout.buckets()) largest = std::max(largest, param_region_bytes(b, 4));
     at::Tensor slots = at::empty({static_cast<std::int64_t>(count * largest + kSwapAlignBytes)}, at::kByte);
-    swap = std::make_unique<ParamSwap>(layout, at::kFloat, slots, count, largest, dir / "params.swap",
-                                       offload::SwapFile::Options{});
+    swap = std::make_unique<ParamSwap>(layout, at::kFloat, slots, dir / "params.swap", offload::SwapFile::Options{});
   }
   ~Fixture() {
     swap.reset();

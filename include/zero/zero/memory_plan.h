@@ -145,15 +145,22 @@ inline std::size_t step_piece_elements(const Bucket& b, std::size_t cap) {
 // NVMe: one state (fp32) of a piece of n elements in the swap file, rounded
 // up to the 4096 bytes O_DIRECT works in.
 inline constexpr std::size_t kSwapAlignBytes = 4096;
-inline std::size_t swap_region_bytes(std::size_t n) {
-  return (n * 4 + kSwapAlignBytes - 1) / kSwapAlignBytes * kSwapAlignBytes;
+inline std::size_t swap_align_up(std::size_t bytes) {
+  return (bytes + kSwapAlignBytes - 1) / kSwapAlignBytes * kSwapAlignBytes;
+}
+inline std::size_t swap_region_bytes(std::size_t n) { return swap_align_up(n * 4); }
+// The first address in a host buffer that starts at `base` where a swap
+// file's O_DIRECT transfer may begin (the buffers are allocated
+// kSwapAlignBytes larger for it).
+inline char* swap_aligned(char* base) {
+  const auto at = reinterpret_cast<std::uintptr_t>(base);
+  return base + (kSwapAlignBytes - at % kSwapAlignBytes) % kSwapAlignBytes;
 }
 
 // Parameters on NVMe: bucket b's chunk (training precision, `element_bytes`
 // each) in the swap file, rounded up to 4096 bytes.
 inline std::size_t param_region_bytes(const Bucket& b, int element_bytes) {
-  const std::size_t n = b.chunk * static_cast<std::size_t>(element_bytes);
-  return (n + kSwapAlignBytes - 1) / kSwapAlignBytes * kSwapAlignBytes;
+  return swap_align_up(b.chunk * static_cast<std::size_t>(element_bytes));
 }
 
 // Gradient buckets alive at once in stage 2 / offload: GradReducer's
