@@ -90,6 +90,26 @@ at::Tensor OptimizerPartition::full_master() const {
   return at::cat({master_, dev_master_.to(master_.device())});
 }
 
+at::Tensor OptimizerPartition::master_slice(std::size_t offset, std::size_t n) const {
+  if (!swapped()) return full_master().narrow(0, i64(offset), i64(n)).clone();
+  constexpr std::size_t kBlock = std::size_t{1} << 20;
+  at::Tensor out = at::empty({i64(n)}, at::kFloat);
+  const at::Tensor scratch = at::empty({i64(std::min(kBlock, swap_align_up(n * sizeof(float))) + 2 * kSwapAlignBytes)},
+                                       at::kByte);
+  char* buf = swap_aligned(static_cast<char*>(scratch.data_ptr()));
+  const std::size_t cap = static_cast<std::size_t>(scratch.nbytes()) - kSwapAlignBytes;
+  char* to = static_cast<char*>(out.data_ptr());
+  std::uint64_t byte = offset * sizeof(float);
+  for (std::size_t left = n * sizeof(float); left > 0;) {
+    const auto [from, took] = read_state_bytes(State::kMaster, byte, left, buf, cap);
+    std::memcpy(to, from, took);
+    to += took;
+    byte += took;
+    left -= took;
+  }
+  return out;
+}
+
 void OptimizerPartition::seed_master(const at::Tensor& flat32) {
   allocate_master();
   for (const Bucket& b : layout_.buckets()) {
@@ -341,99 +361,45 @@ const OptimizerPartition::Piece& OptimizerPartition::piece_holding(std::size_t e
   return *std::prev(next);
 }
 
-OptimizerPartition::StateSpan OptimizerPartition::state_span(State s, std::uint64_t offset, std::size_t n,
-                                                          std::size_t cap) const {
-  constexpr std::size_t kAlign = offload::SwapFile::kAlign;
+OptimizerPartition::StateRun OptimizerPartition::state_run(State s, std::uint64_t offset, std::size_t n) const {
   const Piece& pc = piece_holding(static_cast<std::size_t>(offset / sizeof(float)));
   const std::size_t in_piece = static_cast<std::size_t>(offset) - pc.at() * sizeof(float);
-  const std::size_t start = in_piece / kAlign * kAlign;  // aligned, within the piece's region
-  const std::size_t lead = in_piece - start;
-  const std::size_t take = std::min({n, pc.n * sizeof(float) - in_piece, cap / kAlign * kAlign - lead});
-  return {region_at(pc, s) + start, lead, take};
+  return {region_at(pc, s) + in_piece, std::min(n, pc.n * sizeof(float) - in_piece)};
 }
 
 std::pair<const char*, std::size_t> OptimizerPartition::read_state_bytes(State s, std::uint64_t offset,
                                                                         std::size_t n, char* buf,
                                                                         std::size_t cap) const {
-  constexpr std::size_t kAlign = offload::SwapFile::kAlign;
   ZERO_INTERNAL_ASSERT(swapped() && (s != State::kExpAvgSq || !adagrad_), "no such state in the swap file");
-  ZERO_INTERNAL_ASSERT(reinterpret_cast<std::uintptr_t>(buf) % kAlign == 0 && cap >= 2 * kAlign && n > 0,
-                       "read_state_bytes: the buffer must be aligned and hold two blocks of ", kAlign);
   ZERO_INTERNAL_ASSERT(offset + n <= layout_.partition_numel() * sizeof(float), "read_state_bytes past the partition");
-  const StateSpan sp = state_span(s, offset, n, cap);
-  // (The region is rounded up to kAlign: the aligned read stays inside it.)
-  swap_->wait(swap_->read(sp.at, buf, offload::SwapFile::align_up(sp.lead + sp.take)));
-  return {buf + sp.lead, sp.take};
+  // (The region is rounded up to 4096 bytes: the aligned read stays inside it.)
+  const StateRun run = state_run(s, offset, n);
+  return offload::read_span(*swap_, run.pos, run.n, buf, cap);
 }
 
 void OptimizerPartition::write_state_bytes(State s, std::uint64_t offset, const void* src, std::size_t n) {
-  constexpr std::size_t kAlign = offload::SwapFile::kAlign;
   ZERO_INTERNAL_ASSERT(swapped() && (s != State::kExpAvgSq || !adagrad_), "no such state in the swap file");
   ZERO_INTERNAL_ASSERT(offset + n <= layout_.partition_numel() * sizeof(float), "write_state_bytes past the partition");
   if (s == State::kMaster && o_.dtype == at::kFloat) {
     std::memcpy(static_cast<char*>(staging_.data_ptr()) + offset, src, n);
   }
-  const std::size_t cap = swap_buffer_bytes_ - kSwapAlignBytes;
-  const std::size_t buffers = std::min<std::size_t>(2, swap_buffer_count_);
-  // Bytes [begin, end) of the file are read or written next: no write
-  // under way may change them meanwhile.
-  auto settle = [&](std::size_t begin, std::size_t end) {
-    for (StreamWrite& w : stream_writes_) {
-      if (w.ticket != 0 && begin < w.end && end > w.begin) {
-        swap_->wait(std::exchange(w.ticket, offload::SwapFile::Ticket{0}));
-      }
-    }
-  };
+  if (!stream_writer_) {
+    stream_writer_ = std::make_unique<offload::SwapStreamWriter>(
+        *swap_, std::array<char*, 2>{swap_buffer(0), swap_buffer_count_ > 1 ? swap_buffer(1) : nullptr},
+        swap_buffer_bytes_ - kSwapAlignBytes);
+  }
   const char* from = static_cast<const char*>(src);
   while (n > 0) {
-    const auto [at, lead, take] = state_span(s, offset, n, cap);
-    const std::size_t span = offload::SwapFile::align_up(lead + take);
-    // Buffer k is free once its last write is done (with two, one write is
-    // under way while the next range is prepared).
-    const std::size_t k = next_stream_buffer_;
-    next_stream_buffer_ = (k + 1) % buffers;
-    StreamWrite& mine = stream_writes_[k];
-    if (mine.ticket != 0) swap_->wait(std::exchange(mine.ticket, offload::SwapFile::Ticket{0}));
-    char* buf = swap_buffer(k);
-    // The blocks at the ends keep the bytes around the range: the head block
-    // is the last write's tail block when the ranges follow each other (its
-    // bytes, from that write's buffer), else read.
-    if (lead > 0) {
-      if (at == stream_tail_at_ && stream_tail_ != nullptr) {
-        std::memmove(buf, stream_tail_, kAlign);  // (one buffer: it may be the same bytes)
-      } else {
-        settle(at, at + kAlign);
-        swap_->wait(swap_->read(at, buf, kAlign));
-      }
-    }
-    if ((lead + take) % kAlign != 0 && (span > kAlign || lead == 0)) {
-      settle(at + span - kAlign, at + span);
-      swap_->wait(swap_->read(at + span - kAlign, buf + span - kAlign, kAlign));
-    }
-    std::memcpy(buf + lead, from, take);
-    settle(at, at + span);  // (two writes of one block never race)
-    mine = StreamWrite{swap_->write(at, buf, span), at, at + span};
-    stream_tail_at_ = at + span - kAlign;
-    stream_tail_ = buf + span - kAlign;
-    from += take;
-    offset += take;
-    n -= take;
+    const StateRun run = state_run(s, offset, n);
+    const std::size_t took = stream_writer_->write(run.pos, from, run.n);
+    from += took;
+    offset += took;
+    n -= took;
   }
 }
 
 void OptimizerPartition::finish_state_writes() {
-  stream_tail_ = nullptr;
-  stream_tail_at_ = 0;
-  std::exception_ptr first;
-  for (StreamWrite& w : stream_writes_) {
-    if (w.ticket == 0) continue;
-    try {
-      swap_->wait(std::exchange(w.ticket, offload::SwapFile::Ticket{0}));
-    } catch (...) {
-      if (!first) first = std::current_exception();
-    }
-  }
-  if (first) std::rethrow_exception(first);
+  if (stream_writer_) stream_writer_->finish();
 }
 
 }  // namespace zero::detail

@@ -36,6 +36,7 @@
 #include "zero/config/config.h"
 #include "zero/memory/memory_ledger.h"
 #include "zero/offload/swap_file.h"
+#include "zero/offload/swap_stream.h"
 #include "zero/optim/device_adam_registry.h"
 #include "zero/optim/thread_pool.h"
 #include "zero/zero/flat_layout.h"
@@ -109,6 +110,10 @@ class OptimizerPartition {
   // The whole partition's master weights in one tensor where the main share
   // is (a copy when there is a device share).
   at::Tensor full_master() const;
+  // Elements [offset, offset + n) of the partition's master weights, in a
+  // new fp32 tensor where the main share is (on NVMe read a block at a
+  // time: the master is never whole in host memory).
+  at::Tensor master_slice(std::size_t offset, std::size_t n) const;
   // The updated training-precision values of the main share (offload with
   // staging) and of the device share (bf16/fp16).
   const at::Tensor& staging() const { return staging_; }
@@ -154,14 +159,13 @@ class OptimizerPartition {
   std::size_t region_at(const Piece& pc, State s) const;
   // The main piece that holds partition element `element`.
   const Piece& piece_holding(std::size_t element) const;
-  // Where up to `n` bytes of state `s` from partition byte `offset` lie in
-  // the file: the aligned block they start in (`at`), their place in it
-  // (`lead`), and how many of them (`take`) fit in one piece and in an
-  // aligned buffer of `cap` bytes with them.
-  struct StateSpan {
-    std::size_t at, lead, take;
+  // Where bytes of state `s` from partition byte `offset` on lie in the
+  // file: from byte `pos`, `n` of them (at most the n asked for; no more
+  // than one piece holds).
+  struct StateRun {
+    std::size_t pos, n;
   };
-  StateSpan state_span(State s, std::uint64_t offset, std::size_t n, std::size_t cap) const;
+  StateRun state_run(State s, std::uint64_t offset, std::size_t n) const;
   void step_swapped(const GradsFn& grads, const HalfOutFn& half_out, float grad_scale, float lr, std::int64_t step,
                     const PieceDoneFn& after_piece);
   void step_piece(const Piece& pc, float* master, float* m1, float* m2, const at::Tensor& g, void* half,
@@ -194,16 +198,9 @@ class OptimizerPartition {
   std::vector<std::size_t> slots_;
   std::size_t swap_buffer_bytes_ = 0;
   std::size_t swap_buffer_count_ = 0;
-  // write_state_bytes(): the write under way from each of (at most) two
-  // buffers, the buffer for the next range, and the last write's tail block.
-  struct StreamWrite {
-    offload::SwapFile::Ticket ticket = 0;
-    std::size_t begin = 0, end = 0;  // the bytes of the file it writes
-  };
-  std::array<StreamWrite, 2> stream_writes_{};
-  std::size_t next_stream_buffer_ = 0;
-  std::size_t stream_tail_at_ = 0;
-  const char* stream_tail_ = nullptr;
+  // write_state_bytes(): through two of the swap buffers (made at its first
+  // call; after swap_: it waits for its writes before the file goes).
+  std::unique_ptr<offload::SwapStreamWriter> stream_writer_;
 };
 
 }  // namespace zero::detail

@@ -2,7 +2,9 @@
 // written reads back, block by block over several I/O threads, with reads
 // and writes in flight together; misuse and bad folders are named; the file
 // is unlinked at once (its space is the process's until it ends), never
-// opened through a link, and its lock file refuses a second user.
+// opened through a link, and its lock file refuses a second user. And the
+// byte ranges at any position that checkpoints stream through it
+// (zero/offload/swap_stream.h), against a copy of the file in memory.
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -12,6 +14,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -19,6 +22,7 @@
 
 #include "zero/core/error.h"
 #include "zero/offload/swap_file.h"
+#include "zero/offload/swap_stream.h"
 
 namespace zero::offload {
 namespace {
@@ -84,6 +88,61 @@ TEST(SwapFile, WhatIsWrittenReadsBackAcrossThreadsAndBlocks) {
     f.wait_all();
   }
   EXPECT_FALSE(fs::exists(dir / "state.swap.lock"));  // removed with the SwapFile
+  fs::remove_all(dir);
+}
+
+// Ranges at any offset and of any length, written one after another (some
+// continuing the last one, some crossing many blocks, some inside one) through
+// one or two buffers smaller than many of them: the file ends as the copy in
+// memory that took the same writes, the bytes around each range kept; and
+// read_span() reads any range back.
+TEST(SwapStream, RangesAtAnyOffsetKeepTheBytesAroundThem) {
+  const fs::path dir = temp_dir("stream");
+  constexpr std::size_t kBytes = 40 * SwapFile::kAlign, kBuffer = 3 * SwapFile::kAlign;
+  for (const int buffers : {1, 2}) {
+    SCOPED_TRACE(std::to_string(buffers) + " buffer(s)");
+    SwapFile f(dir / "stream.swap", kBytes, SwapFile::Options{2, 2 * SwapFile::kAlign});
+    std::vector<char> want(kBytes);
+    std::mt19937 rng(42 + buffers);
+    for (char& c : want) c = static_cast<char>(rng());
+    {
+      AlignedBuffer all(kBytes);
+      std::memcpy(all.data, want.data(), kBytes);
+      f.wait(f.write(0, all.data, kBytes));
+    }
+    AlignedBuffer a(kBuffer), b(kBuffer);
+    SwapStreamWriter writer(f, {a.data, buffers == 2 ? b.data : nullptr}, kBuffer);
+    std::size_t next = 0;
+    for (int round = 0; round < 400; ++round) {
+      // A third of the ranges continue the last one (its tail block reused).
+      const bool follows = round % 3 == 1 && next < kBytes;
+      const std::size_t pos = follows ? next : rng() % kBytes;
+      const std::size_t len = 1 + rng() % std::min<std::size_t>(kBytes - pos, round % 5 == 0 ? 9 * SwapFile::kAlign : 700);
+      std::vector<char> src(len);
+      for (char& c : src) c = static_cast<char>(rng());
+      std::size_t done = 0;
+      while (done < len) done += writer.write(pos + done, src.data() + done, len - done);
+      std::memcpy(want.data() + pos, src.data(), len);
+      next = pos + len;
+      if (round % 97 == 0) writer.finish();  // (used again after it)
+    }
+    writer.finish();
+    AlignedBuffer got(kBytes);
+    f.wait(f.read(0, got.data, kBytes));
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < kBytes; ++i) differ += got.data[i] != want[i];
+    EXPECT_EQ(differ, 0u) << "bytes of the file differ from the writes";
+    for (int round = 0; round < 100; ++round) {
+      const std::size_t pos = rng() % kBytes, len = 1 + rng() % (kBytes - pos);
+      const auto [from, took] = read_span(f, pos, len, a.data, kBuffer);
+      ASSERT_GE(took, 1u);
+      ASSERT_LE(took, len);
+      EXPECT_EQ(std::memcmp(from, want.data() + pos, took), 0) << "read_span(" << pos << ", " << len << ")";
+      if (took < len) {
+        EXPECT_GT(pos % SwapFile::kAlign + took, kBuffer - SwapFile::kAlign) << "read less than the buffer holds";
+      }
+    }
+  }
   fs::remove_all(dir);
 }
 
