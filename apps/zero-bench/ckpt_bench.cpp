@@ -46,6 +46,7 @@ struct CkptOptions {
   bool offload = true, json = false;
   std::string dir = "/tmp/zero_bench_ckpt";
   std::string nvme_path;  // the optimizer state on NVMe, in this folder (streamed to and from the checkpoint)
+  bool param_nvme = false;  // and the parameter partition (stage 3)
 };
 
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
@@ -129,6 +130,12 @@ void run_ckpt_on(const CkptOptions& o, comm::Communicator& job) {
              "which is offloaded: drop --no-offload");
   cfg.zero_optimization.offload_optimizer.device = !o.nvme_path.empty() ? "nvme" : o.offload ? "cpu" : "none";
   cfg.zero_optimization.offload_optimizer.nvme_path = o.nvme_path;
+  ZERO_CHECK(!o.param_nvme || (o.stage == 3 && !o.nvme_path.empty()), "zero-bench ckpt: --param-nvme puts the "
+             "parameter partition on NVMe beside the optimizer state: it needs --stage 3 and --nvme-path");
+  if (o.param_nvme) {
+    cfg.zero_optimization.offload_param.device = "nvme";
+    cfg.zero_optimization.offload_param.nvme_path = o.nvme_path;
+  }
   Engine engine(model, cfg, *comm);
   const at::Tensor batch = at::randint(g.vocab_size, {1, 65});
   engine.backward(model->loss(batch.narrow(1, 0, 64), batch.narrow(1, 1, 64)));
@@ -213,7 +220,8 @@ void run_ckpt_on(const CkptOptions& o, comm::Communicator& job) {
   std::printf("zero-bench ckpt: GPT %lld x %lld (%.1fM parameters), stage %d%s, %d rank(s), %.1f MB per rank, "
               "%.1f MB in all, folder %s, median of %d rounds\n",
               (long long)o.layers, (long long)o.embd, engine.num_parameters() / 1e6, o.stage,
-              !o.nvme_path.empty() ? " + offload to nvme" : o.offload ? " + offload" : "", world, bytes / mb, total / mb, o.dir.c_str(), o.rounds);
+              o.param_nvme ? " + offload to nvme, parameters too" : !o.nvme_path.empty() ? " + offload to nvme"
+              : o.offload ? " + offload" : "", world, bytes / mb, total / mb, o.dir.c_str(), o.rounds);
   std::printf("  %-34s %9s %10s %9s\n", "", "seconds", "MB/s", "of disk");
   std::printf("  %-34s %9.3f %10.1f %9s\n", "disk: write + fsync, page cache", buffered_w, total / buffered_w / mb, "");
   std::printf("  %-34s %9.3f %10.1f %9s\n", "disk: write + fsync, O_DIRECT", direct_w, total / direct_w / mb, "");
@@ -234,7 +242,7 @@ void run_ckpt_on(const CkptOptions& o, comm::Communicator& job) {
                         {"disk_read_buffered_s", buffered_r}, {"disk_read_direct_s", direct_r},
                         {"save_sync_s", sync_s}, {"save_async_s", async_s}, {"async_stall_s", stall_s},
                         {"async_step_s", step_s},
-                        {"load_s", load_s}, {"nvme", !o.nvme_path.empty()}};
+                        {"load_s", load_s}, {"nvme", !o.nvme_path.empty()}, {"param_nvme", o.param_nvme}};
     std::printf("%s\n", j.dump().c_str());
   }
 }
@@ -257,6 +265,9 @@ void add_ckpt_command(CLI::App& app) {
                   "the optimizer state on NVMe (offload_optimizer.device \"nvme\") in this folder: the save and "
                   "load stream it between the swap file and the checkpoint")
       ->check(CLI::ExistingDirectory);
+  cmd->add_flag("--param-nvme", o->param_nvme,
+                "with --stage 3 and --nvme-path: the parameter partition on NVMe too (offload_param.device "
+                "\"nvme\"), streamed like the state");
   cmd->callback([o] { run_as_job("zero-bench ckpt", [&](comm::Communicator& job) { run_ckpt_on(*o, job); }); });
 }
 

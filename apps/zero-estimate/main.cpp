@@ -266,16 +266,16 @@ int main(int argc, char** argv) {
     }
     for (const Row& r : rows) {
       if (r.e.nvme_total() == 0) continue;
-      const bool state = r.e.nvme_master > 0;
-      std::printf("(a checkpoint save or load of an NVMe run ");
-      if (state) {
-        std::printf("streams the optimizer state between the swap file and the checkpoint's files through %s of "
-                    "host memory per rank, not in host total",
-                    memory::format_bytes(static_cast<std::int64_t>(ckpt::kIoBlock * (ckpt::kIoRing + 2))).c_str());
-      }
-      if (r.e.nvme_params > 0) {
-        std::printf("%sreads the parameters on NVMe into host memory whole: about %s more per rank while it runs",
-                    state ? "; it " : "", memory::format_bytes(r.e.nvme_params).c_str());
+      const bool state = r.e.nvme_master > 0, params = r.e.nvme_params > 0;
+      std::printf("(a checkpoint save or load of an NVMe run streams %s between the swap file%s and the checkpoint's "
+                  "files through %s of host memory per rank, not in host total",
+                  state && params ? "the optimizer state and the parameters" : state ? "the optimizer state" : "the parameters",
+                  state && params ? "s" : "",
+                  memory::format_bytes(static_cast<std::int64_t>(ckpt::kIoBlock * (ckpt::kIoRing + 2))).c_str());
+      if (params && !state) {
+        std::printf("; an asynchronous save reads the parameters into host memory instead (so that training does not "
+                    "wait for them): about %s more per rank until they are written",
+                    memory::format_bytes(r.e.nvme_params).c_str());
       }
       std::printf(")\n");
       break;

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <optional>
 #include <unordered_set>
@@ -212,10 +213,23 @@ void Engine::save_checkpoint(const std::string& dir, const std::string& tag, con
       man.partition_sections.push_back("exp_avg_sq");
       state_section("exp_avg_sq", State::kExpAvgSq);
     }
-    // (On NVMe, read from the swap file into copies of the save's own.)
+    // On NVMe the parameters stream from the swap file as the state does,
+    // unless the save is asynchronous and the state is in host memory: then
+    // they are read into copies of the save's own, so that the next step
+    // does not wait for them to be written.
     detail::SaveSection params{"params", tdtype, {}, {}, /*live=*/P.swap() == nullptr};
-    params.copies = P.swap() != nullptr;
-    for (const Bucket& b : L.buckets()) params.pieces.push_back(host(P.read_rank_chunk(b)));
+    detail::ParamSwap* swap = P.swap();
+    if (swap != nullptr && (!async || m.optimizer->swapped())) {
+      swap->settle_writes();
+      params.live = false;
+      params.stream_bytes = L.partition_numel() * c10::elementSize(m.precision.dtype());
+      params.stream = [swap](std::uint64_t offset, std::size_t n, char* buf, std::size_t cap) {
+        return swap->read_bytes(offset, n, buf, cap);
+      };
+    } else {
+      params.copies = swap != nullptr;
+      for (const Bucket& b : L.buckets()) params.pieces.push_back(host(P.read_rank_chunk(b)));
+    }
     sections.push_back(std::move(params));
     man.partition_sections.push_back("params");
     if (man.engine.update_pending) {
@@ -359,9 +373,9 @@ namespace {
 // (copied up once every file is read).
 struct LoadTarget {
   const char* section = nullptr;
-  // NVMe: the state streamed into the swap file as the files are read
-  // (no segments).
-  std::optional<detail::OptimizerPartition::State> streamed;
+  // NVMe: the partition's bytes streamed into a swap file as the files are
+  // read, sink(partition byte, data, n) (no segments).
+  std::function<void(std::uint64_t, const void*, std::size_t)> sink;
   std::vector<std::pair<std::uint64_t, at::Tensor>> segments;  // (partition offset, contiguous 1-D host tensor)
   // The device tensors that segments are host copies of, with the
   // segment's index (a target may mix host and device segments).
@@ -395,20 +409,19 @@ void add_reads(const LoadTarget& t, const ckpt::SectionRecord& s, std::uint64_t 
   }
 }
 
-// Where a streamed range goes: state `state` from byte `byte` of the
-// partition on.
+// Where a streamed range goes: a target's partition from byte `byte` on.
 struct StreamDest {
-  detail::OptimizerPartition::State state;
+  const LoadTarget* target;
   std::uint64_t byte;
 };
 
-// The read that puts `n` elements of a saved fp32 state section (from
-// element `src`) at partition element `dst` of a streamed target.
+// The read that puts `n` elements of a saved section (from element `src`)
+// at partition element `dst` of a streamed target (the section is in the
+// target's dtype).
 void add_streamed_read(const LoadTarget& t, const ckpt::SectionRecord& s, std::uint64_t src, std::uint64_t dst,
                        std::uint64_t n, std::vector<ckpt::ReadRange>& out, std::map<std::size_t, StreamDest>& dests) {
-  constexpr std::uint64_t es = sizeof(float);
-  ZERO_INTERNAL_ASSERT(ckpt::Manifest::dtype_size(s.dtype) == es, "a streamed checkpoint section must be fp32");
-  dests[out.size()] = StreamDest{*t.streamed, dst * es};
+  const std::uint64_t es = ckpt::Manifest::dtype_size(s.dtype);
+  dests[out.size()] = StreamDest{&t, dst * es};
   out.push_back({s.offset + src * es, n * es, nullptr});
 }
 
@@ -439,11 +452,10 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
   std::vector<LoadTarget> targets;
   LoadTarget* params_target = nullptr;
   at::Tensor update, rng, rng_device;
-  at::Tensor params_read;  // the saved parameters on their way to the NVMe swap file
   std::vector<std::pair<at::Tensor, at::Tensor>> module_updates;  // (module tensor, loaded value)
   std::map<int, std::vector<ckpt::ReadRange>> reads;  // by saved rank
   std::map<int, std::map<std::size_t, StreamDest>> streamed;  // by saved rank: range index -> swap file (NVMe)
-  bool same_dtype = false;
+  bool same_dtype = false, keep_pending = false;
   std::string error = error_of([&] {
     const std::string t = ckpt::resolve_tag(root, tag);
     folder = root / t;
@@ -493,7 +505,8 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
     auto shares = [&](const char* section, State s) {
       LoadTarget& t = target(section);
       if (m.optimizer->swapped()) {
-        t.streamed = s;
+        detail::OptimizerPartition* opt = m.optimizer.get();
+        t.sink = [opt, s](std::uint64_t byte, const void* data, std::size_t n) { opt->write_state_bytes(s, byte, data, n); };
         return;
       }
       std::size_t at = 0;
@@ -507,25 +520,43 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
     if (man.moments == 2) shares("exp_avg_sq", State::kExpAvgSq);
     if (same_dtype) {
       params_target = &target("params");
-      if (P.swap()) {
-        // On NVMe: read into host memory, then written to the swap file.
-        // (zeros: the reads fill the parameters' runs, the padding keeps zeros)
-        params_read = at::zeros({static_cast<std::int64_t>(L.partition_numel())}, at::TensorOptions().dtype(dtype));
-        params_target->add(0, params_read);
+      if (detail::ParamSwap* swap = P.swap()) {
+        // On NVMe: streamed into the swap file as the state is (the padding
+        // keeps the file's zeros).
+        params_target->sink = [swap](std::uint64_t byte, const void* data, std::size_t n) {
+          swap->write_bytes(byte, data, n);
+        };
       } else {
         for (const Bucket& b : L.buckets()) params_target->add(b.partition_offset, P.rank_chunk(b).contiguous());
       }
     }
     const bool has_update = std::find(man.partition_sections.begin(), man.partition_sections.end(), "update") !=
                             man.partition_sections.end();
+    // A pending delayed update that stays pending is read into this
+    // engine's update buffer; one applied at load into a tensor of its own.
+    keep_pending = man.engine.update_pending && m.delayed->enabled() && same_dtype;
+    const std::vector<at::Tensor> update_parts =
+        keep_pending ? m.update_parts(m.grads->current() ^ 1) : std::vector<at::Tensor>{};
+    ZERO_CHECK(update_parts.empty() || has_update, "checkpoint ", where,
+               " has a pending delayed update but not its values (its manifest lists no 'update' section): it is "
+               "damaged; load another one");
     if (same_dtype && has_update) {
-      update = at::empty({static_cast<std::int64_t>(L.partition_numel())}, at::TensorOptions().dtype(dtype));
-      target("update").add(0, update);
+      LoadTarget& t = target("update");
+      if (keep_pending) {
+        std::size_t at = 0;
+        for (const at::Tensor& part : update_parts) {
+          t.add(at, part);
+          at += static_cast<std::size_t>(part.numel());
+        }
+      } else {
+        update = at::empty({static_cast<std::int64_t>(L.partition_numel())}, at::TensorOptions().dtype(dtype));
+        t.add(0, update);
+      }
     }
     for (const ckpt::ElementRun& r : ckpt::plan_partition(man, bucket_records(L), params, P.shard_rank())) {
       const ckpt::FileRecord& f = man.files[static_cast<std::size_t>(r.shard)];
       for (const LoadTarget& w : targets) {
-        if (w.streamed) {
+        if (w.sink) {
           add_streamed_read(w, *f.find(w.section), r.src, r.dst, r.n, reads[r.shard], streamed[r.shard]);
         } else {
           add_reads(w, *f.find(w.section), r.src, r.dst, r.n, reads[r.shard]);
@@ -585,14 +616,18 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
                         if (d == dests->second.end()) {
                           std::memcpy(static_cast<char*>(ranges[i].dst) + offset, data, n);
                         } else {
-                          m.optimizer->write_state_bytes(d->second.state, d->second.byte + offset, data, n);
+                          d->second.target->sink(d->second.byte + offset, data, n);
                         }
                       });
     }
   });
-  // The swap file's last writes, also after a failed read (its error is then the one said).
+  // The swap files' last writes, also after a failed read (its error is then the one said).
   if (m.optimizer->swapped()) {
     const std::string write_error = error_of([&] { m.optimizer->finish_state_writes(); });
+    if (error.empty()) error = write_error;
+  }
+  if (detail::ParamSwap* swap = P.swap()) {
+    const std::string write_error = error_of([&] { swap->finish_writes(); });
     if (error.empty()) error = write_error;
   }
   try {
@@ -614,30 +649,23 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
   // place or copied up), or from the master weights in this engine's
   // precision.
   auto set_params = [&](const at::Tensor& values) { P.write_partition(values); };
-  auto saved_params = [&] {
-    params_target->copy_up();
-    if (params_read.defined()) P.write_partition(params_read);
-  };
-  // (Read only where it is used: with NVMe, full_master() reads the file.)
+  auto saved_params = [&] { params_target->copy_up(); };
+  // (Read only where it is used: with NVMe the master is read from the file
+  // a chunk at a time.)
   auto set_params_from_master = [&] {
+    if (m.optimizer->swapped()) {
+      P.write_partition([&](std::size_t offset, std::size_t n) { return m.optimizer->master_slice(offset, n).to(dtype); });
+      return;
+    }
     const at::Tensor master = m.optimizer->full_master();
     set_params(master.narrow(0, 0, static_cast<std::int64_t>(L.partition_numel())).to(dtype));
   };
-  const bool keep_pending = man.engine.update_pending && m.delayed->enabled() && same_dtype;
   if (keep_pending) {
     // The model computes with step t-1's parameters, the update of step t
-    // waits in the update buffer, as when the run was saved.
+    // waits in the update buffer (read into it above), as when the run was
+    // saved.
     saved_params();
     m.update_index = m.grads->current() ^ 1;
-    const std::vector<at::Tensor> parts = m.update_parts(m.update_index);
-    if (!parts.empty()) {
-      ZERO_CHECK(update.defined(), "checkpoint ", where, " has a pending delayed update but not its values");
-      std::int64_t at = 0;
-      for (const at::Tensor& part : parts) {
-        part.copy_(update.narrow(0, at, part.numel()));
-        at += part.numel();
-      }
-    }
     m.delayed->restore_pending(man.engine.steps);
   } else if (man.engine.update_pending) {
     // This engine has no delayed update (or another precision): the

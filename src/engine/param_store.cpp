@@ -263,9 +263,13 @@ at::Tensor ParamStore::read_rank_chunk(const Bucket& b) {
 }
 
 void ParamStore::write_partition(const at::Tensor& values) {
+  write_partition([&](std::size_t offset, std::size_t n) { return values.narrow(0, i64(offset), i64(n)); });
+}
+
+void ParamStore::write_partition(const std::function<at::Tensor(std::size_t, std::size_t)>& values) {
   if (swap_) swap_->discard_partial();  // a publish that failed part-way before this
   for (const Bucket& b : layout_.buckets()) {
-    const at::Tensor from = values.narrow(0, i64(b.partition_offset), i64(b.chunk));
+    const at::Tensor from = values(b.partition_offset, b.chunk);
     if (swap_) {
       swap_->write(bucket_index(b), 0, from);
     } else {

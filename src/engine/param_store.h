@@ -106,6 +106,7 @@ class ParamStore {
   void open_swap(const std::filesystem::path& file, offload::SwapFile::Options io, const DeviceContext& ctx,
                  memory::MemoryLedger& ledger);
   const ParamSwap* swap() const { return swap_.get(); }
+  ParamSwap* swap() { return swap_.get(); }  // (checkpoints stream the partition through it)
   // Its reads and writes since the last call (zeros without it).
   ParamSwap::Counters take_swap_counters() { return swap_ ? swap_->take_counters() : ParamSwap::Counters{}; }
   bool partitioned() const { return partitioned_; }
@@ -185,6 +186,9 @@ class ParamStore {
   // Every chunk of the rank's partition from `values` (the partition's
   // elements, any floating dtype): copied, or written to the swap file.
   void write_partition(const at::Tensor& values);
+  // The same from values(offset, n): the partition's elements [offset,
+  // offset + n), a chunk at a time (the partition is never whole in memory).
+  void write_partition(const std::function<at::Tensor(std::size_t, std::size_t)>& values);
   // Blocks until the last publish()'s copies are done: its host-to-device
   // copies (before their source is written again) and, with offload_param,
   // the device share's copies down into the host partition (before the host

@@ -270,4 +270,58 @@ at::Tensor ParamSwap::read_copy(int b) {
   return slot_tensor(static_cast<std::size_t>(s), b).clone();
 }
 
+void ParamSwap::settle_writes() {
+  ZERO_INTERNAL_ASSERT(!writer_, "a streamed load of the parameters is not finished");
+  discard_partial();
+  for (std::size_t s = 0; s < slots_.size(); ++s) {
+    if (slots_[s].state == State::kWriting) settle_slot(s);
+  }
+}
+
+ParamSwap::FileRun ParamSwap::file_run(std::uint64_t offset, std::size_t n) const {
+  const std::vector<Bucket>& buckets = layout_.buckets();
+  const std::size_t element = static_cast<std::size_t>(offset / es_);
+  // (The chunks are in partition order, one after another.)
+  const auto next = std::upper_bound(buckets.begin(), buckets.end(), element,
+                                     [](std::size_t e, const Bucket& b) { return e < b.partition_offset; });
+  ZERO_INTERNAL_ASSERT(next != buckets.begin(), "partition byte ", offset, " is in no chunk");
+  const auto b = static_cast<std::size_t>(std::prev(next) - buckets.begin());
+  const std::size_t in_chunk = static_cast<std::size_t>(offset) - buckets[b].partition_offset * es_;
+  ZERO_INTERNAL_ASSERT(in_chunk < buckets[b].chunk * es_, "partition byte ", offset, " is past the partition");
+  return {region_[b] + in_chunk, std::min(n, buckets[b].chunk * es_ - in_chunk)};
+}
+
+std::pair<const char*, std::size_t> ParamSwap::read_bytes(std::uint64_t offset, std::size_t n, char* buf,
+                                                          std::size_t cap) const {
+  // (A chunk's region is rounded up to 4096 bytes: the aligned read stays inside it.)
+  const FileRun run = file_run(offset, n);
+  return offload::read_span(*swap_, run.pos, run.n, buf, cap);
+}
+
+void ParamSwap::write_bytes(std::uint64_t offset, const void* src, std::size_t n) {
+  if (!writer_) {
+    for (std::size_t s = 0; s < slots_.size(); ++s) {
+      ZERO_INTERNAL_ASSERT(!slots_[s].in_use, "bucket ", slots_[s].bucket, " loaded while a gather reads it");
+      quiesce(s);
+      slots_[s] = Slot{};
+    }
+    writer_ = std::make_unique<offload::SwapStreamWriter>(
+        *swap_, std::array<char*, 2>{slot_data(0), slots_.size() > 1 ? slot_data(1) : nullptr}, slot_bytes_);
+  }
+  const char* from = static_cast<const char*>(src);
+  while (n > 0) {
+    const FileRun run = file_run(offset, n);
+    const std::size_t took = writer_->write(run.pos, from, run.n);
+    from += took;
+    offset += took;
+    n -= took;
+  }
+}
+
+void ParamSwap::finish_writes() {
+  if (!writer_) return;
+  const std::unique_ptr<offload::SwapStreamWriter> writer = std::move(writer_);
+  writer->finish();
+}
+
 }  // namespace zero::detail

@@ -10,7 +10,8 @@
 //    slot is written to the file once its chunk is whole; flush() waits for
 //    the writes, after which the slots keep the chunks they wrote (the
 //    publish's own gathers of the buckets of no unit read no file);
-//  - checkpoints read and write whole chunks.
+//  - checkpoints read and write whole chunks, or stream the partition's
+//    bytes from and to the file (read_bytes(), write_bytes()).
 // Used from one thread (the engine's); the file's I/O threads are its own.
 // Private to zero_engine.
 #pragma once
@@ -26,6 +27,7 @@
 #include <ATen/Tensor.h>
 
 #include "zero/offload/swap_file.h"
+#include "zero/offload/swap_stream.h"
 #include "zero/zero/flat_layout.h"
 
 namespace zero::detail {
@@ -71,6 +73,25 @@ class ParamSwap {
   // counted, and not part of the gathers' order).
   at::Tensor read_copy(int b);
 
+  // Checkpoints, streamed: the partition as bytes (the buckets' chunks one
+  // after another, as ParamStore's partition has them), straight from and
+  // to the file.
+  // The file as the last publish left it: a write under way waited for, a
+  // chunk begun and not whole dropped. Then read_bytes() may run on another
+  // thread, beside gathers, until the next write().
+  void settle_writes();
+  // Up to `n` bytes from partition byte `offset` into `buf` (aligned, `cap`
+  // bytes, at least 4096): where they are in it and how many (fewer where
+  // a chunk ends or the buffer is full).
+  std::pair<const char*, std::size_t> read_bytes(std::uint64_t offset, std::size_t n, char* buf,
+                                                 std::size_t cap) const;
+  // `n` bytes at partition byte `offset` (the bytes around them kept). The
+  // first call empties the slots (their chunks would be stale) and writes
+  // through two of them; nothing else may use the slots until
+  // finish_writes(), which waits for the writes (rethrows the first error).
+  void write_bytes(std::uint64_t offset, const void* src, std::size_t n);
+  void finish_writes();
+
   // Counted since the last call.
   Counters take_counters() { return std::exchange(counters_, Counters{}); }
   std::size_t file_bytes() const { return swap_->size(); }
@@ -113,6 +134,12 @@ class ParamSwap {
   void new_pass();
   // After the gather of b: reads ahead the buckets the last pass gathered next.
   void read_ahead(int b);
+  // Where partition bytes from `offset` on are in the file: from byte
+  // `pos`, `n` of them (at most the n asked for; one chunk at most).
+  struct FileRun {
+    std::size_t pos, n;
+  };
+  FileRun file_run(std::uint64_t offset, std::size_t n) const;
 
   const FlatLayout& layout_;
   c10::ScalarType dtype_;
@@ -121,6 +148,7 @@ class ParamSwap {
   std::size_t slot_bytes_ = 0;  // one slot: the largest bucket's region
   std::vector<std::size_t> region_;  // each bucket's region in the file
   std::unique_ptr<offload::SwapFile> swap_;
+  std::unique_ptr<offload::SwapStreamWriter> writer_;  // write_bytes() until finish_writes() (after swap_: goes first)
   std::vector<Slot> slots_;
   std::uint64_t clock_ = 0;
   // The gathers' order: the last pass's, and this one's so far.

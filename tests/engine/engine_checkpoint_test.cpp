@@ -691,9 +691,10 @@ TEST(Save, AsyncFallsBackToSynchronousWhereTheSnapshotDoesNotFit) {
 
 // ---- Reshard: one job saves, another (other ranks, other stage) loads --------
 
-// ZERO_CKPT_RESHARD=save:<stage>[+offload][+dpu][+param][+nvme]:<dir> or load:<stage>[...]:<dir>
+// ZERO_CKPT_RESHARD=save:<stage>[+offload][+dpu][+param][+nvme][+pnvme]:<dir> or load:<stage>[...]:<dir>
+// (+nvme: the optimizer state on NVMe; +pnvme: the parameter partition)
 struct ReshardRole {
-  bool save = false, active = false, nvme = false;
+  bool save = false, active = false, nvme = false, param_nvme = false;
   ResumeCase c{"reshard", 0};
   fs::path dir;
 };
@@ -712,6 +713,7 @@ ReshardRole reshard_role() {
   r.c.dpu = layout.find("+dpu") != std::string::npos;
   r.c.param_offload = layout.find("+param") != std::string::npos;
   r.nvme = layout.find("+nvme") != std::string::npos;
+  r.param_nvme = layout.find("+pnvme") != std::string::npos;
   r.dir = s.substr(b + 1);
   return r;
 }
@@ -743,13 +745,19 @@ TEST(Reshard, SaveOnOneLayoutLoadOnAnother) {
   // 12 rows: 1, 2, 3 and 4 ranks split them alike, so that the saving and
   // the loading job train on the same rows.
   config::Config cfg = case_config(role.c, comm.world_size(), 12);
-  if (role.nvme) {  // the state in a swap file, in pieces of at most 50 elements: streamed to and from the files
-    const fs::path swap = role.dir / (role.save ? "swap-save" : "swap-load");
+  const fs::path swap = role.dir / (role.save ? "swap-save" : "swap-load");
+  if (role.nvme || role.param_nvme) {
     if (comm.rank() == 0) fs::create_directories(swap);
     comm.barrier()->wait();
+  }
+  if (role.nvme) {  // the state in a swap file, in pieces of at most 50 elements: streamed to and from the files
     cfg.zero_optimization.offload_optimizer.device = "nvme";
     cfg.zero_optimization.offload_optimizer.nvme_path = swap.string();
     cfg.zero_optimization.sub_group_size = 50;
+  }
+  if (role.param_nvme) {  // the parameter partition in a swap file: streamed too, its chunks cut anew by another world
+    cfg.zero_optimization.offload_param.device = "nvme";
+    cfg.zero_optimization.offload_param.nvme_path = swap.string();
   }
   Trainer t{ModelKind::kUnitMlp, cfg};
   if (role.save) {

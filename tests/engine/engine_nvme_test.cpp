@@ -17,6 +17,7 @@
 
 #include <gtest/gtest.h>
 
+#include "peak_rss.h"
 #include "shared_temp_dir.h"
 #include "train_loop.h"
 #include "zero/comm/communicator.h"
@@ -162,40 +163,15 @@ TEST(NvmeOffloadCheckpoint, MovesBetweenNvmeAndHostMemory) {
     // The first half, saving at its end.
     const Engine::CheckpointTiming saved =
         save_after(c.kind, make(c, world, way.save_on, dir), comm, kSteps / 2, (dir / "ckpt").string(), tag, way.async);
-    if (way.async) EXPECT_GT(saved.stall_s, 0.2) << "the step did not wait for the streamed state";
+    if (way.async) {
+      EXPECT_GT(saved.stall_s, 0.2) << "the step did not wait for the streamed state";
+    }
     const RunResult second =
         resume_from(c.kind, make(c, world, way.load_on, dir), comm, kSteps / 2, (dir / "ckpt").string(), tag);
     expect_resumed_like(second, unbroken, kSteps / 2);
   }
   comm.barrier()->wait();
   if (comm.rank() == 0) rm_tree(dir);
-}
-
-// A "<key>: N kB" line of /proc/self/status, in bytes (-1: none).
-std::int64_t status_bytes(const std::string& key) {
-  std::ifstream in("/proc/self/status");
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind(key + ":", 0) == 0) return std::stoll(line.substr(key.size() + 1)) * 1024;
-  }
-  return -1;
-}
-// Under a sanitizer the resident memory holds its shadow of every page
-// touched (and ASan's quarantine of freed blocks): no measure of what the
-// engine holds.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kRssMeasures = false;
-#else
-constexpr bool kRssMeasures = true;
-#endif
-
-// Peak resident memory of the process since the last reset_peak_rss().
-std::int64_t peak_rss_bytes() { return status_bytes("VmHWM"); }
-std::int64_t rss_bytes() { return status_bytes("VmRSS"); }
-bool reset_peak_rss() {  // Linux >= 4.0: VmHWM back to VmRSS
-  std::ofstream out("/proc/self/clear_refs");
-  out << "5";
-  out.flush();
-  return static_cast<bool>(out);
 }
 
 // A save with the state on NVMe streams it from the swap file to the

@@ -9,15 +9,23 @@
 // gather lane (a buffer reused before the lane's copy out of it would read
 // the next chunk). Also: the partition is in the file and not in host
 // memory (the ledger; zero-estimate's figures are in estimate_test), the gathers are read ahead, checkpoints
-// move between NVMe and host memory, and a bad folder is named.
+// move between NVMe and host memory (streamed: a save or load does not hold
+// the partition), and a bad folder is named.
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <string>
+#include <vector>
+
+#include <ATen/ops/randn.h>
+#include <torch/nn/modules/linear.h>
 
 #include <gtest/gtest.h>
 
+#include "peak_rss.h"
 #include "shared_temp_dir.h"
 #include "train_loop.h"
+#include "zero/ckpt/shard_io.h"
 #include "zero/comm/communicator.h"
 #include "zero/engine/engine.h"
 
@@ -116,24 +124,122 @@ INSTANTIATE_TEST_SUITE_P(
 // A checkpoint does not say where the partition lived: saved with the
 // parameters on NVMe and a delayed update pending, resumed with them in host
 // memory, and the other way round, and saved asynchronously with steps
-// after it, bitwise like the unbroken run.
+// after it, bitwise like the unbroken run. With the optimizer's state in
+// host memory an async save reads the chunks into copies of its own (the
+// steps' publishes must not reach them); with it on NVMe too the chunks
+// stream from the swap file like the state, and the next step waits for
+// them before its publish rewrites the file.
 TEST(ParamNvmeCheckpoint, MovesBetweenNvmeAndHostMemory) {
   comm::Communicator& comm = world_comm();
   const fs::path dir = shared_temp_dir(comm, "zero_param_nvme_", "ckpt");
+  if (comm.rank() == 0) fs::create_directories(dir / "optimizer");
+  comm.barrier()->wait();
   const int world = comm.world_size();
-  const ParamNvmeCase c{"ckpt", ModelKind::kUnitMlp, true, true, "cpu", 1, 2};
-  const RunResult unbroken = train(c.kind, make(c, world, "cpu", dir), comm, kSteps);
-  // async: two more steps run while the save is written (the partition's
-  // chunks were read from the swap file into the save's own memory: the
-  // steps' publishes must not reach them).
-  for (const SaveLoadWay& way : {SaveLoadWay{"nvme", "cpu", false}, SaveLoadWay{"cpu", "nvme", false}, SaveLoadWay{"nvme", "nvme", true}}) {
-    SCOPED_TRACE(way.trace());
-    const std::string tag = way.tag();
-    save_after(c.kind, make(c, world, way.save_on, dir), comm, kSteps / 2, (dir / "ckpt").string(), tag, way.async, 200);
-    const RunResult second =
-        resume_from(c.kind, make(c, world, way.load_on, dir), comm, kSteps / 2, (dir / "ckpt").string(), tag);
-    expect_resumed_like(second, unbroken, kSteps / 2);
+  for (const std::string optimizer : {"cpu", "nvme"}) {
+    SCOPED_TRACE("optimizer on " + optimizer);
+    const ParamNvmeCase c{"ckpt", ModelKind::kUnitMlp, true, true, optimizer, 1, 2};
+    const RunResult unbroken = train(c.kind, make(c, world, "cpu", dir), comm, kSteps);
+    for (const SaveLoadWay& way : {SaveLoadWay{"nvme", "cpu", false}, SaveLoadWay{"cpu", "nvme", false}, SaveLoadWay{"nvme", "nvme", true}}) {
+      SCOPED_TRACE(way.trace());
+      const std::string tag = way.tag() + "_" + optimizer;
+      const Engine::CheckpointTiming saved = save_after(c.kind, make(c, world, way.save_on, dir), comm, kSteps / 2,
+                                                        (dir / "ckpt").string(), tag, way.async, 200);
+      if (way.async && optimizer == "nvme") {
+        EXPECT_GT(saved.stall_s, 0.15) << "the step did not wait for the streamed save";
+      }
+      const RunResult second =
+          resume_from(c.kind, make(c, world, way.load_on, dir), comm, kSteps / 2, (dir / "ckpt").string(), tag);
+      expect_resumed_like(second, unbroken, kSteps / 2);
+    }
   }
+  comm.barrier()->wait();
+  if (comm.rank() == 0) rm_tree(dir);
+}
+
+// Saved in fp32, loaded in bf16: the parameters come from the master
+// weights, read from the optimizer's swap file a chunk at a time into the
+// parameters' swap file; the run goes on bitwise like one that loaded the
+// same checkpoint with both in host memory.
+TEST(ParamNvmeCheckpoint, AnotherPrecisionLoadsFromTheMasterWeights) {
+  comm::Communicator& comm = world_comm();
+  const fs::path dir = shared_temp_dir(comm, "zero_param_nvme_", "precision");
+  if (comm.rank() == 0) fs::create_directories(dir / "optimizer");
+  comm.barrier()->wait();
+  const int world = comm.world_size();
+  const ParamNvmeCase fp32{"fp32", ModelKind::kUnitMlp, false, false, "nvme", 1, 2};
+  save_after(fp32.kind, make(fp32, world, "nvme", dir), comm, kSteps / 2, (dir / "ckpt").string(), "fp32", false);
+  ParamNvmeCase bf16 = fp32;
+  bf16.bf16 = true;
+  const RunResult nvme = resume_from(bf16.kind, make(bf16, world, "nvme", dir), comm, kSteps / 2, (dir / "ckpt").string(), "fp32");
+  bf16.optimizer = "cpu";
+  const RunResult host = resume_from(bf16.kind, make(bf16, world, "cpu", dir), comm, kSteps / 2, (dir / "ckpt").string(), "fp32");
+  expect_resumed_like(nvme, host, 0);
+  comm.barrier()->wait();
+  if (comm.rank() == 0) rm_tree(dir);
+}
+
+// A save streams the partition from the swap file into the checkpoint's
+// file, and a load streams it back into another engine's swap file: the
+// process's peak resident memory grows by the save's I/O blocks (the file's
+// ring, and the two blocks streamed sections go through: 48 MiB whatever
+// the model), not by the partition; the loaded engine computes what the
+// saved one does, bitwise.
+TEST(ParamNvmeCheckpoint, StreamsThePartitionWithoutHoldingIt) {
+  comm::Communicator& comm = world_comm();
+  const fs::path dir = shared_temp_dir(comm, "zero_param_nvme_", "stream");
+  const int world = comm.world_size();
+  auto config = [&](const fs::path& swap) {
+    config::Config cfg = make_config(3, true, false, world, 1, 1);
+    cfg.zero_optimization.reduce_bucket_size = 1 << 21;  // (no unit: buckets of this many elements)
+    auto& op = cfg.zero_optimization.offload_param;
+    op.device = "nvme";
+    op.nvme_path = swap.string();
+    op.buffer_count = 2;
+    return cfg;
+  };
+  // 25M parameters: a 100 MB partition on one rank, 50 MB on each of two.
+  auto build = [] {
+    torch::manual_seed(7);
+    return std::make_shared<torch::nn::LinearImpl>(torch::nn::LinearOptions(4096, 6144).bias(false));
+  };
+  auto model = build();
+  Engine engine(model, config(dir), comm);
+  torch::manual_seed(8 + comm.rank());
+  engine.backward(model->forward(torch::randn({1, 4096})).square().mean());
+  engine.step();
+  const std::int64_t partition_bytes = 4 * (engine.num_parameters() + world - 1) / world;
+  const auto io_blocks = static_cast<std::int64_t>((ckpt::kIoRing + 2) * ckpt::kIoBlock);
+  ASSERT_TRUE(reset_peak_rss()) << "cannot reset the peak RSS (/proc/self/clear_refs)";
+  const std::int64_t before = rss_bytes();
+  engine.save_checkpoint((dir / "ckpt").string(), "big");
+  const std::int64_t grew = peak_rss_bytes() - before;
+  RecordProperty("save_peak_rss_growth", std::to_string(grew));
+  if (kRssMeasures) {
+    EXPECT_LT(grew, io_blocks + partition_bytes / 4) << "the save held " << grew << " more bytes at its peak; the "
+                                                     << "partition is " << partition_bytes << " bytes";
+  }
+  const fs::path second = dir / "second";
+  if (comm.rank() == 0) fs::create_directories(second);
+  comm.barrier()->wait();
+  auto again = build();
+  Engine loaded(again, config(second), comm);
+  // (A step first: the engine's own buffers are touched, so that the
+  // resident memory the load adds is what it allocates.)
+  loaded.backward(again->forward(torch::randn({1, 4096})).square().mean());
+  loaded.step();
+  ASSERT_TRUE(reset_peak_rss());
+  const std::int64_t before_load = rss_bytes();
+  loaded.load_checkpoint((dir / "ckpt").string(), "big");
+  const std::int64_t load_grew = peak_rss_bytes() - before_load;
+  RecordProperty("load_peak_rss_growth", std::to_string(load_grew));
+  if (kRssMeasures) {
+    EXPECT_LT(load_grew, partition_bytes / 4) << "the load held " << load_grew << " more bytes at its peak";
+  }
+  torch::manual_seed(9);
+  const at::Tensor x = torch::randn({2, 4096});
+  const at::Tensor want = model->forward(x), got = again->forward(x);
+  EXPECT_TRUE(got.equal(want)) << "the loaded parameters compute otherwise: max diff "
+                               << (got - want).abs().max().item<float>();
   comm.barrier()->wait();
   if (comm.rank() == 0) rm_tree(dir);
 }

@@ -56,12 +56,19 @@ execute_process(COMMAND ${ESTIMATE} --model gpt2 --world 8 --offload --offload-p
 string(REGEX MATCH "{[^\n]*}\n?$" json_cpu "${out_cpu}")
 string(JSON h_cpu GET "${json_cpu}" configs 0 host_model_states)
 math(EXPR moved "${h_cpu} - ${h}")
-# (Its checkpoint note: the parameters read whole; no optimizer state streamed, it is in host memory.)
+# (Its checkpoint note: the parameters streamed, read whole by an async save; no optimizer state streamed,
+# it is in host memory.)
 if(NOT rc EQUAL 0 OR NOT n EQUAL 1 OR NOT d EQUAL p3 OR moved LESS_EQUAL 0 OR v LESS moved
-   OR NOT out MATCHES "params nvme" OR NOT out MATCHES "reads the parameters on NVMe"
-   OR out MATCHES "streams the optimizer state")
+   OR NOT out MATCHES "params nvme" OR NOT out MATCHES "streams the parameters between"
+   OR NOT out MATCHES "an asynchronous save reads the parameters into host memory" OR out MATCHES "optimizer state")
   message(FATAL_ERROR "--param-nvme: expected one stage-3 row with ${p3} device bytes and the parameters moved "
                       "from the host (${h_cpu}) to the nvme column:\n${out}")
+endif()
+# Both on NVMe: everything a checkpoint moves streams, an async save too.
+execute_process(COMMAND ${ESTIMATE} --model gpt2 --world 8 --nvme --param-nvme RESULT_VARIABLE rc OUTPUT_VARIABLE out)
+if(NOT rc EQUAL 0 OR NOT out MATCHES "all nvme" OR NOT out MATCHES "streams the optimizer state and the parameters between the swap files"
+   OR out MATCHES "asynchronous save reads")
+  message(FATAL_ERROR "--nvme --param-nvme: expected the checkpoint note to stream both:\n${out}")
 endif()
 execute_process(COMMAND ${ESTIMATE} --model gpt2 --stage 2 --offload-param RESULT_VARIABLE rc ERROR_VARIABLE err)
 if(rc EQUAL 0 OR NOT err MATCHES "--offload-param needs --stage 3")
