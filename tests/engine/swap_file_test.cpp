@@ -124,7 +124,12 @@ TEST(SwapStream, RangesAtAnyOffsetKeepTheBytesAroundThem) {
       while (done < len) done += writer.write(pos + done, src.data() + done, len - done);
       std::memcpy(want.data() + pos, src.data(), len);
       next = pos + len;
-      if (round % 97 == 0) writer.finish();  // (used again after it)
+      if (round % 97 == 0) {
+        // Used again after finish(), its buffers used for other things meanwhile.
+        writer.finish();
+        std::memset(a.data, 0x5a, kBuffer);
+        std::memset(b.data, 0xa5, kBuffer);
+      }
     }
     writer.finish();
     AlignedBuffer got(kBytes);
