@@ -107,6 +107,17 @@ double evaluate(models::Gpt& model, comm::Communicator& comm, const data::Corpus
   return sum / static_cast<double>(o.eval_batches * comm.world_size());
 }
 
+// What the corpus line says of links and files met twice (nothing when none).
+std::string corpus_links_note(const data::Corpus& c) {
+  std::string note;
+  if (c.skipped_links > 0) {
+    note += ", " + std::to_string(c.skipped_links) + " link(s) to folders or to nothing not followed: name such a "
+            "folder itself";
+  }
+  if (c.duplicates > 0) note += ", " + std::to_string(c.duplicates) + " met twice and read once";
+  return note;
+}
+
 std::string generate(models::Gpt& model, std::int64_t n, std::int64_t block, std::uint64_t seed,
                      const c10::Device& device) {
   at::NoGradGuard no_grad;
@@ -376,13 +387,14 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
   if (root) {
     std::fprintf(stderr,
                  "model: %s, %lld layers x %lld wide, %lld heads, context %lld: %.2fM parameters%s\n"
-                 "corpus: %zu train + %zu validation bytes from %lld file(s) (%lld binary skipped); unigram entropy %.3f nats\n",
+                 "corpus: %zu train + %zu validation bytes from %lld file(s) (%lld binary skipped%s); unigram entropy %.3f nats\n",
                  o.model.c_str(), (long long)gc.n_layer, (long long)gc.n_embd, (long long)gc.n_head,
                  (long long)gc.block_size, engine.num_parameters() / 1e6,
                  !gc.checkpoint_activations ? "" : gc.checkpoint_on_cpu ? ", activations checkpointed per block on the host"
                                                                         : ", activations checkpointed per block",
                  corpus.train.size(), corpus.validation.size(),
-                 (long long)corpus.files, (long long)corpus.skipped_binary, corpus.unigram_entropy_nats());
+                 (long long)corpus.files, (long long)corpus.skipped_binary, corpus_links_note(corpus).c_str(),
+                 corpus.unigram_entropy_nats());
   }
   config::SchedulerConfig sched = cfg.scheduler;
   if (sched.type.empty()) {  // --warmup + cosine to min_lr_ratio * lr

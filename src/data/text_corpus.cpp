@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "zero/core/error.h"
@@ -75,6 +76,16 @@ Corpus load_corpus(const std::vector<fs::path>& paths, double validation_fractio
     if (all.back() != '\n') all.push_back('\n');
     ++c.files;
   };
+  // Each file is read once, however it is reached (a link to a file read
+  // already, such as fortunes' .u8 links, or a path given twice).
+  std::set<fs::path> seen;
+  auto first_time = [&](const fs::path& f) {
+    std::error_code ec;
+    const fs::path real = fs::canonical(f, ec);
+    if (seen.insert(ec ? f : real).second) return true;
+    ++c.duplicates;
+    return false;
+  };
   for (const fs::path& path : paths) {
     std::error_code ec;
     ZERO_CHECK(fs::exists(path, ec), "corpus path ", path,
@@ -82,12 +93,18 @@ Corpus load_corpus(const std::vector<fs::path>& paths, double validation_fractio
                default_corpus_path(), ", from Debian's `fortunes` package; scripts/setup installs it)");
     if (fs::is_directory(path, ec)) {
       std::vector<fs::path> files;
+      // Links to files are read (a dataset cache's snapshot is links to its
+      // blobs); links to folders are not followed (a link may lead back up).
       for (const auto& e : fs::recursive_directory_iterator(path)) {
-        // Symlinks are skipped so that a file is not read twice (fortunes' .u8 links).
-        if (e.is_regular_file() && !e.is_symlink()) files.push_back(e.path());
+        if (e.is_regular_file()) {
+          files.push_back(e.path());
+        } else if (e.is_symlink()) {
+          ++c.skipped_links;
+        }
       }
       std::sort(files.begin(), files.end());
       for (const fs::path& f : files) {
+        if (!first_time(f)) continue;
         std::string text = read_file(f);
         if (looks_binary(text)) {
           ++c.skipped_binary;
@@ -96,6 +113,7 @@ Corpus load_corpus(const std::vector<fs::path>& paths, double validation_fractio
         add_text(text);
       }
     } else {
+      if (!first_time(path)) continue;
       std::string text = read_file(path);
       ZERO_CHECK(!looks_binary(text), "corpus file ", path,
                  " looks binary (NUL or many control bytes): give text files");

@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include "zero/ckpt/checkpoint_dir.h"
 #include "zero/core/error.h"
 #include "zero/data/batch_sampler.h"
 #include "zero/data/byte_tokenizer.h"
@@ -81,6 +82,31 @@ TEST(Corpus, FolderSkipsBinaryFiles) {
   data::Corpus c = data::load_corpus({dir});
   EXPECT_EQ(c.files, 1);
   EXPECT_EQ(c.skipped_binary, 1);
+}
+
+// Links in a corpus folder (a dataset cache's snapshot is links to its
+// blobs): a link to a file is read, once however many lead to it (and a
+// path given twice is read once); links to folders and to nothing are
+// counted, not followed.
+TEST(Corpus, FolderReadsLinkedFilesOnce) {
+  const fs::path dir = fresh_dir("zero_train_links"), blobs = fresh_dir("zero_train_blobs");
+  fs::create_directories(dir / "sub");
+  std::ofstream(blobs / "b1") << text(3000);
+  std::ofstream(blobs / "b2") << text(2000);
+  std::ofstream(dir / "own.txt") << text(1000);
+  fs::create_symlink(blobs / "b1", dir / "one.txt");
+  fs::create_symlink(blobs / "b2", dir / "sub" / "two.txt");
+  fs::create_symlink(blobs / "b1", dir / "sub" / "one-again.txt");  // the same blob twice
+  fs::create_symlink(blobs, dir / "to-a-folder");                    // not followed
+  fs::create_symlink(blobs / "gone", dir / "dangling");              // to nothing
+  data::Corpus c = data::load_corpus({dir, dir / "own.txt"});
+  EXPECT_EQ(c.files, 3);  // own.txt, b1, b2
+  EXPECT_EQ(c.duplicates, 2);  // b1 again, own.txt given again
+  EXPECT_EQ(c.skipped_links, 2);
+  EXPECT_EQ(c.train.size() + c.validation.size(), 3000u + 2000u + 1000u + 3u);  // (a newline ends each file)
+  std::error_code ec;
+  ckpt::remove_tree(dir, ec);
+  ckpt::remove_tree(blobs, ec);
 }
 
 TEST(ByteTokenizer, Utf8RoundTripsAndSamplingDecodes) {

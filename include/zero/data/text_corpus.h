@@ -21,6 +21,10 @@ namespace zero::data {
 struct Corpus {
   std::vector<std::uint8_t> train, validation;
   std::int64_t files = 0, skipped_binary = 0;
+  // In folders: links to folders (not followed: name the folder itself) and
+  // links to nothing; and files met again (through a link, or a path given
+  // twice), read once.
+  std::int64_t skipped_links = 0, duplicates = 0;
   // Entropy of the byte distribution of the training bytes, in nats: the
   // loss of the best model that ignores context.
   double unigram_entropy_nats() const;
