@@ -112,11 +112,24 @@ TEST(SwapStream, RangesAtAnyOffsetKeepTheBytesAroundThem) {
     }
     AlignedBuffer a(kBuffer), b(kBuffer);
     SwapStreamWriter writer(f, {a.data, buffers == 2 ? b.data : nullptr}, kBuffer);
+    AlignedBuffer got(kBytes);
+    // The file against the copy (after finish(): every write done).
+    auto check = [&](int round) {
+      writer.finish();
+      f.wait(f.read(0, got.data, kBytes));
+      std::size_t differ = 0;
+      for (std::size_t i = 0; i < kBytes; ++i) differ += got.data[i] != want[i];
+      EXPECT_EQ(differ, 0u) << "bytes of the file differ from the writes after round " << round;
+    };
     std::size_t next = 0;
     for (int round = 0; round < 400; ++round) {
-      // A third of the ranges continue the last one (its tail block reused).
-      const bool follows = round % 3 == 1 && next < kBytes;
-      const std::size_t pos = follows ? next : rng() % kBytes;
+      // A third of the ranges continue the last one (gathered into its
+      // request), a third begin a little after it (a new request begun in
+      // the last one's final block, taken from its buffer), a third anywhere.
+      const bool follows = (round % 3 == 1 || round % 97 == 1) && next < kBytes;
+      const std::size_t gap = 1 + rng() % 64;
+      const bool near = !follows && round % 3 == 2 && next + gap < kBytes;
+      const std::size_t pos = follows ? next : near ? next + gap : rng() % kBytes;
       const std::size_t len = 1 + rng() % std::min<std::size_t>(kBytes - pos, round % 5 == 0 ? 9 * SwapFile::kAlign : 700);
       std::vector<char> src(len);
       for (char& c : src) c = static_cast<char>(rng());
@@ -125,18 +138,16 @@ TEST(SwapStream, RangesAtAnyOffsetKeepTheBytesAroundThem) {
       std::memcpy(want.data() + pos, src.data(), len);
       next = pos + len;
       if (round % 97 == 0) {
-        // Used again after finish(), its buffers used for other things meanwhile.
-        writer.finish();
+        // Used again after finish(), its buffers used for other things
+        // meanwhile (and the next range continues this one).
+        check(round);
         std::memset(a.data, 0x5a, kBuffer);
         std::memset(b.data, 0xa5, kBuffer);
+      } else if (round % 97 == 1) {
+        check(round);
       }
     }
-    writer.finish();
-    AlignedBuffer got(kBytes);
-    f.wait(f.read(0, got.data, kBytes));
-    std::size_t differ = 0;
-    for (std::size_t i = 0; i < kBytes; ++i) differ += got.data[i] != want[i];
-    EXPECT_EQ(differ, 0u) << "bytes of the file differ from the writes";
+    check(400);
     for (int round = 0; round < 100; ++round) {
       const std::size_t pos = rng() % kBytes, len = 1 + rng() % (kBytes - pos);
       const auto [from, took] = read_span(f, pos, len, a.data, kBuffer);
