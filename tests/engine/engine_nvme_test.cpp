@@ -17,7 +17,7 @@
 
 #include <gtest/gtest.h>
 
-#include "peak_rss.h"
+#include "checkpoint_memory.h"
 #include "shared_temp_dir.h"
 #include "train_loop.h"
 #include "zero/comm/communicator.h"
@@ -159,16 +159,8 @@ TEST(NvmeOffloadCheckpoint, MovesBetweenNvmeAndHostMemory) {
   // that it rewrites.
   for (const SaveLoadWay& way : {SaveLoadWay{"nvme", "cpu", false}, SaveLoadWay{"cpu", "nvme", false}, SaveLoadWay{"nvme", "cpu", true}}) {
     SCOPED_TRACE(way.trace());
-    const std::string tag = way.tag();
-    // The first half, saving at its end.
-    const Engine::CheckpointTiming saved =
-        save_after(c.kind, make(c, world, way.save_on, dir), comm, kSteps / 2, (dir / "ckpt").string(), tag, way.async);
-    if (way.async) {
-      EXPECT_GT(saved.stall_s, 0.2) << "the step did not wait for the streamed state";
-    }
-    const RunResult second =
-        resume_from(c.kind, make(c, world, way.load_on, dir), comm, kSteps / 2, (dir / "ckpt").string(), tag);
-    expect_resumed_like(second, unbroken, kSteps / 2);
+    expect_save_resume_like(c.kind, make(c, world, way.save_on, dir), make(c, world, way.load_on, dir), comm, kSteps,
+                            (dir / "ckpt").string(), way.tag(), way.async, unbroken, 0.2);
   }
   comm.barrier()->wait();
   if (comm.rank() == 0) rm_tree(dir);
@@ -190,20 +182,12 @@ TEST(NvmeOffloadCheckpoint, StreamsTheStateWithoutHoldingIt) {
     return cfg;
   };
   // 25M parameters: 300 MB of state on one rank, 150 MB on each of two.
-  auto build = [] {
-    torch::manual_seed(7);
-    return std::make_shared<torch::nn::LinearImpl>(torch::nn::LinearOptions(4096, 6144).bias(false));
-  };
-  auto model = build();
+  auto model = big_linear();
   Engine engine(model, config("nvme"), comm);
-  torch::manual_seed(8 + comm.rank());
-  engine.backward(model->forward(torch::randn({1, 4096})).square().mean());
-  engine.step();
+  big_linear_step(engine, *model, 8 + comm.rank());
   const std::int64_t state_bytes = 12 * (engine.num_parameters() + world - 1) / world;
-  ASSERT_TRUE(reset_peak_rss()) << "cannot reset the peak RSS (/proc/self/clear_refs)";
-  const std::int64_t before = rss_bytes();
-  engine.save_checkpoint((dir / "ckpt").string(), "big");
-  const std::int64_t grew = peak_rss_bytes() - before;
+  const std::int64_t grew = peak_rss_growth([&] { engine.save_checkpoint((dir / "ckpt").string(), "big"); });
+  ASSERT_GE(grew, 0) << "cannot reset the peak RSS (/proc/self/clear_refs)";
   RecordProperty("save_peak_rss_growth", std::to_string(grew));
   if (kRssMeasures) {
     EXPECT_LT(grew, state_bytes / 2) << "the save held " << grew << " more bytes at its peak; the partition's state is "
@@ -216,16 +200,10 @@ TEST(NvmeOffloadCheckpoint, StreamsTheStateWithoutHoldingIt) {
     comm.barrier()->wait();
     config::Config cfg = config("nvme");
     cfg.zero_optimization.offload_optimizer.nvme_path = second.string();
-    auto again = build();
+    auto again = big_linear();
     Engine loaded(again, cfg, comm);
-    // (A step first: the engine's own buffers are touched, so that the
-    // resident memory the load adds is what it allocates.)
-    loaded.backward(again->forward(torch::randn({1, 4096})).square().mean());
-    loaded.step();
-    ASSERT_TRUE(reset_peak_rss());
-    const std::int64_t before_load = rss_bytes();
-    loaded.load_checkpoint((dir / "ckpt").string(), "big");
-    const std::int64_t load_grew = peak_rss_bytes() - before_load;
+    big_linear_step(loaded, *again, 8 + comm.rank());
+    const std::int64_t load_grew = peak_rss_growth([&] { loaded.load_checkpoint((dir / "ckpt").string(), "big"); });
     RecordProperty("load_peak_rss_growth", std::to_string(load_grew));
     if (kRssMeasures) {
       EXPECT_LT(load_grew, state_bytes / 2) << "the load held " << load_grew << " more bytes at its peak";
@@ -233,7 +211,7 @@ TEST(NvmeOffloadCheckpoint, StreamsTheStateWithoutHoldingIt) {
     const std::vector<at::Tensor> want = engine.gather_master_params(), got = loaded.gather_master_params();
     for (std::size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(got[i].equal(want[i])) << "parameter " << i;
   }
-  auto other = build();
+  auto other = big_linear();
   Engine host(other, config("cpu"), comm);
   host.load_checkpoint((dir / "ckpt").string(), "big");
   // The master weights, and the moments through one more step of each.

@@ -22,7 +22,7 @@
 
 #include <gtest/gtest.h>
 
-#include "peak_rss.h"
+#include "checkpoint_memory.h"
 #include "shared_temp_dir.h"
 #include "train_loop.h"
 #include "zero/ckpt/shard_io.h"
@@ -141,15 +141,9 @@ TEST(ParamNvmeCheckpoint, MovesBetweenNvmeAndHostMemory) {
     const RunResult unbroken = train(c.kind, make(c, world, "cpu", dir), comm, kSteps);
     for (const SaveLoadWay& way : {SaveLoadWay{"nvme", "cpu", false}, SaveLoadWay{"cpu", "nvme", false}, SaveLoadWay{"nvme", "nvme", true}}) {
       SCOPED_TRACE(way.trace());
-      const std::string tag = way.tag() + "_" + optimizer;
-      const Engine::CheckpointTiming saved = save_after(c.kind, make(c, world, way.save_on, dir), comm, kSteps / 2,
-                                                        (dir / "ckpt").string(), tag, way.async, 200);
-      if (way.async && optimizer == "nvme") {
-        EXPECT_GT(saved.stall_s, 0.15) << "the step did not wait for the streamed save";
-      }
-      const RunResult second =
-          resume_from(c.kind, make(c, world, way.load_on, dir), comm, kSteps / 2, (dir / "ckpt").string(), tag);
-      expect_resumed_like(second, unbroken, kSteps / 2);
+      expect_save_resume_like(c.kind, make(c, world, way.save_on, dir), make(c, world, way.load_on, dir), comm, kSteps,
+                              (dir / "ckpt").string(), way.tag() + "_" + optimizer, way.async, unbroken,
+                              optimizer == "nvme" ? 0.5 : 0.0, 1500);
     }
   }
   comm.barrier()->wait();
@@ -198,21 +192,13 @@ TEST(ParamNvmeCheckpoint, StreamsThePartitionWithoutHoldingIt) {
     return cfg;
   };
   // 25M parameters: a 100 MB partition on one rank, 50 MB on each of two.
-  auto build = [] {
-    torch::manual_seed(7);
-    return std::make_shared<torch::nn::LinearImpl>(torch::nn::LinearOptions(4096, 6144).bias(false));
-  };
-  auto model = build();
+  auto model = big_linear();
   Engine engine(model, config(dir), comm);
-  torch::manual_seed(8 + comm.rank());
-  engine.backward(model->forward(torch::randn({1, 4096})).square().mean());
-  engine.step();
+  big_linear_step(engine, *model, 8 + comm.rank());
   const std::int64_t partition_bytes = 4 * (engine.num_parameters() + world - 1) / world;
   const auto io_blocks = static_cast<std::int64_t>((ckpt::kIoRing + 2) * ckpt::kIoBlock);
-  ASSERT_TRUE(reset_peak_rss()) << "cannot reset the peak RSS (/proc/self/clear_refs)";
-  const std::int64_t before = rss_bytes();
-  engine.save_checkpoint((dir / "ckpt").string(), "big");
-  const std::int64_t grew = peak_rss_bytes() - before;
+  const std::int64_t grew = peak_rss_growth([&] { engine.save_checkpoint((dir / "ckpt").string(), "big"); });
+  ASSERT_GE(grew, 0) << "cannot reset the peak RSS (/proc/self/clear_refs)";
   RecordProperty("save_peak_rss_growth", std::to_string(grew));
   if (kRssMeasures) {
     EXPECT_LT(grew, io_blocks + partition_bytes / 4) << "the save held " << grew << " more bytes at its peak; the "
@@ -221,16 +207,10 @@ TEST(ParamNvmeCheckpoint, StreamsThePartitionWithoutHoldingIt) {
   const fs::path second = dir / "second";
   if (comm.rank() == 0) fs::create_directories(second);
   comm.barrier()->wait();
-  auto again = build();
+  auto again = big_linear();
   Engine loaded(again, config(second), comm);
-  // (A step first: the engine's own buffers are touched, so that the
-  // resident memory the load adds is what it allocates.)
-  loaded.backward(again->forward(torch::randn({1, 4096})).square().mean());
-  loaded.step();
-  ASSERT_TRUE(reset_peak_rss());
-  const std::int64_t before_load = rss_bytes();
-  loaded.load_checkpoint((dir / "ckpt").string(), "big");
-  const std::int64_t load_grew = peak_rss_bytes() - before_load;
+  big_linear_step(loaded, *again, 8 + comm.rank());
+  const std::int64_t load_grew = peak_rss_growth([&] { loaded.load_checkpoint((dir / "ckpt").string(), "big"); });
   RecordProperty("load_peak_rss_growth", std::to_string(load_grew));
   if (kRssMeasures) {
     EXPECT_LT(load_grew, partition_bytes / 4) << "the load held " << load_grew << " more bytes at its peak";

@@ -203,4 +203,20 @@ inline void expect_resumed_like(const RunResult& resumed, const RunResult& unbro
   }
 }
 
+// Saves checkpoint `tag` under `root` after half of `steps` with an engine
+// of `save_cfg` (save_after(): async, two more steps while it is written),
+// resumes from it with an engine of `load_cfg` for the other half, and
+// expects the run to go on like `unbroken`, bitwise. An async save's steps
+// must have waited at least `min_stall_s` for it (0: not checked).
+inline void expect_save_resume_like(ModelKind kind, const config::Config& save_cfg, const config::Config& load_cfg,
+                                    comm::Communicator& comm, int steps, const std::string& root,
+                                    const std::string& tag, bool async, const RunResult& unbroken,
+                                    double min_stall_s = 0.0, int hold_ms = 300) {
+  const Engine::CheckpointTiming saved = save_after(kind, save_cfg, comm, steps / 2, root, tag, async, hold_ms);
+  if (async && min_stall_s > 0.0) {
+    EXPECT_GT(saved.stall_s, min_stall_s) << "the step did not wait for the save's streamed sections";
+  }
+  expect_resumed_like(resume_from(kind, load_cfg, comm, steps / 2, root, tag), unbroken, steps / 2);
+}
+
 }  // namespace zero::test
