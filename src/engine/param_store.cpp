@@ -138,13 +138,16 @@ void ParamStore::adopt(at::Tensor flat32, comm::Communicator& comm, memory::Memo
 }
 
 void ParamStore::cast_frozen_and_buffers(comm::Communicator& comm, ModuleGuard& guard) {
-  // Frozen floating-point parameters and buffers meet the training-precision
-  // activations, so they take the training precision too (a frozen fp32
-  // Linear fed bf16 inputs would fail in LibTorch with a dtype mismatch);
-  // all of them go to the engine's device, and those on the meta device
-  // get their values from init there first.
+  // In bf16/fp16, frozen floating-point parameters and buffers meet the
+  // training-precision activations, so they take the training precision too
+  // (a frozen fp32 Linear fed bf16 inputs would fail in LibTorch with a
+  // dtype mismatch). In fp32 they keep their own dtype (a float64 buffer
+  // keeps its precision, and the module saves and loads as it did), as in a
+  // plain LibTorch loop. All of them go to the engine's device, and those
+  // on the meta device get their values from init there first.
+  const bool reduced = dtype_ != at::kFloat;
   auto settle = [&](const std::string& name, const at::Tensor& t, bool cast) {
-    const c10::ScalarType to = cast && t.is_floating_point() ? dtype_ : t.scalar_type();
+    const c10::ScalarType to = cast && reduced && t.is_floating_point() ? dtype_ : t.scalar_type();
     if (t.device() == device_ && t.scalar_type() == to) return;
     guard.will_cast(t);
     if (t.is_meta()) {
@@ -162,16 +165,21 @@ void ParamStore::cast_frozen_and_buffers(comm::Communicator& comm, ModuleGuard& 
   // Frozen parameters and floating-point buffers start equal on every rank,
   // as the trainable ones do (DDP broadcasts its buffers too): rank 0's.
   if (world_ > 1) {
+    // (A floating dtype other than the training precision, such as a
+    // float64 buffer in fp32 training, goes as its bytes: a broadcast copies.)
+    auto shareable = [](const at::Tensor& t) { return t.is_floating_point() && t.element_size() % 2 == 0; };
     std::vector<at::Tensor> shared;
     for (const at::Tensor& p : module_->parameters(/*recurse=*/true)) {
-      if (!p.requires_grad() && p.scalar_type() == dtype_) shared.push_back(p);
+      if (!p.requires_grad() && shareable(p)) shared.push_back(p);
     }
     for (const at::Tensor& b : module_->buffers(/*recurse=*/true)) {
-      if (b.scalar_type() == dtype_) shared.push_back(b);
+      if (shareable(b)) shared.push_back(b);
     }
     for (const at::Tensor& t : shared) {
       at::Tensor c = t.detach().contiguous();  // t itself unless it is strided
-      comm.broadcast(c.data_ptr(), static_cast<std::size_t>(c.numel()), to_dtype(dtype_))->wait();
+      const bool own = c.scalar_type() == dtype_;
+      comm.broadcast(c.data_ptr(), static_cast<std::size_t>(own ? c.numel() : c.nbytes() / 2),
+                     own ? to_dtype(dtype_) : DType::kFloat16)->wait();
       if (c.data_ptr() != t.data_ptr()) t.detach().copy_(c);
     }
   }

@@ -1333,6 +1333,43 @@ TEST(Modules, FrozenParametersAndBuffersStartEqualOnEveryRank) {
   }
 }
 
+// In fp32 training buffers keep their dtype, as in a plain LibTorch loop: a
+// float64 buffer keeps its precision (it was cast to fp32 and lost it) and
+// a half one its dtype, and both still start equal on every rank (rank 0's,
+// broadcast as bytes). In bf16 they take the training precision.
+struct OddBuffers : torch::nn::Module {
+  OddBuffers() {
+    l = register_module("l", torch::nn::Linear(16, 4));
+    wide = register_buffer("wide", at::full({3}, 1.0 + 1e-10, at::kDouble));
+    narrow = register_buffer("narrow", at::full({5}, 0.5, at::kHalf));
+  }
+  torch::nn::Linear l{nullptr};
+  at::Tensor wide, narrow;
+};
+
+TEST(Modules, BuffersKeepTheirDtypeInFp32) {
+  comm::Communicator& comm = world_comm();
+  const int world = comm.world_size();
+  for (bool bf16 : {false, true}) {
+    SCOPED_TRACE(bf16 ? "bf16" : "fp32");
+    auto model = std::make_shared<OddBuffers>();
+    if (comm.rank() > 0) {
+      torch::NoGradGuard no_grad;
+      model->wide.fill_(7.0);
+      model->narrow.fill_(3.0);
+    }
+    Engine engine(model, make_config(2, false, bf16, world, 2, 1), comm);
+    EXPECT_EQ(model->wide.scalar_type(), bf16 ? at::kBFloat16 : at::kDouble);
+    EXPECT_EQ(model->narrow.scalar_type(), bf16 ? at::kBFloat16 : at::kHalf);
+    if (!bf16) {
+      EXPECT_TRUE(at::equal(model->wide, at::full({3}, 1.0 + 1e-10, at::kDouble))) << "rank " << comm.rank();
+      EXPECT_TRUE(at::equal(model->narrow, at::full({5}, 0.5, at::kHalf))) << "rank " << comm.rank();
+    } else {
+      EXPECT_TRUE(at::equal(model->narrow.to(at::kFloat), at::full({5}, 0.5))) << "rank " << comm.rank();
+    }
+  }
+}
+
 TEST(Lifetime, DestroyingWithAPendingDelayedUpdateSaysSo) {
   comm::Communicator& comm = world_comm();
   const int world = comm.world_size();

@@ -15,10 +15,11 @@
 //  - Trainable parameters become views into one flat buffer in the training
 //    precision (bf16 / fp16 / fp32), laid out as zero/flat_layout.h says.
 //    Rank 0's initial values are broadcast so that all ranks start equal.
-//    Floating-point buffers and frozen floating-point parameters
-//    (requires_grad false) are cast to the training precision as well, so a
-//    frozen layer accepts the bf16/fp16 activations; inputs must be given in
-//    it too (integer inputs such as token ids are unaffected).
+//    In bf16/fp16, floating-point buffers and frozen floating-point
+//    parameters (requires_grad false) are cast to the training precision as
+//    well, so a frozen layer accepts the bf16/fp16 activations; inputs must
+//    be given in it too (integer inputs such as token ids are unaffected).
+//    In fp32 they keep their own dtype (a float64 buffer stays float64).
 //  - Frozen parameters are not trained (their values only change precision,
 //    and not at all in fp32 training). A parameter that
 //    appears twice (tied weights) is trained once. A parameter that gets no
