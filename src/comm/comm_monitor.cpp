@@ -164,20 +164,23 @@ void CommMonitor::abandon(std::uint64_t, WorkPtr work) {
   graveyard->push_back(std::move(work));
 }
 
-std::string CommMonitor::describe_timeout(std::uint64_t seq) {
+CommMonitor::PeerReport CommMonitor::ask_peers(std::uint64_t seq, const std::optional<OpRecord>& mine) {
   const int me = rank(), n = world_size();
-  const std::optional<OpRecord> mine = recorder_.find(seq);
+  PeerReport report;
   std::ostringstream os;
-  os << "collective #" << seq;
-  if (mine) os << ", " << describe(mine->sig) << " (" << mine->bytes << " bytes sent per rank),";
-  os << " did not complete within comm_timeout = " << seconds(timeout()) << " on rank " << me
-     << " of " << n;
   if (channel_ == nullptr || n <= 1) {
-    os << "; this backend cannot ask the other ranks what they are doing: see their own errors";
-    return os.str();
+    report.text = "; this backend cannot ask the other ranks what they are doing: see their own errors";
+    return report;
   }
   const std::vector<std::optional<FlightRecord>> peers = channel_->query_peers(kQueryRecords, kQueryGrace);
-  std::vector<int> silent, behind, waiting, done;
+  bool all_answered = true;
+  for (int q = 0; q < n; ++q) all_answered = all_answered && (q == me || peers[static_cast<std::size_t>(q)]);
+  if (all_answered) {
+    std::vector<FlightRecord> all;
+    for (int q = 0; q < n; ++q) all.push_back(q == me ? recorder_.tail(kQueryRecords) : *peers[static_cast<std::size_t>(q)]);
+    report.divergence = find_issued_divergence(all);
+  }
+  std::vector<int> silent, behind, waiting, done, failed;
   std::vector<std::string> behind_detail, diverged;
   for (int q = 0; q < n; ++q) {
     if (q == me) continue;
@@ -200,6 +203,8 @@ std::string CommMonitor::describe_timeout(std::uint64_t seq) {
                          std::to_string(seq));
     } else if (r != nullptr && r->state == OpState::kCompleted) {
       done.push_back(q);
+    } else if (r != nullptr && r->state == OpState::kFailed) {
+      failed.push_back(q);
     } else {
       waiting.push_back(q);
     }
@@ -225,14 +230,44 @@ std::string CommMonitor::describe_timeout(std::uint64_t seq) {
     os << "; " << format_ranks(waiting) << (waiting.size() == 1 ? " waits" : " wait")
        << " in it too";
   }
+  if (!failed.empty()) {
+    os << "; it failed on " << format_ranks(failed) << " too";
+  }
   if (!done.empty()) {
     os << "; " << format_ranks(done) << (done.size() == 1 ? " has" : " have") << " completed it";
   }
-  return os.str();
+  report.text = os.str();
+  return report;
+}
+
+void CommMonitor::throw_divergence(const std::string& during, const std::string& divergence) {
+  const std::string what = "collective-sequence check failed: " + divergence +
+                           " (every rank must issue the same collectives in the same order with "
+                           "the same reduce op, dtype, count, root and tag: look for a branch "
+                           "that depends on the rank or on its data; at stage 3, units called in "
+                           "another order or another number of times)";
+  mark_failed(during + ": " + what);
+  const std::string path = dump(during + ": " + what);
+  throw SequenceMismatch(what + ", found when " + during + ". Flight recorders: " +
+                             path.substr(0, path.rfind('/') + 1) + "flight-recorder-rank-*.txt",
+                         /*key=*/divergence);
 }
 
 void CommMonitor::throw_timeout(std::uint64_t seq) {
-  const std::string what = describe_timeout(seq);
+  const int me = rank(), n = world_size();
+  const std::optional<OpRecord> mine = recorder_.find(seq);
+  std::ostringstream os;
+  os << "collective #" << seq;
+  if (mine) os << ", " << describe(mine->sig) << " (" << mine->bytes << " bytes sent per rank),";
+  os << " did not complete within comm_timeout = " << seconds(timeout()) << " on rank " << me
+     << " of " << n;
+  const PeerReport peers = ask_peers(seq, mine);
+  if (!peers.divergence.empty()) {
+    throw_divergence("collective #" + std::to_string(seq) + " did not complete within comm_timeout on rank " +
+                         std::to_string(me),
+                     peers.divergence);
+  }
+  const std::string what = os.str() + peers.text;
   mark_failed(what);
   const std::string path = dump(what);
   throw CollectiveTimeout(
@@ -241,6 +276,27 @@ void CommMonitor::throw_timeout(std::uint64_t seq) {
           "comm_timeout (seconds, config top level); otherwise see what the ranks named above "
           "are doing (their flight-recorder files are beside this one)",
       seq);
+}
+
+void CommMonitor::throw_failure(std::uint64_t seq, const std::string& error) {
+  const std::optional<OpRecord> mine = recorder_.find(seq);
+  std::ostringstream os;
+  os << "collective #" << seq;
+  if (mine) os << ", " << describe(mine->sig) << " (" << mine->bytes << " bytes sent per rank),";
+  os << " failed on rank " << rank() << " of " << world_size() << " (" << error << ")";
+  const PeerReport peers = ask_peers(seq, mine);
+  if (!peers.divergence.empty()) {
+    throw_divergence("collective #" + std::to_string(seq) + " failed on rank " + std::to_string(rank()) +
+                         " (" + error + ")",
+                     peers.divergence);
+  }
+  const std::string what = os.str() + peers.text;
+  mark_failed(what);
+  const std::string path = dump(what);
+  throw CollectiveFailed(what + ". Flight recorder: " + path +
+                             ". A transport error in a collective that the ranks issued alike is "
+                             "the network's or the MPI library's: see their logs",
+                         seq);
 }
 
 void CommMonitor::check_sequence() {

@@ -52,6 +52,11 @@ class CommMonitor {
   // Op `seq` did not complete within the timeout: asks the other ranks what
   // they are doing, writes the flight recorder, and throws CollectiveTimeout.
   [[noreturn]] void throw_timeout(std::uint64_t seq);
+  // Op `seq` failed in the transport (`error`, the backend's words): asks
+  // the other ranks what they issued as that op (a failure such as MPI's
+  // truncation is usually ranks that issued different sizes), writes the
+  // flight recorder, and throws CollectiveFailed.
+  [[noreturn]] void throw_failure(std::uint64_t seq, const std::string& error);
 
   // The collective-sequence check (Communicator::check_sequence).
   void check_sequence();
@@ -66,7 +71,20 @@ class CommMonitor {
   void abandon(std::uint64_t seq, WorkPtr work);
 
  private:
-  std::string describe_timeout(std::uint64_t seq);
+  // What the other ranks' watchdogs said when asked about op `seq`.
+  struct PeerReport {
+    // "; rank 3 has not joined it; rank 2 issued ... as op #seq (the ranks'
+    // sequences diverge); ..."
+    std::string text;
+    // find_issued_divergence over every rank's records when all answered:
+    // the first op the ranks issued differently, worded alike on every rank.
+    std::string divergence;
+  };
+  PeerReport ask_peers(std::uint64_t seq, const std::optional<OpRecord>& mine);
+  // The ranks issued different ops (found while op `seq` timed out or
+  // failed): throws SequenceMismatch, keyed by the divergence so that the
+  // job prints it once.
+  [[noreturn]] void throw_divergence(const std::string& during, const std::string& divergence);
 
   FlightRecorder recorder_;
   std::atomic<int> rank_{0}, world_{1};

@@ -36,34 +36,42 @@ WorkPtr Communicator::tracked(const OpSignature& sig, Issue issue) {
   }
   const std::uint64_t seq = m.recorder().issue(sig, bytes);
   if (work->is_completed()) {
-    // Nothing left to wait for (count 0, one rank): no wrapper needed.
-    m.recorder().finish(seq, OpState::kCompleted);
-    return work;
+    bool failed = false;
+    try {
+      work->wait(std::chrono::milliseconds::max());  // done: returns at once or rethrows
+    } catch (...) {
+      failed = true;  // the wrapper's wait() reports it, with the other ranks' view
+    }
+    if (!failed) {
+      // Nothing left to wait for (count 0, one rank): no wrapper needed.
+      m.recorder().finish(seq, OpState::kCompleted);
+      return work;
+    }
   }
   return std::make_shared<detail::TrackedWork>(std::move(work), seq, monitor_);
 }
 
 WorkPtr Communicator::all_reduce(void* data, std::size_t count, DType dtype,
                                  const AllReduceOptions& options) {
-  return tracked(OpSignature{CollectiveKind::kAllReduce, options.op, dtype, count, -1},
+  return tracked(OpSignature{CollectiveKind::kAllReduce, options.op, dtype, count, -1, options.tag},
                  [&] { return do_all_reduce(data, count, dtype, options); });
 }
 
 WorkPtr Communicator::reduce_scatter(const void* input, void* output, std::size_t count_per_rank,
                                      DType dtype, const ReduceScatterOptions& options) {
-  return tracked(OpSignature{CollectiveKind::kReduceScatter, options.op, dtype, count_per_rank, -1},
+  return tracked(OpSignature{CollectiveKind::kReduceScatter, options.op, dtype, count_per_rank, -1, options.tag},
                  [&] { return do_reduce_scatter(input, output, count_per_rank, dtype, options); });
 }
 
 WorkPtr Communicator::all_gather(const void* input, void* output, std::size_t count_per_rank,
-                                 DType dtype) {
-  return tracked(OpSignature{CollectiveKind::kAllGather, ReduceOp::kSum, dtype, count_per_rank, -1},
+                                 DType dtype, const AllGatherOptions& options) {
+  return tracked(OpSignature{CollectiveKind::kAllGather, ReduceOp::kSum, dtype, count_per_rank, -1, options.tag},
                  [&] { return do_all_gather(input, output, count_per_rank, dtype); });
 }
 
 WorkPtr Communicator::broadcast(void* data, std::size_t count, DType dtype,
                                 const BroadcastOptions& options) {
-  return tracked(OpSignature{CollectiveKind::kBroadcast, ReduceOp::kSum, dtype, count, options.root},
+  return tracked(OpSignature{CollectiveKind::kBroadcast, ReduceOp::kSum, dtype, count, options.root, options.tag},
                  [&] { return do_broadcast(data, count, dtype, options); });
 }
 

@@ -55,7 +55,10 @@ std::string mpi_error_string(int error_code) {
     if (const char* name = error_class_name(error_class)) out = std::string(name) + ": ";
   }
   if (MPI_Error_string(error_code, text, &length) == MPI_SUCCESS) {
-    out.append(text, static_cast<std::size_t>(length));
+    std::string said(text, static_cast<std::size_t>(length));
+    // Open MPI's text often starts with the class name already.
+    if (!out.empty() && said.rfind(out, 0) == 0) said.erase(0, out.size());
+    out += said;
   } else {
     out += "MPI error code " + std::to_string(error_code);
   }

@@ -75,7 +75,31 @@ void finalize_mpi_at_exit() {
   if (!mpi_finalized()) MPI_Finalize();
 }
 
+thread_local int t_completing = 0;
+MPI_Errhandler g_world_previous = MPI_ERRHANDLER_NULL;
+MPI_Errhandler g_world_filter = MPI_ERRHANDLER_NULL;
+
+void world_error_filter(MPI_Comm* comm, int* code, ...) {
+  if (t_completing > 0) return;  // MPI returns the code to our MPI_Test/MPI_Wait
+  // Someone else's error: what WORLD did before (MPI_ERRORS_ARE_FATAL aborts).
+  MPI_Comm_set_errhandler(*comm, g_world_previous);
+  MPI_Comm_call_errhandler(*comm, *code);
+  MPI_Comm_set_errhandler(*comm, g_world_filter);
+}
+
+void install_world_error_filter() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (MPI_Comm_get_errhandler(MPI_COMM_WORLD, &g_world_previous) != MPI_SUCCESS) return;
+    if (MPI_Comm_create_errhandler(world_error_filter, &g_world_filter) != MPI_SUCCESS) return;
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, g_world_filter);
+  });
+}
+
 }  // namespace
+
+RequestCompletion::RequestCompletion() { ++t_completing; }
+RequestCompletion::~RequestCompletion() { --t_completing; }
 
 int add_finalize_stopper(void (*stop)(void*), void* arg) {
   hook_finalize();
@@ -119,6 +143,7 @@ void ensure_mpi_initialized() {
                thread_level_name(provided),
                ", and zerocpp needs MPI_THREAD_MULTIPLE: use an MPI built with thread support "
                "(Open MPI and MPICH are, by default)");
+    install_world_error_filter();
     return;
   }
   MPI_CHECK(MPI_Query_thread(&provided));
@@ -127,6 +152,7 @@ void ensure_mpi_initialized() {
              ", and zerocpp needs MPI_THREAD_MULTIPLE: initialise it with "
              "MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided), or let zerocpp "
              "initialise it (do not call MPI_Init)");
+  install_world_error_filter();
 }
 
 }  // namespace zero::comm::detail

@@ -10,6 +10,23 @@ namespace zero::comm::detail {
 // Thread-safe.
 void ensure_mpi_initialized();
 
+// Open MPI (4.1) raises the error of a failed non-blocking collective's
+// request in MPI_Test/MPI_Wait on MPI_COMM_WORLD, whatever communicator the
+// collective ran on, so MPI_ERRORS_RETURN on the backend's own communicator
+// is not enough: with WORLD's default handler the job aborts with "MPI_ERR_
+// OTHER" and no word of which collective, or why. ensure_mpi_initialized()
+// puts a filter on MPI_COMM_WORLD that lets an error raised while this
+// thread is inside a RequestCompletion return as a code (the backend turns
+// it into zero::Error), and hands every other error to WORLD's previous
+// handler, so a program's own MPI calls fail as they did before.
+class RequestCompletion {
+ public:
+  RequestCompletion();
+  ~RequestCompletion();
+  RequestCompletion(const RequestCompletion&) = delete;
+  RequestCompletion& operator=(const RequestCompletion&) = delete;
+};
+
 // True once MPI_Finalize has run: MPI objects must not be freed then.
 bool mpi_finalized();
 

@@ -69,6 +69,7 @@ bool MpiWork::poll_locked() {
   if (done_.load(std::memory_order_relaxed)) return true;
   while (next_pending_ < requests_.size()) {
     int flag = 0;
+    const RequestCompletion ours;
     const int rc = MPI_Test(&requests_[next_pending_], &flag, MPI_STATUS_IGNORE);
     if (rc != MPI_SUCCESS) {
       fail_locked(rc, "MPI_Test");
@@ -84,6 +85,7 @@ bool MpiWork::poll_locked() {
 void MpiWork::wait_locked() {
   if (done_.load(std::memory_order_relaxed)) return;
   for (; next_pending_ < requests_.size(); ++next_pending_) {
+    const RequestCompletion ours;
     const int rc = MPI_Wait(&requests_[next_pending_], MPI_STATUS_IGNORE);
     if (rc != MPI_SUCCESS) {
       fail_locked(rc, "MPI_Wait");

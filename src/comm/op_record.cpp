@@ -53,13 +53,14 @@ std::uint64_t extend_sequence_hash(std::uint64_t hash, const OpSignature& sig) {
                static_cast<std::uint64_t>(sig.dtype) << 16 |
                static_cast<std::uint64_t>(static_cast<std::uint32_t>(sig.root)) << 24));
   h = mix(h ^ sig.count);
+  if (sig.tag != 0) h = mix(h ^ (static_cast<std::uint64_t>(sig.tag) | 1ULL << 40));
   return h;
 }
 
 std::string describe(const OpSignature& sig) {
   std::ostringstream os;
   os << collective_name(sig.kind);
-  if (sig.kind == CollectiveKind::kBarrier) return os.str();
+  if (sig.kind == CollectiveKind::kBarrier) return sig.tag != 0 ? os.str() + ", tag " + std::to_string(sig.tag) : os.str();
   if (sig.kind == CollectiveKind::kAllReduce || sig.kind == CollectiveKind::kReduceScatter) {
     os << " " << reduce_op_name(sig.reduce);
   }
@@ -68,6 +69,7 @@ std::string describe(const OpSignature& sig) {
     os << " per rank";
   }
   if (sig.kind == CollectiveKind::kBroadcast) os << " from rank " << sig.root;
+  if (sig.tag != 0) os << ", tag " << sig.tag;
   return os.str();
 }
 

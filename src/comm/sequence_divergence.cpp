@@ -11,6 +11,56 @@ std::uint64_t first_kept(const FlightRecord& rec) {
   return rec.records.empty() ? rec.issued : rec.records.front().seq;
 }
 
+// The ranks grouped by what they issued as op `seq` ("" if they all issued
+// the same, or, with issuers_must_differ, if those that issued it did).
+std::string describe_groups(const std::vector<FlightRecord>& per_rank, std::uint64_t seq,
+                            bool issuers_must_differ) {
+  // Groups of ranks by what they issued as op `seq`; a rank that has not
+  // issued it is its own kind of group.
+  struct Group {
+    const OpRecord* op;
+    std::vector<int> ranks;
+  };
+  std::vector<Group> groups;
+  int issued_kinds = 0;
+  for (std::size_t q = 0; q < per_rank.size(); ++q) {
+    const OpRecord* op = per_rank[q].find(seq);
+    auto g = std::find_if(groups.begin(), groups.end(), [&](const Group& x) {
+      return (x.op == nullptr) == (op == nullptr) && (op == nullptr || x.op->sig == op->sig);
+    });
+    if (g == groups.end()) {
+      groups.push_back({op, {static_cast<int>(q)}});
+      if (op != nullptr) ++issued_kinds;
+    } else {
+      g->ranks.push_back(static_cast<int>(q));
+    }
+  }
+  if (groups.size() == 1 || (issuers_must_differ && issued_kinds < 2)) return {};
+  if (issuers_must_differ) {
+    // Where the others have got to changes while they are asked: leave them
+    // out, so that every rank words the divergence alike.
+    groups.erase(std::remove_if(groups.begin(), groups.end(), [](const Group& g) { return g.op == nullptr; }),
+                 groups.end());
+  }
+  std::sort(groups.begin(), groups.end(),
+            [](const Group& a, const Group& b) { return a.ranks.front() < b.ranks.front(); });
+  std::ostringstream os;
+  os << "the ranks' collective sequences diverge at op #" << seq << ":";
+  for (std::size_t i = 0; i < groups.size(); ++i) {
+    os << (i == 0 ? " " : "; ") << format_ranks(groups[i].ranks);
+    if (groups[i].op != nullptr) {
+      os << " issued " << describe(groups[i].op->sig);
+    } else {
+      os << (groups[i].ranks.size() == 1 ? " has" : " have") << " not issued it";
+      // Say how far each of these ranks got.
+      if (groups[i].ranks.size() == 1) {
+        os << " (" << per_rank[groups[i].ranks[0]].issued << " ops issued)";
+      }
+    }
+  }
+  return os.str();
+}
+
 }  // namespace
 
 std::string format_ranks(const std::vector<int>& ranks) {
@@ -46,48 +96,28 @@ std::string find_divergence(const std::vector<FlightRecord>& per_rank) {
     end = std::max(end, r.issued);
   }
   for (std::uint64_t seq = start; seq < end; ++seq) {
-    // Groups of ranks by what they issued as op `seq`; a rank that has not
-    // issued it is its own kind of group.
-    struct Group {
-      const OpRecord* op;
-      std::vector<int> ranks;
-    };
-    std::vector<Group> groups;
-    for (std::size_t q = 0; q < per_rank.size(); ++q) {
-      const OpRecord* op = per_rank[q].find(seq);
-      auto g = std::find_if(groups.begin(), groups.end(), [&](const Group& x) {
-        return (x.op == nullptr) == (op == nullptr) && (op == nullptr || x.op->sig == op->sig);
-      });
-      if (g == groups.end()) {
-        groups.push_back({op, {static_cast<int>(q)}});
-      } else {
-        g->ranks.push_back(static_cast<int>(q));
-      }
-    }
-    if (groups.size() == 1) continue;
-    std::sort(groups.begin(), groups.end(),
-              [](const Group& a, const Group& b) { return a.ranks.front() < b.ranks.front(); });
-    std::ostringstream os;
-    os << "the ranks' collective sequences diverge at op #" << seq << ":";
-    for (std::size_t i = 0; i < groups.size(); ++i) {
-      os << (i == 0 ? " " : "; ") << format_ranks(groups[i].ranks);
-      if (groups[i].op != nullptr) {
-        os << " issued " << describe(groups[i].op->sig);
-      } else {
-        os << (groups[i].ranks.size() == 1 ? " has" : " have") << " not issued it";
-        // Say how far each of these ranks got.
-        if (groups[i].ranks.size() == 1) {
-          os << " (" << per_rank[groups[i].ranks[0]].issued << " ops issued)";
-        }
-      }
-    }
-    return os.str();
+    std::string d = describe_groups(per_rank, seq, /*issuers_must_differ=*/false);
+    if (!d.empty()) return d;
   }
   std::ostringstream os;
   os << "the ranks' collective sequences differ (op counts or hashes), but not in the ops every "
         "rank still records (from op #"
      << start << "): they diverged earlier; raise flight_recorder.entries to see where";
   return os.str();
+}
+
+std::string find_issued_divergence(const std::vector<FlightRecord>& per_rank) {
+  if (per_rank.size() < 2) return {};
+  std::uint64_t start = 0, end = 0;
+  for (const FlightRecord& r : per_rank) {
+    start = std::max(start, first_kept(r));
+    end = std::max(end, r.issued);
+  }
+  for (std::uint64_t seq = start; seq < end; ++seq) {
+    std::string d = describe_groups(per_rank, seq, /*issuers_must_differ=*/true);
+    if (!d.empty()) return d;
+  }
+  return {};
 }
 
 }  // namespace zero::comm

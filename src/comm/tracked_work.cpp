@@ -78,8 +78,13 @@ void TrackedWork::wait(std::chrono::milliseconds timeout) {
         inner_->wait(std::chrono::milliseconds::max());  // done: returns at once or rethrows
       } catch (const std::exception& e) {
         finish(OpState::kFailed);
-        monitor_->mark_failed(e.what());
-        throw;
+        done_.store(true, std::memory_order_release);
+        try {
+          monitor_->throw_failure(seq_, e.what());
+        } catch (...) {
+          error_ = std::current_exception();
+          throw;
+        }
       }
       finish(OpState::kCompleted);
       return;

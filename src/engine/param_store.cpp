@@ -311,10 +311,11 @@ void ParamStore::all_gather(comm::Communicator& comm) {
   if (layout_.shard_world() <= 1) return;
   std::vector<comm::WorkPtr> works;
   const std::size_t es = flat_.element_size();
-  for (const Bucket& b : layout_.buckets()) {
+  for (std::size_t bi = 0; bi < layout_.buckets().size(); ++bi) {
+    const Bucket& b = layout_.buckets()[bi];
     auto* base = static_cast<char*>(flat_.data_ptr()) + b.offset * es;
     auto* mine = base + static_cast<std::size_t>(rank_) * b.chunk * es;
-    works.push_back(comm.all_gather(mine, base, b.chunk, to_dtype(dtype_)));
+    works.push_back(comm.all_gather(mine, base, b.chunk, to_dtype(dtype_), {bucket_tag(bi)}));
   }
   // The next forward reads the parameters on the current stream: on a
   // device backend that stream waits, and the host confirms after backward.

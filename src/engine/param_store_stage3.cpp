@@ -50,7 +50,7 @@ void ParamStore::adopt_partitioned(comm::Communicator& comm, memory::MemoryLedge
       const ParamSlot& s = layout_.params()[static_cast<std::size_t>(i)];
       initial_value(static_cast<std::size_t>(i), full32.narrow(0, i64(s.offset - b.offset), i64(s.numel)));
     }
-    if (world_ > 1) comm.broadcast(full32.data_ptr(), b.padded, DType::kFloat32)->wait();
+    if (world_ > 1) comm.broadcast(full32.data_ptr(), b.padded, DType::kFloat32, {0, bucket_tag(bi)})->wait();
     const at::Tensor mine32 = full32.narrow(0, i64(static_cast<std::size_t>(shard_rank_) * b.chunk), i64(b.chunk));
     seed(b, mine32);
     if (swap_) {
@@ -120,7 +120,9 @@ ParamStore::PendingGather ParamStore::start_gather(int bi, comm::Communicator& c
   }
   const at::Tensor all = st.raw(0, b.padded);
   auto* base = static_cast<char*>(all.data_ptr());
-  auto issue = [&] { return comm.all_gather(base + mine * all.element_size(), base, b.chunk, to_dtype(dtype_)); };
+  auto issue = [&] {
+    return comm.all_gather(base + mine * all.element_size(), base, b.chunk, to_dtype(dtype_), {bucket_tag(bi)});
+  };
   // After the lane's copy; then the host's wait for the all-gather covers it.
   g.work = lane_ ? lane_->issue_after(comm, issue) : issue();
   return g;

@@ -105,12 +105,12 @@ void GradReducer::launch(int b) {
   const DType dt = to_dtype(s.scalar_type());
   comm::WorkPtr work;
   if (opts_.mode == GradReduceMode::kAllReduceFull) {
-    work = comm_.all_reduce(s.data_ptr(), bucket.padded, dt);
+    work = comm_.all_reduce(s.data_ptr(), bucket.padded, dt, {comm::ReduceOp::kSum, bucket_tag(b)});
   } else {
     // In place: this rank's chunk of the bucket receives the reduced chunk.
     auto* base = static_cast<char*>(s.data_ptr());
     void* out = base + static_cast<std::size_t>(comm_.rank()) * bucket.chunk * s.element_size();
-    work = comm_.reduce_scatter(base, out, bucket.chunk, dt);
+    work = comm_.reduce_scatter(base, out, bucket.chunk, dt, {comm::ReduceOp::kSum, bucket_tag(b)});
   }
   in_flight_.push_back({b, std::move(work)});
 }

@@ -12,6 +12,12 @@
 //   sleep      sleeps 4 x timeout, alive but not joining
 //   mismatch   issues all_reduce with max where the others issue sum (MPI
 //              completes it: only the sequence check notices)
+//   count-mismatch  issues all_reduce of 8 floats where the others issue 4
+//              (MPI fails it: the error must name the divergence, not abort)
+//   unit-order (stage 3) calls the model's two units in the other order:
+//              with --unit-sizes same they are the same size, so MPI
+//              completes the swapped gathers (only their tags differ); with
+//              --unit-sizes differ it cannot
 //   nan        makes its loss NaN (its gradients follow)
 //   host-oom   (one process) limits its address space to what it maps now
 //              plus 100 MiB before it builds the engine of a 16.8M-parameter
@@ -61,6 +67,7 @@ struct Options {
   std::string policy = "skip";
   long stop_after = 1;
   int stage = 2;
+  std::string unit_sizes = "same";
 };
 
 Options parse(int argc, char** argv) {
@@ -75,6 +82,7 @@ Options parse(int argc, char** argv) {
     else if (k == "--policy") o.policy = v;
     else if (k == "--stop-after") o.stop_after = std::stol(v);
     else if (k == "--stage") o.stage = std::stoi(v);
+    else if (k == "--unit-sizes") o.unit_sizes = v;
     else if (k == "--tag") continue;  // names the job for the test script's pkill
     else throw zero::Error("fault_driver: unknown option " + k);
   }
@@ -145,6 +153,48 @@ int gather_oom(zero::comm::Communicator& comm, bool retry) {
   return 0;
 }
 
+// Stage 3, two units side by side (y = a(x) + b(x)[:, :16]): the order they
+// are called in changes nothing but the order of their collectives.
+int unit_order(const Options& o, zero::comm::Communicator& comm) {
+  const zero::config::Config cfg = zero::config::parse_config(
+      "{\"train_micro_batch_size_per_gpu\": 4, \"comm_timeout\": " + std::to_string(o.timeout) +
+          ", \"zero_optimization\": {\"stage\": 3, \"stage3_param_persistence_threshold\": 0}}",
+      comm.world_size(), "fault_driver");
+  const long wide = o.unit_sizes == "same" ? 16 : 32;
+  struct Net : torch::nn::Module {
+    torch::nn::Linear a, b;
+    Net(long wide) : a(16, 16), b(16, wide) {
+      register_module("a", a);
+      register_module("b", b);
+      zero::mark_unit(*a);
+      zero::mark_unit(*b);
+    }
+    at::Tensor forward(const at::Tensor& x, bool swapped) {
+      auto run_a = [&] { return zero::unit(*a, x, [&](const at::Tensor& v) { return a->forward(v); }); };
+      auto run_b = [&] { return zero::unit(*b, x, [&](const at::Tensor& v) { return b->forward(v); }).narrow(1, 0, 16); };
+      if (swapped) {
+        const at::Tensor yb = run_b();
+        return run_a() + yb;
+      }
+      const at::Tensor ya = run_a();
+      return ya + run_b();
+    }
+  };
+  torch::manual_seed(7);
+  auto model = std::make_shared<Net>(wide);
+  zero::Engine engine(model, cfg, comm);
+  torch::manual_seed(100 + comm.rank());
+  for (long step = 1; step <= o.steps; ++step) {
+    const bool swapped = comm.rank() == o.rank && step == o.step;
+    const at::Tensor loss = at::mse_loss(model->forward(at::randn({4, 16}), swapped), at::randn({4, 16}));
+    engine.backward(loss);
+    engine.step();
+  }
+  if (comm.rank() == 0) std::printf("trained %ld steps\n", o.steps);
+  comm.barrier()->wait();
+  return 0;
+}
+
 int run(const Options& o, std::unique_ptr<zero::comm::Communicator>& comm_out) {
   comm_out = zero::comm::make_communicator();
   zero::comm::Communicator& comm = *comm_out;
@@ -154,6 +204,7 @@ int run(const Options& o, std::unique_ptr<zero::comm::Communicator>& comm_out) {
                            "\", \"stop_after\": " + std::to_string(o.stop_after) + "}}";
   const zero::config::Config cfg = zero::config::parse_config(json, comm.world_size(), "fault_driver");
   torch::manual_seed(7);
+  if (o.inject == "unit-order") return unit_order(o, comm);
   if (o.inject == "gather-oom" || o.inject == "gather-oom-retry") return gather_oom(comm, o.inject == "gather-oom-retry");
   const bool oom = o.inject == "host-oom";
   auto model = oom ? std::make_shared<torch::nn::SequentialImpl>(torch::nn::Linear(4096, 4096))
@@ -172,6 +223,10 @@ int run(const Options& o, std::unique_ptr<zero::comm::Communicator>& comm_out) {
       if (o.inject == "kill") std::raise(SIGKILL);
       if (o.inject == "sleep") std::this_thread::sleep_for(std::chrono::duration<double>(4 * o.timeout));
       if (o.inject == "nan") loss = loss * std::numeric_limits<float>::quiet_NaN();
+    }
+    if (o.inject == "count-mismatch" && step == o.step) {
+      float v[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+      comm.all_reduce(v, me ? 8 : 4, zero::DType::kFloat32, {})->wait();
     }
     if (o.inject == "mismatch" && step == o.step) {
       float v[4] = {1, 2, 3, 4};

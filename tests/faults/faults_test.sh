@@ -7,7 +7,7 @@ set -u
 MPIEXEC=$1
 DRIVER=$2
 shift 2
-CASES=${*:-"none stop kill sleep mismatch nan_skip nan_stop"}
+CASES=${*:-"none stop kill sleep mismatch count_mismatch unit_order_same unit_order_differ nan_skip nan_stop"}
 TIMEOUT=5  # comm_timeout of the driver, seconds
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 failures=0
@@ -85,6 +85,22 @@ for c in $CASES; do
       run mismatch error 60 -- --inject mismatch --rank 2 --step 3 --timeout $TIMEOUT
       expect_line "collective-sequence check failed: the ranks' collective sequences diverge at op #[0-9]+: ranks 0, 1, 3 issued all_reduce sum fp32 x 4; rank 2 issued all_reduce max fp32 x 4" "the divergent op and each side"
       expect_recorder 2 ;;
+    count_mismatch)
+      # MPI fails the op (truncation) on the ranks that receive too much:
+      # an error naming the divergence, not MPI's abort of the job.
+      run count_mismatch error 60 -- --inject count-mismatch --rank 2 --step 3 --timeout $TIMEOUT
+      expect_line "error on rank [0-3] of 4: collective-sequence check failed: the ranks' collective sequences diverge at op #[0-9]+: ranks 0, 1, 3 issued all_reduce sum fp32 x 4; rank 2 issued all_reduce sum fp32 x 8 .*found when collective #[0-9]+ failed on rank [0-3] \\(MPI all_reduce" "the op that failed and how the ranks differ"
+      if grep -q "MPI_ERRORS_ARE_FATAL" "$work/$case.log"; then fail "MPI aborted the job itself"; fi ;;
+    unit_order_same)
+      # Stage 3, one rank calls two units of the same size in the other
+      # order: MPI completes the swapped gathers; only their tags tell.
+      run unit_order_same error $((TIMEOUT + 40)) -- --inject unit-order --unit-sizes same --rank 1 --step 2 --timeout $TIMEOUT
+      expect_line "collective-sequence check failed: the ranks' collective sequences diverge at op #[0-9]+: ranks 0, 2, 3 issued all_gather fp32 x [0-9]+ per rank, tag 2; rank 1 issued all_gather fp32 x [0-9]+ per rank, tag 1 .*at stage 3, units called in another order" "the swapped units' gathers"
+      expect_recorder 1 ;;
+    unit_order_differ)
+      run unit_order_differ error $((TIMEOUT + 40)) -- --inject unit-order --unit-sizes differ --rank 1 --step 2 --timeout $TIMEOUT
+      expect_line "collective-sequence check failed: the ranks' collective sequences diverge at op #[0-9]+: ranks 0, 2, 3 issued all_gather fp32 x 96 per rank, tag 2; rank 1 issued all_gather fp32 x 160 per rank, tag 1" "the swapped units' gathers"
+      if grep -q "MPI_ERRORS_ARE_FATAL" "$work/$case.log"; then fail "MPI aborted the job itself"; fi ;;
     nan_skip)
       run nan_skip ok 120 -- --inject nan --rank 2 --step 3 --steps 5 --timeout $TIMEOUT
       expect_line "step 3 skipped: the gradient norm is not finite .*1 step\(s\) skipped so far, 1 in a row" "the skipped step"

@@ -26,6 +26,9 @@ OpSignature ar(std::uint64_t count, ReduceOp op = ReduceOp::kSum, DType dtype = 
 }
 OpSignature rs(std::uint64_t count) { return {CollectiveKind::kReduceScatter, ReduceOp::kSum, DType::kBFloat16, count, -1}; }
 OpSignature bc(std::uint64_t count, int root) { return {CollectiveKind::kBroadcast, ReduceOp::kSum, DType::kFloat32, count, root}; }
+OpSignature ag(std::uint64_t count, std::uint32_t tag) {
+  return {CollectiveKind::kAllGather, ReduceOp::kSum, DType::kFloat32, count, -1, tag};
+}
 
 FlightRecord record_of(const std::vector<OpSignature>& ops, std::size_t capacity = 64) {
   FlightRecorder r(capacity);
@@ -69,6 +72,27 @@ TEST(FlightRecorder, HashDependsOnEveryPartOfTheSignatureAndTheOrder) {
   EXPECT_NE(record_of({ar(4, ReduceOp::kMax), rs(8)}).hash, base);
   EXPECT_NE(record_of({ar(4, ReduceOp::kSum, DType::kFloat16), rs(8)}).hash, base);
   EXPECT_NE(record_of({bc(4, 0)}).hash, record_of({bc(4, 1)}).hash);
+  EXPECT_NE(record_of({ag(4, 1), ag(4, 2)}).hash, record_of({ag(4, 2), ag(4, 1)}).hash);
+  EXPECT_NE(record_of({ag(4, 0)}).hash, record_of({ag(4, 1)}).hash);
+  EXPECT_EQ(zero::comm::describe(ag(4, 3)), "all_gather fp32 x 4 per rank, tag 3");
+  EXPECT_EQ(zero::comm::describe(ag(4, 0)), "all_gather fp32 x 4 per rank");
+}
+
+// A timeout or a failed op catches the ranks at different points of their
+// sequences: a rank that has not got as far is no divergence, two ranks that
+// issued the same op number differently are.
+TEST(SequenceDivergence, IssuedDivergenceIgnoresRanksThatAreBehind) {
+  const FlightRecord ahead = record_of({ar(4), ag(8, 1), ag(8, 2), rs(3)});
+  const FlightRecord behind = record_of({ar(4), ag(8, 1)});
+  EXPECT_EQ(zero::comm::find_issued_divergence({ahead, behind, ahead}), "");
+  EXPECT_EQ(zero::comm::find_issued_divergence({ahead}), "");
+  const FlightRecord swapped = record_of({ar(4), ag(8, 2), ag(8, 1)});
+  EXPECT_EQ(zero::comm::find_issued_divergence({ahead, behind, swapped, ahead}),
+            "the ranks' collective sequences diverge at op #1: ranks 0, 1, 3 issued all_gather fp32 x 8 per "
+            "rank, tag 1; rank 2 issued all_gather fp32 x 8 per rank, tag 2");
+  // Only ops every rank still records are compared.
+  FlightRecord short_memory = record_of({ar(4), ag(8, 1), ag(8, 2), rs(3)}, 1);
+  EXPECT_EQ(zero::comm::find_issued_divergence({short_memory, swapped}), "");
 }
 
 TEST(SequenceDivergence, SameSequencesAgree) {
@@ -162,6 +186,10 @@ TEST(CommErrors, KeysGroupTheSameFailure) {
   EXPECT_EQ(t.key(), "timeout #57");
   const zero::comm::RemoteFailure r("stopping", 2);
   EXPECT_EQ(r.origin_rank(), 2);
+  EXPECT_EQ(zero::comm::CollectiveFailed("rank 1 says", 9).key(), "failed #9");
+  // Found by each rank while its own op failed: worded per rank, keyed alike.
+  EXPECT_EQ(zero::comm::SequenceMismatch("rank 0 found: X", "X").key(),
+            zero::comm::SequenceMismatch("rank 3 found: X", "X").key());
 }
 
 }  // namespace

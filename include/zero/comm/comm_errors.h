@@ -30,11 +30,26 @@ class CollectiveTimeout : public CommError {
   std::uint64_t seq_;
 };
 
+// A collective failed in the transport (MPI returned an error for it).
+// key: "failed #<seq>".
+class CollectiveFailed : public CommError {
+ public:
+  CollectiveFailed(const std::string& message, std::uint64_t seq)
+      : CommError(message, "failed #" + std::to_string(seq)), seq_(seq) {}
+  std::uint64_t seq() const { return seq_; }
+
+ private:
+  std::uint64_t seq_;
+};
+
 // The ranks issued different collectives. The message is the same on every
 // rank (it is computed from the same exchanged records); it is the key.
 class SequenceMismatch : public CommError {
  public:
   explicit SequenceMismatch(const std::string& message) : CommError(message, message) {}
+  // Found by one rank while an op timed out or failed: the message says
+  // where, the key is what every rank finds alike.
+  SequenceMismatch(const std::string& message, std::string key) : CommError(message, std::move(key)) {}
 };
 
 // Another rank announced that it failed; this rank stops because of it. Its

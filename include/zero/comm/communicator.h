@@ -59,16 +59,29 @@ namespace detail {
 class CommMonitor;
 }
 
+// `tag` (every op): what the caller calls this op, 0 for nothing. It moves
+// no data; it is part of the op's signature, so the ranks must agree on it
+// as on the count, and the collective-sequence check tells apart ops that
+// differ only in it (the engine tags a bucket's collectives with the
+// bucket's number + 1: at stage 3, two units of the same size gathered in
+// another order on one rank).
 struct AllReduceOptions {
   ReduceOp op = ReduceOp::kSum;
+  std::uint32_t tag = 0;
 };
 
 struct ReduceScatterOptions {
   ReduceOp op = ReduceOp::kSum;
+  std::uint32_t tag = 0;
+};
+
+struct AllGatherOptions {
+  std::uint32_t tag = 0;
 };
 
 struct BroadcastOptions {
   int root = 0;
+  std::uint32_t tag = 0;
 };
 
 class Communicator {
@@ -100,7 +113,8 @@ class Communicator {
                      const AllReduceOptions& options = {});
   WorkPtr reduce_scatter(const void* input, void* output, std::size_t count_per_rank, DType dtype,
                          const ReduceScatterOptions& options = {});
-  WorkPtr all_gather(const void* input, void* output, std::size_t count_per_rank, DType dtype);
+  WorkPtr all_gather(const void* input, void* output, std::size_t count_per_rank, DType dtype,
+                     const AllGatherOptions& options = {});
   WorkPtr broadcast(void* data, std::size_t count, DType dtype, const BroadcastOptions& options = {});
   WorkPtr barrier();
 

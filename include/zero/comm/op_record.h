@@ -1,7 +1,7 @@
 // OpRecord: what one collective was, as the flight recorder keeps it and as
 // ranks compare it when they check that they issued the same sequence.
 //
-// An op's signature is (kind, reduce op, dtype, count, root): what every rank
+// An op's signature is (kind, reduce op, dtype, count, root, tag): what every rank
 // must agree on for the op to be correct (communicator.h's first rule). Its
 // sequence number counts the ops a communicator has issued, from 0, the
 // same on every rank of a correct program.
@@ -31,6 +31,7 @@ struct OpSignature {
   DType dtype = DType::kFloat32;     // kFloat32 for barrier
   std::uint64_t count = 0;           // the op's count argument (0 for barrier)
   std::int32_t root = -1;            // broadcast only; -1 otherwise
+  std::uint32_t tag = 0;             // the caller's name for the op (communicator.h), 0 = none
 
   bool operator==(const OpSignature&) const = default;
 };
@@ -50,7 +51,8 @@ struct OpRecord {
 std::uint64_t extend_sequence_hash(std::uint64_t hash, const OpSignature& sig);
 inline constexpr std::uint64_t kEmptySequenceHash = 0x9e3779b97f4a7c15ULL;
 
-// "all_reduce sum fp32 x 4", "broadcast fp32 x 10 from rank 0", "barrier".
+// "all_reduce sum fp32 x 4", "broadcast fp32 x 10 from rank 0", "barrier",
+// "all_gather fp32 x 512 per rank, tag 3".
 std::string describe(const OpSignature& sig);
 // "#57 all_reduce sum fp32 x 4 (24 B sent), completed in 1.2 ms".
 std::string describe(const OpRecord& r, std::int64_t now_ns);

@@ -19,6 +19,12 @@ namespace zero::comm {
 // that says so.
 std::string find_divergence(const std::vector<FlightRecord>& per_rank);
 
+// For ranks caught at different points of a correct sequence (a timeout, a
+// failed op): the first op, among those every rank still records, that two
+// ranks issued differently (a rank that has not issued it yet does not
+// count), described as find_divergence does; "" if there is none.
+std::string find_issued_divergence(const std::vector<FlightRecord>& per_rank);
+
 // "rank 3", "ranks 0, 1, 3", "ranks 0-5, 7".
 std::string format_ranks(const std::vector<int>& ranks);
 

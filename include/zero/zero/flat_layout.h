@@ -24,6 +24,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 namespace zero {
@@ -43,6 +44,12 @@ struct Bucket {
   std::vector<int> params;           // indices of the parameters it holds
   int group = -1;                    // the group all of them belong to (-1: none)
 };
+
+// The tag of bucket b's collectives (comm::AllGatherOptions::tag and the
+// like): b + 1, so that the collective-sequence check tells apart buckets
+// of the same size issued in another order on one rank.
+inline std::uint32_t bucket_tag(std::size_t b) { return static_cast<std::uint32_t>(b + 1); }
+inline std::uint32_t bucket_tag(int b) { return bucket_tag(static_cast<std::size_t>(b)); }
 
 class FlatLayout {
  public:
