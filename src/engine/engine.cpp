@@ -25,6 +25,7 @@
 #include "engine_impl.h"
 #include "out_of_memory.h"
 #include "rank_agreement.h"
+#include "released_use.h"
 #include "zero/comm/launcher_env.h"
 #include "zero/core/error.h"
 #include "zero/core/host_memory.h"
@@ -104,6 +105,12 @@ std::string offload_param_text(const MemoryPlan& plan) {
   const PlannedBuffer& p = plan[Buffer::kParamPartition];
   if (p.present && p.tier == Tier::kNvme) return ", parameter partition in a swap file (offload_param nvme)";
   return p.present && p.tier == Tier::kHost ? ", parameter partition in host memory (offload_param)" : "";
+}
+
+// A LibTorch error's first line (the rest is its C++ stack).
+std::string first_line(const char* what) {
+  const std::string s(what);
+  return s.substr(0, s.find('\n'));
 }
 
 }  // namespace
@@ -550,6 +557,23 @@ void Engine::backward(const at::Tensor& loss) {
       throw;
     } catch (const std::exception& e) {
       detail::rethrow_if_out_of_memory(e, "running backward", ledger_);
+      if (m.units && dynamic_cast<const Error*>(&e) == nullptr) {
+        // Autograd's error about shapes, or the reducer's (a gradient with
+        // no element), when a unit's parameter was used while released:
+        // name it if so.
+        const std::vector<std::size_t> numels = m.params->numels();
+        const std::vector<int> hollow = detail::params_used_while_released(loss, m.params->params(), numels);
+        if (!hollow.empty()) {
+          const auto i = static_cast<std::size_t>(hollow.front());
+          std::string also;
+          for (std::size_t k = 1; k < hollow.size(); ++k) {
+            also += (k == 1 ? "; so were " : ", ") + std::string("'") +
+                    m.params->names()[static_cast<std::size_t>(hollow[k])] + "'";
+          }
+          throw Error(detail::released_use_message(m.params->names()[i], static_cast<std::int64_t>(numels[i])) +
+                      also + ". (Autograd said: " + first_line(e.what()) + ")");
+        }
+      }
       throw;
     }
   }

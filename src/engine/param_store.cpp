@@ -27,6 +27,7 @@ ParamStore::ParamStore(std::shared_ptr<torch::nn::Module> module, c10::ScalarTyp
     const at::Tensor& p = item.value();
     if (!p.requires_grad()) {
       ++frozen_;
+      frozen_params_.push_back({item.key(), p});
       continue;
     }
     if (!seen.insert(p.unsafeGetTensorImpl()).second) continue;
@@ -248,6 +249,18 @@ void ParamStore::check_intact() const {
                                            : std::string("its storage is another tensor's"),
                "): model->to(), set_data() or a new tensor detach the module from the engine. Move or convert the "
                "model before building the engine, and load weights with load_checkpoint()");
+    ZERO_CHECK(p.requires_grad(), "parameter '", names_[i],
+               "' no longer requires a gradient (requires_grad(false) after the engine was built): the engine "
+               "would go on stepping it with a zero gradient (weight decay and the moments would still move it). "
+               "Freeze parameters before building the engine");
+  }
+  for (const auto& [name, p] : frozen_params_) {
+    ZERO_CHECK(!p.requires_grad(), "parameter '", name,
+               "' was frozen when the engine was built and now requires a gradient: the engine trains only the "
+               "parameters that required one then (their layout, partitions and optimizer state are fixed), so "
+               "its gradient would pile up in .grad and never be applied. Set requires_grad before building the "
+               "engine (to unfreeze during training: save a checkpoint, build a new engine with the parameter "
+               "trainable, and load the checkpoint's module weights into it)");
   }
 }
 

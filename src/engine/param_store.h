@@ -74,6 +74,8 @@ class ParamStore {
   // (model->to(), set_data()): the engine would train tensors the module no
   // longer has.
   void remember_storages();
+  // Also that the trainable ones still require a gradient and the frozen
+  // ones do not (a change after construction would be ignored silently).
   void check_intact() const;
   std::int64_t frozen_count() const { return frozen_; }
   const FlatLayout& layout() const { return layout_; }
@@ -228,6 +230,8 @@ class ParamStore {
   ParamClaim claim_;  // no other live engine trains these parameters
   std::vector<const c10::StorageImpl*> storages_;
   std::int64_t frozen_ = 0;
+  // The frozen parameters as built (check_intact: still frozen).
+  std::vector<std::pair<std::string, at::Tensor>> frozen_params_;
   FlatLayout layout_;
   int world_ = 1, rank_ = 0, shard_rank_ = 0;
   const MemoryPlan* plan_ = nullptr;

@@ -794,6 +794,47 @@ TEST(Modules, FrozenStaysAndUnusedParametersTrainAsZeroGradient) {
   }
 }
 
+// The trainable set is fixed when the engine is built: a requires_grad
+// changed afterwards, either way, fails the next backward naming the
+// parameter, before any gradient is taken (the window stays as it was), and
+// changed back, training goes on. Stage 3 too (its parameters are hollow).
+TEST(Modules, RequiresGradChangedAfterConstructionIsRefused) {
+  comm::Communicator& comm = world_comm();
+  const int world = comm.world_size();
+  for (int stage : {0, 2, 3}) {
+    torch::manual_seed(7);
+    auto model = std::make_shared<WithUnused>();
+    model->l1->weight.set_requires_grad(false);
+    Engine engine(model, make_config(stage, false, false, world, kGlobalBatch / world, 1), comm);
+    const int micro = kGlobalBatch / world;
+    auto try_step = [&](const std::string& expect) {
+      GlobalBatch gb = global_batch(ModelKind::kMlp, 0);
+      at::Tensor out = model->forward(gb.x.narrow(0, comm.rank() * micro, micro));
+      const at::Tensor loss = at::mse_loss(out, gb.y.narrow(0, comm.rank() * micro, micro));
+      if (expect.empty()) {
+        engine.backward(loss);
+        EXPECT_TRUE(engine.step()) << "stage " << stage;
+        return;
+      }
+      try {
+        engine.backward(loss);
+        ADD_FAILURE() << "stage " << stage << ": expected an error with " << expect;
+      } catch (const ::zero::Error& e) {
+        EXPECT_NE(std::string(e.what()).find(expect), std::string::npos) << "stage " << stage << ": " << e.what();
+      }
+    };
+    model->l1->weight.set_requires_grad(true);
+    try_step("parameter 'l1.weight' was frozen when the engine was built and now requires a gradient");
+    EXPECT_FALSE(model->l1->weight.grad().defined()) << "stage " << stage;
+    model->l1->weight.set_requires_grad(false);
+    model->l2->bias.set_requires_grad(false);
+    try_step("parameter 'l2.bias' no longer requires a gradient");
+    model->l2->bias.set_requires_grad(true);
+    try_step("");
+    EXPECT_EQ(engine.stats().step, 1) << "stage " << stage;
+  }
+}
+
 // Construction and one step; returns the device tier's peak.
 std::int64_t construct_and_step(const config::Config& cfg, comm::Communicator& comm, memory::LedgerSnapshot* out) {
   auto model = make_model(ModelKind::kMlp);

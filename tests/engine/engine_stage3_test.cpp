@@ -487,6 +487,62 @@ TEST(Stage3, BetweenStepsAUnitsParameterIsHollowAndGatherParametersGivesItsValue
   }
 }
 
+// A loss term that reads a unit's parameter outside the unit (a weight decay
+// written by hand) reads a hollow tensor: its backward must name the
+// parameter and the cause, not fail in the reducer on a shape or add
+// nothing silently, and the engine must train on after it.
+TEST(Stage3, ALossTermOnAReleasedParameterIsNamed) {
+  comm::Communicator& comm = world_comm();
+  auto model = make_gpt();
+  std::string block_param, kept_param;
+  at::Tensor w, kept;
+  std::int64_t numel = 0;
+  for (const auto& [name, p] : trainable(*model)) {
+    if (in_a_block(name) && block_param.empty()) {
+      block_param = name;
+      w = p;
+      numel = p.numel();
+    } else if (!in_a_block(name) && kept_param.empty()) {
+      kept_param = name;
+      kept = p;
+    }
+  }
+  ASSERT_FALSE(block_param.empty());
+  ASSERT_FALSE(kept_param.empty());
+  Engine engine(model, stage3_config(comm.world_size(), /*bf16=*/false), comm);
+  torch::manual_seed(5);
+  const at::Tensor batch = at::randint(tiny_gpt().vocab_size, {2, kSeq + 1});
+  auto expect_named = [&](const at::Tensor& loss, const char* how) {
+    try {
+      engine.backward(loss);
+      ADD_FAILURE() << how << ": a gradient of a released parameter was accepted";
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("parameter '" + block_param + "' (" + std::to_string(numel) +
+                          " elements) was used while released"),
+                std::string::npos)
+          << how << ": " << what;
+      EXPECT_NE(what.find("outside the zero::unit"), std::string::npos) << how << ": " << what;
+      EXPECT_NE(what.find("gather_parameters()"), std::string::npos) << how << ": " << what;
+    }
+  };
+  // Used in its unit and outside it (autograd fails on the shapes), and
+  // outside it only (its gradient comes with no element).
+  expect_named(model->loss(batch.narrow(1, 0, kSeq), batch.narrow(1, 1, kSeq)) + 1e-3 * w.pow(2).sum(),
+               "inside and outside");
+  expect_named(1e-3 * w.pow(2).sum() + kept.sum(), "outside only");
+  // The failed backwards left nothing behind: two plain steps train.
+  const GptRun after = train_gpt(*model, engine, comm, 2);
+  for (float l : after.losses) EXPECT_TRUE(std::isfinite(l));
+  // Inside gather_parameters() the same term is a real one.
+  {
+    GatheredParameters all = engine.gather_parameters();
+    EXPECT_EQ(w.numel(), numel);
+    engine.backward(model->loss(batch.narrow(1, 0, kSeq), batch.narrow(1, 1, kSeq)) + 1e-3 * w.pow(2).sum());
+    engine.step();
+  }
+}
+
 // Training inside gather_parameters() (units held, not released between
 // uses) is the same training as without it; the scope may outlive the engine.
 TEST(Stage3, TrainingInsideGatherParametersIsTheSame) {
