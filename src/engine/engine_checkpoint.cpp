@@ -451,11 +451,11 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
   fs::path folder;
   std::vector<LoadTarget> targets;
   LoadTarget* params_target = nullptr;
-  at::Tensor update, rng, rng_device;
+  at::Tensor rng, rng_device;
   std::vector<std::pair<at::Tensor, at::Tensor>> module_updates;  // (module tensor, loaded value)
   std::map<int, std::vector<ckpt::ReadRange>> reads;  // by saved rank
   std::map<int, std::map<std::size_t, StreamDest>> streamed;  // by saved rank: range index -> swap file (NVMe)
-  bool same_dtype = false, keep_pending = false;
+  bool same_dtype = false, keep_pending = false, apply_update = false;
   std::string error = error_of([&] {
     const std::string t = ckpt::resolve_tag(root, tag);
     folder = root / t;
@@ -518,8 +518,14 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
     shares("master", State::kMaster);
     shares("exp_avg", State::kExpAvg);
     if (man.moments == 2) shares("exp_avg_sq", State::kExpAvgSq);
+    // A pending update applied at load (this engine has no delayed update)
+    // is the parameters to set: read in place of the saved parameters.
+    const bool has_update = std::find(man.partition_sections.begin(), man.partition_sections.end(), "update") !=
+                            man.partition_sections.end();
+    keep_pending = man.engine.update_pending && m.delayed->enabled() && same_dtype;
+    apply_update = man.engine.update_pending && !keep_pending && same_dtype && has_update;
     if (same_dtype) {
-      params_target = &target("params");
+      params_target = &target(apply_update ? "update" : "params");
       if (detail::ParamSwap* swap = P.swap()) {
         // On NVMe: streamed into the swap file as the state is (the padding
         // keeps the file's zeros).
@@ -530,27 +536,19 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
         for (const Bucket& b : L.buckets()) params_target->add(b.partition_offset, P.rank_chunk(b).contiguous());
       }
     }
-    const bool has_update = std::find(man.partition_sections.begin(), man.partition_sections.end(), "update") !=
-                            man.partition_sections.end();
     // A pending delayed update that stays pending is read into this
-    // engine's update buffer; one applied at load into a tensor of its own.
-    keep_pending = man.engine.update_pending && m.delayed->enabled() && same_dtype;
+    // engine's update buffer.
     const std::vector<at::Tensor> update_parts =
         keep_pending ? m.update_parts(m.grads->current() ^ 1) : std::vector<at::Tensor>{};
     ZERO_CHECK(update_parts.empty() || has_update, "checkpoint ", where,
                " has a pending delayed update but not its values (its manifest lists no 'update' section): it is "
                "damaged; load another one");
-    if (same_dtype && has_update) {
+    if (keep_pending && has_update) {
       LoadTarget& t = target("update");
-      if (keep_pending) {
-        std::size_t at = 0;
-        for (const at::Tensor& part : update_parts) {
-          t.add(at, part);
-          at += static_cast<std::size_t>(part.numel());
-        }
-      } else {
-        update = at::empty({static_cast<std::int64_t>(L.partition_numel())}, at::TensorOptions().dtype(dtype));
-        t.add(0, update);
+      std::size_t at = 0;
+      for (const at::Tensor& part : update_parts) {
+        t.add(at, part);
+        at += static_cast<std::size_t>(part.numel());
       }
     }
     for (const ckpt::ElementRun& r : ckpt::plan_partition(man, bucket_records(L), params, P.shard_rank())) {
@@ -670,8 +668,8 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
   } else if (man.engine.update_pending) {
     // This engine has no delayed update (or another precision): the
     // pending update is applied now.
-    if (update.defined()) {
-      set_params(update);
+    if (apply_update) {
+      saved_params();  // the update, read in place of the saved parameters
     } else {
       set_params_from_master();
     }

@@ -229,6 +229,54 @@ INSTANTIATE_TEST_SUITE_P(
                       ResumeCase{"stage2_offload_dpu_whole_to_share", 2, true, true, false, false, false, false, 1, false, 1.0f, 0.3f}),
     [](const ::testing::TestParamInfo<ResumeCase>& i) { return std::string(i.param.name); });
 
+// A checkpoint saved with the delayed update's step pending, loaded into an
+// engine without the delayed update: the update is applied at load (read in
+// place of the saved parameters, no partition-sized temporary), so the
+// module holds what the saving engine holds once it has applied it
+// (flush()), bit for bit, at stages 2 and 3, fp32 and bf16.
+TEST(Resume, PendingUpdateIsAppliedWhereTheLoadingEngineHasNone) {
+  comm::Communicator& comm = world_comm();
+  for (const ResumeCase& c : {ResumeCase{"dpu_to_none_s2", 2, true, true}, ResumeCase{"dpu_to_none_s2_bf16", 2, true, true, true},
+                              ResumeCase{"dpu_to_none_s3", 3, true, true, false, true}}) {
+    const config::Config cfg = case_config(c, comm.world_size());
+    const fs::path dir = shared_temp_dir(comm, c.name);
+    auto module_values = [](Trainer& t) {
+      GatheredParameters all = t.engine->gather_parameters();
+      std::vector<at::Tensor> v;
+      for (const at::Tensor& p : t.model->parameters()) v.push_back(p.detach().clone());
+      return v;
+    };
+    std::vector<at::Tensor> applied, master;
+    {
+      Trainer t{ModelKind::kUnitMlp, cfg};
+      std::vector<float> losses;
+      t.steps(0, 3, losses);
+      t.engine->save_checkpoint(dir.string(), "step-3");
+      t.engine->flush();  // the pending update applied
+      applied = module_values(t);
+      master = t.engine->gather_master_params();
+    }
+    config::Config none = cfg;
+    none.zero_optimization.offload_optimizer.delayed_param_update = false;
+    Trainer t{ModelKind::kUnitMlp, none};
+    testing::internal::CaptureStderr();
+    t.engine->load_checkpoint(dir.string());
+    const std::string said = testing::internal::GetCapturedStderr();
+    if (comm.rank() == 0) {
+      EXPECT_NE(said.find("had a delayed update pending; applied at load, as this engine has no delayed update"),
+                std::string::npos)
+          << c.name << ": " << said;
+    }
+    expect_bitwise_equal(module_values(t), applied);
+    expect_bitwise_equal(t.engine->gather_master_params(), master);
+    std::vector<float> losses;
+    t.steps(3, 5, losses);
+    for (float l : losses) EXPECT_TRUE(std::isfinite(l)) << c.name;
+    comm.barrier()->wait();
+    if (comm.rank() == 0) rm_tree(dir);
+  }
+}
+
 // ---- Bad input --------------------------------------------------------------
 
 struct Saved {
