@@ -33,6 +33,10 @@
 #include <c10/core/Event.h>
 #include <torch/nn/module.h>
 
+namespace torch::autograd {
+struct Node;
+}
+
 #include "bucket_storage.h"
 #include "device_context.h"
 #include "gather_lane.h"
@@ -255,6 +259,18 @@ class ParamStore {
   std::vector<BucketStorage> buckets_;  // one per bucket of the layout
   std::vector<std::array<memory::MemoryLedger::Registration, 2>> bucket_regs_;  // while held: values, padding
   std::vector<char> hollow_;            // per bucket: its parameters are hollow
+  // Per parameter: its gradient node (AccumulateGrad) of full shape, set
+  // aside while it is hollow, so that a use of the hollow parameter (a loss
+  // term outside its unit) gets a node of its own, whose shape [0] names the
+  // mistake after a failed backward (released_use.h), and the unit's next
+  // call in the same graph gets the full one back.
+  std::vector<std::weak_ptr<torch::autograd::Node>> full_grad_nodes_;
+  // Per parameter: its version counter, set aside while it is hollow. A
+  // hollow parameter counts versions on a counter of its own, 2^30 ahead:
+  // a graph that saved it hollow (a loss term outside its unit) then fails
+  // autograd's version check in backward instead of reading it when its
+  // storage is released (it keeps its full shape inside a backward).
+  std::vector<c10::VariableVersion> full_versions_;
   memory::MemoryLedger* ledger_ = nullptr;
   // Where the rank's chunk goes into a bucket when not on the caller's
   // stream (a host partition on a GPU; the deferred lane in tests). After

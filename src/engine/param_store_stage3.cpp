@@ -4,6 +4,8 @@
 #include <ATen/ops/zeros.h>
 #include <c10/core/GradMode.h>
 
+#include <torch/csrc/autograd/variable.h>
+
 #include "out_of_memory.h"
 #include "param_store.h"
 #include "planned_tensor.h"
@@ -192,11 +194,35 @@ void ParamStore::view_params(std::size_t bi, bool full) {
   const at::Tensor& t = buckets_[bi].tensor();
   // set_data keeps the parameter's autograd metadata, version counter and
   // storage (check_intact() still knows it); only its shape changes.
+  if (full_grad_nodes_.size() != params_.size()) {
+    full_grad_nodes_.resize(params_.size());
+    full_versions_.resize(params_.size());
+  }
   for (int i : b.params) {
     const ParamSlot& s = layout_.params()[static_cast<std::size_t>(i)];
     at::Tensor& p = params_[static_cast<std::size_t>(i)];
     replace_data(p, full ? t.narrow(0, i64(s.offset - b.offset), i64(s.numel)).view(shapes_[static_cast<std::size_t>(i)])
                          : t.narrow(0, i64(s.offset - b.offset), 0));
+    c10::TensorImpl* impl = p.unsafeGetTensorImpl();
+    c10::VariableVersion& version = full_versions_[static_cast<std::size_t>(i)];
+    if (full && version.enabled()) {
+      impl->set_version_counter(std::move(version));
+      version = c10::VariableVersion();
+    } else if (!full && !version.enabled() && impl->version_counter().enabled()) {
+      version = impl->version_counter();
+      impl->set_version_counter(c10::VariableVersion(version.current_version() + (1u << 30)));
+    }
+    if (auto* meta = torch::autograd::impl::get_autograd_meta(p)) {
+      std::lock_guard<std::mutex> lock(meta->mutex_);
+      std::weak_ptr<torch::autograd::Node>& kept = full_grad_nodes_[static_cast<std::size_t>(i)];
+      if (full) {
+        meta->grad_accumulator_ = kept;  // the full one (or none: made anew)
+        kept.reset();
+      } else {
+        kept = meta->grad_accumulator_;
+        meta->grad_accumulator_.reset();
+      }
+    }
   }
   hollow_[bi] = full ? 0 : 1;
 }

@@ -213,7 +213,9 @@ TEST(ParamNvmeCheckpoint, StreamsThePartitionWithoutHoldingIt) {
   const std::int64_t load_grew = peak_rss_growth([&] { loaded.load_checkpoint((dir / "ckpt").string(), "big"); });
   RecordProperty("load_peak_rss_growth", std::to_string(load_grew));
   if (kRssMeasures) {
-    EXPECT_LT(load_grew, partition_bytes / 4) << "the load held " << load_grew << " more bytes at its peak";
+    // Its read ring (kIoRing blocks) is first touched here or reused from
+    // the save's, as the allocator pleases: allowed for, like the save's.
+    EXPECT_LT(load_grew, io_blocks + partition_bytes / 4) << "the load held " << load_grew << " more bytes at its peak";
   }
   torch::manual_seed(9);
   const at::Tensor x = torch::randn({2, 4096});

@@ -526,10 +526,18 @@ TEST(Stage3, ALossTermOnAReleasedParameterIsNamed) {
       EXPECT_NE(what.find("gather_parameters()"), std::string::npos) << how << ": " << what;
     }
   };
-  // Used in its unit and outside it (autograd fails on the shapes), and
-  // outside it only (its gradient comes with no element).
-  expect_named(model->loss(batch.narrow(1, 0, kSeq), batch.narrow(1, 1, kSeq)) + 1e-3 * w.pow(2).sum(),
-               "inside and outside");
+  // Used in its unit and outside it, in either order (autograd fails on
+  // the shapes), and outside it only (its gradient comes with no element).
+  {
+    const at::Tensor model_loss = model->loss(batch.narrow(1, 0, kSeq), batch.narrow(1, 1, kSeq));
+    const at::Tensor decay = 1e-3 * w.pow(2).sum();
+    expect_named(model_loss + decay, "the unit first");
+  }
+  {
+    const at::Tensor decay = 1e-3 * w.pow(2).sum();
+    const at::Tensor model_loss = model->loss(batch.narrow(1, 0, kSeq), batch.narrow(1, 1, kSeq));
+    expect_named(model_loss + decay, "the term first");
+  }
   expect_named(1e-3 * w.pow(2).sum() + kept.sum(), "outside only");
   // The failed backwards left nothing behind: two plain steps train.
   const GptRun after = train_gpt(*model, engine, comm, 2);
