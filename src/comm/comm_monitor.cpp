@@ -60,6 +60,13 @@ bool make_dirs(const std::string& dir) {
   return true;
 }
 
+// "<folder>/flight-recorder-rank-*.txt" from one rank's dump() result, or
+// that result itself where it says why the file was not written.
+std::string all_recorders(const std::string& path) {
+  if (path.empty() || path[0] == '(') return path;
+  return path.substr(0, path.rfind('/') + 1) + "flight-recorder-rank-*.txt";
+}
+
 std::string seconds(std::chrono::milliseconds t) {
   std::ostringstream os;
   os << static_cast<double>(t.count()) / 1000.0 << " s";
@@ -178,7 +185,9 @@ CommMonitor::PeerReport CommMonitor::ask_peers(std::uint64_t seq, const std::opt
   if (all_answered) {
     std::vector<FlightRecord> all;
     for (int q = 0; q < n; ++q) all.push_back(q == me ? recorder_.tail(kQueryRecords) : *peers[static_cast<std::size_t>(q)]);
-    report.divergence = find_issued_divergence(all);
+    IssuedDivergence d = find_issued_divergence(all);
+    report.divergence = std::move(d.text);
+    report.divergence_key = std::move(d.key);
   }
   std::vector<int> silent, behind, waiting, done, failed;
   std::vector<std::string> behind_detail, diverged;
@@ -240,8 +249,8 @@ CommMonitor::PeerReport CommMonitor::ask_peers(std::uint64_t seq, const std::opt
   return report;
 }
 
-void CommMonitor::throw_divergence(const std::string& during, const std::string& divergence) {
-  const std::string what = "collective-sequence check failed: " + divergence +
+void CommMonitor::throw_divergence(const std::string& during, const PeerReport& peers) {
+  const std::string what = "collective-sequence check failed: " + peers.divergence +
                            " (every rank must issue the same collectives in the same order with "
                            "the same reduce op, dtype, count, root and tag: look for a branch "
                            "that depends on the rank or on its data; at stage 3, units called in "
@@ -249,8 +258,8 @@ void CommMonitor::throw_divergence(const std::string& during, const std::string&
   mark_failed(during + ": " + what);
   const std::string path = dump(during + ": " + what);
   throw SequenceMismatch(what + ", found when " + during + ". Flight recorders: " +
-                             path.substr(0, path.rfind('/') + 1) + "flight-recorder-rank-*.txt",
-                         /*key=*/divergence);
+                             all_recorders(path),
+                         /*key=*/peers.divergence_key);
 }
 
 void CommMonitor::throw_timeout(std::uint64_t seq) {
@@ -265,7 +274,7 @@ void CommMonitor::throw_timeout(std::uint64_t seq) {
   if (!peers.divergence.empty()) {
     throw_divergence("collective #" + std::to_string(seq) + " did not complete within comm_timeout on rank " +
                          std::to_string(me),
-                     peers.divergence);
+                     peers);
   }
   const std::string what = os.str() + peers.text;
   mark_failed(what);
@@ -288,7 +297,7 @@ void CommMonitor::throw_failure(std::uint64_t seq, const std::string& error) {
   if (!peers.divergence.empty()) {
     throw_divergence("collective #" + std::to_string(seq) + " failed on rank " + std::to_string(rank()) +
                          " (" + error + ")",
-                     peers.divergence);
+                     peers);
   }
   const std::string what = os.str() + peers.text;
   mark_failed(what);
@@ -324,11 +333,10 @@ void CommMonitor::check_sequence() {
   for (const std::string& b : blobs) all.push_back(parse_flight_record(b));
   const std::string what = "collective-sequence check failed: " + find_divergence(all) +
                            " (every rank must issue the same collectives in the same order with "
-                           "the same reduce op, dtype, count and root)";
+                           "the same reduce op, dtype, count, root and tag)";
   mark_failed(what);
   const std::string path = dump(what);
-  throw SequenceMismatch(what + ". Flight recorders: " + path.substr(0, path.rfind('/') + 1) +
-                         "flight-recorder-rank-*.txt");
+  throw SequenceMismatch(what + ". Flight recorders: " + all_recorders(path));
 }
 
 }  // namespace zero::comm::detail

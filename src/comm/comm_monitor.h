@@ -77,14 +77,14 @@ class CommMonitor {
     // sequences diverge); ..."
     std::string text;
     // find_issued_divergence over every rank's records when all answered:
-    // the first op the ranks issued differently, worded alike on every rank.
-    std::string divergence;
+    // the first op the ranks issued differently ("" if none), and its key.
+    std::string divergence, divergence_key;
   };
   PeerReport ask_peers(std::uint64_t seq, const std::optional<OpRecord>& mine);
   // The ranks issued different ops (found while op `seq` timed out or
   // failed): throws SequenceMismatch, keyed by the divergence so that the
   // job prints it once.
-  [[noreturn]] void throw_divergence(const std::string& during, const std::string& divergence);
+  [[noreturn]] void throw_divergence(const std::string& during, const PeerReport& peers);
 
   FlightRecorder recorder_;
   std::atomic<int> rank_{0}, world_{1};

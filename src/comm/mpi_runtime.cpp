@@ -2,6 +2,7 @@
 
 #include <mpi.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <vector>
@@ -79,12 +80,36 @@ thread_local int t_completing = 0;
 MPI_Errhandler g_world_previous = MPI_ERRHANDLER_NULL;
 MPI_Errhandler g_world_filter = MPI_ERRHANDLER_NULL;
 
+std::recursive_mutex& program_handler_mutex() {
+  static std::recursive_mutex m;
+  return m;
+}
+
 void world_error_filter(MPI_Comm* comm, int* code, ...) {
   if (t_completing > 0) return;  // MPI returns the code to our MPI_Test/MPI_Wait
-  // Someone else's error: what WORLD did before (MPI_ERRORS_ARE_FATAL aborts).
+  // Someone else's error: what WORLD did before.
+  if (g_world_previous == MPI_ERRORS_RETURN) return;
+  if (g_world_previous == MPI_ERRORS_ARE_FATAL) {
+    char text[MPI_MAX_ERROR_STRING] = {};
+    int length = 0;
+    MPI_Error_string(*code, text, &length);
+    std::fprintf(stderr,
+                 "An MPI call on MPI_COMM_WORLD failed: %.*s. Its error handler is MPI_ERRORS_ARE_FATAL "
+                 "(zerocpp's filter in front of it passed the error on): aborting the job\n",
+                 length, text);
+    std::fflush(stderr);
+    MPI_Abort(*comm, *code);
+    return;
+  }
+  // The program's own handler: put back while it runs (one thread at a
+  // time; the filter again afterwards, also if the handler throws).
+  const std::lock_guard<std::recursive_mutex> lock(program_handler_mutex());
+  struct Reinstall {
+    MPI_Comm comm;
+    ~Reinstall() { MPI_Comm_set_errhandler(comm, g_world_filter); }
+  } reinstall{*comm};
   MPI_Comm_set_errhandler(*comm, g_world_previous);
   MPI_Comm_call_errhandler(*comm, *code);
-  MPI_Comm_set_errhandler(*comm, g_world_filter);
 }
 
 void install_world_error_filter() {

@@ -18,7 +18,17 @@ void ensure_mpi_initialized();
 // puts a filter on MPI_COMM_WORLD that lets an error raised while this
 // thread is inside a RequestCompletion return as a code (the backend turns
 // it into zero::Error), and hands every other error to WORLD's previous
-// handler, so a program's own MPI calls fail as they did before.
+// handler, so a program's own MPI calls fail as they did before:
+// MPI_ERRORS_RETURN returns the code, MPI_ERRORS_ARE_FATAL prints MPI's
+// words and aborts (without the failing call's name, which MPI passes to
+// handlers only unportably), a handler of the program's own is put back on
+// WORLD while it runs (under a lock; a library error raised on another
+// thread meanwhile reaches it too). A handler the program sets on WORLD
+// after the communicator exists replaces the filter: then the backend's
+// failed collectives go to it. Communicators the program makes from WORLD
+// afterwards inherit the filter. Needed for Open MPI 4.1 (checked here);
+// an MPI that raises such errors on the request's own communicator, as the
+// standard asks, never reaches the filter with them.
 class RequestCompletion {
  public:
   RequestCompletion();

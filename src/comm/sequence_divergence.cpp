@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <set>
 #include <sstream>
 
 namespace zero::comm {
@@ -38,7 +39,8 @@ std::string describe_groups(const std::vector<FlightRecord>& per_rank, std::uint
   if (groups.size() == 1 || (issuers_must_differ && issued_kinds < 2)) return {};
   if (issuers_must_differ) {
     // Where the others have got to changes while they are asked: leave them
-    // out, so that every rank words the divergence alike.
+    // out (the ranks on each side may still differ from rank to rank: see
+    // IssuedDivergence::key).
     groups.erase(std::remove_if(groups.begin(), groups.end(), [](const Group& g) { return g.op == nullptr; }),
                  groups.end());
   }
@@ -106,7 +108,7 @@ std::string find_divergence(const std::vector<FlightRecord>& per_rank) {
   return os.str();
 }
 
-std::string find_issued_divergence(const std::vector<FlightRecord>& per_rank) {
+IssuedDivergence find_issued_divergence(const std::vector<FlightRecord>& per_rank) {
   if (per_rank.size() < 2) return {};
   std::uint64_t start = 0, end = 0;
   for (const FlightRecord& r : per_rank) {
@@ -115,7 +117,14 @@ std::string find_issued_divergence(const std::vector<FlightRecord>& per_rank) {
   }
   for (std::uint64_t seq = start; seq < end; ++seq) {
     std::string d = describe_groups(per_rank, seq, /*issuers_must_differ=*/true);
-    if (!d.empty()) return d;
+    if (d.empty()) continue;
+    std::set<std::string> sigs;
+    for (const FlightRecord& r : per_rank) {
+      if (const OpRecord* op = r.find(seq)) sigs.insert(describe(op->sig));
+    }
+    std::string key = "op #" + std::to_string(seq) + ":";
+    for (const std::string& sig : sigs) key += " [" + sig + "]";
+    return {std::move(d), std::move(key)};
   }
   return {};
 }

@@ -33,7 +33,15 @@ TrackedWork::TrackedWork(WorkPtr inner, std::uint64_t seq, std::shared_ptr<CommM
 TrackedWork::~TrackedWork() {
   if (done_.load(std::memory_order_acquire)) return;
   if (inner_->is_completed()) {
-    finish(OpState::kCompleted);  // a failure stays unreported, as the backends' own Works do
+    // Dropped unwaited: a failure is not thrown (a destructor), but it is
+    // recorded, and the communicator fails so that the next op reports it.
+    try {
+      inner_->wait(std::chrono::milliseconds::max());  // done: returns at once or rethrows
+      finish(OpState::kCompleted);
+    } catch (const std::exception& e) {
+      finish(OpState::kFailed);
+      monitor_->mark_failed(e.what());
+    }
     return;
   }
   if (std::uncaught_exceptions() > 0 || monitor_->failed() || monitor_->remote_failure_announced()) {
@@ -78,7 +86,6 @@ void TrackedWork::wait(std::chrono::milliseconds timeout) {
         inner_->wait(std::chrono::milliseconds::max());  // done: returns at once or rethrows
       } catch (const std::exception& e) {
         finish(OpState::kFailed);
-        done_.store(true, std::memory_order_release);
         try {
           monitor_->throw_failure(seq_, e.what());
         } catch (...) {

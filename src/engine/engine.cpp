@@ -562,7 +562,12 @@ void Engine::backward(const at::Tensor& loss) {
         // no element), when a unit's parameter was used while released:
         // name it if so.
         const std::vector<std::size_t> numels = m.params->numels();
-        const std::vector<int> hollow = detail::params_used_while_released(loss, m.params->params(), numels);
+        std::vector<int> hollow;
+        try {
+          hollow = detail::params_used_while_released(loss, m.params->params(), numels);
+        } catch (const std::exception&) {
+          // (A graph the walk cannot read: the original error stands.)
+        }
         if (!hollow.empty()) {
           const auto i = static_cast<std::size_t>(hollow.front());
           std::string also;

@@ -341,12 +341,15 @@ std::vector<at::Tensor> ParamStore::gather(const at::Tensor& master_partition, c
   const FlatLayout& L = layout_;
   at::Tensor full = at::zeros({i64(L.padded_numel())}, at::TensorOptions().dtype(at::kFloat).device(device()));
   const at::Tensor master = master_partition.to(device());
-  for (const Bucket& b : L.buckets()) {
+  for (std::size_t bi = 0; bi < L.buckets().size(); ++bi) {
+    const Bucket& b = L.buckets()[bi];
     full.narrow(0, i64(chunk_flat_offset(b)), i64(b.chunk))
         .copy_(master.narrow(0, i64(b.partition_offset), i64(b.chunk)));
     if (L.shard_world() > 1) {
       auto* base = static_cast<char*>(full.data_ptr()) + b.offset * 4;
-      comm.all_gather(base + static_cast<std::size_t>(rank_) * b.chunk * 4, base, b.chunk, DType::kFloat32)->wait();
+      comm.all_gather(base + static_cast<std::size_t>(rank_) * b.chunk * 4, base, b.chunk, DType::kFloat32,
+                      {bucket_tag(bi)})
+          ->wait();
     }
   }
   full = full.to(at::kCPU);

@@ -84,15 +84,23 @@ TEST(FlightRecorder, HashDependsOnEveryPartOfTheSignatureAndTheOrder) {
 TEST(SequenceDivergence, IssuedDivergenceIgnoresRanksThatAreBehind) {
   const FlightRecord ahead = record_of({ar(4), ag(8, 1), ag(8, 2), rs(3)});
   const FlightRecord behind = record_of({ar(4), ag(8, 1)});
-  EXPECT_EQ(zero::comm::find_issued_divergence({ahead, behind, ahead}), "");
-  EXPECT_EQ(zero::comm::find_issued_divergence({ahead}), "");
+  EXPECT_EQ(zero::comm::find_issued_divergence({ahead, behind, ahead}).text, "");
+  EXPECT_EQ(zero::comm::find_issued_divergence({ahead}).text, "");
   const FlightRecord swapped = record_of({ar(4), ag(8, 2), ag(8, 1)});
-  EXPECT_EQ(zero::comm::find_issued_divergence({ahead, behind, swapped, ahead}),
+  const auto d = zero::comm::find_issued_divergence({ahead, behind, swapped, ahead});
+  EXPECT_EQ(d.text,
             "the ranks' collective sequences diverge at op #1: ranks 0, 1, 3 issued all_gather fp32 x 8 per "
             "rank, tag 1; rank 2 issued all_gather fp32 x 8 per rank, tag 2");
+  // A rank that asked before rank 1 had issued op #1 names fewer ranks on a
+  // side, and the same key: the job prints the divergence once.
+  const FlightRecord before_one = record_of({ar(4)});
+  const auto early = zero::comm::find_issued_divergence({ahead, before_one, swapped, ahead});
+  EXPECT_NE(early.text, d.text);
+  EXPECT_EQ(early.key, d.key);
+  EXPECT_EQ(d.key, "op #1: [all_gather fp32 x 8 per rank, tag 1] [all_gather fp32 x 8 per rank, tag 2]");
   // Only ops every rank still records are compared.
   FlightRecord short_memory = record_of({ar(4), ag(8, 1), ag(8, 2), rs(3)}, 1);
-  EXPECT_EQ(zero::comm::find_issued_divergence({short_memory, swapped}), "");
+  EXPECT_EQ(zero::comm::find_issued_divergence({short_memory, swapped}).text, "");
 }
 
 TEST(SequenceDivergence, SameSequencesAgree) {

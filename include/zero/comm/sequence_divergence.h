@@ -22,8 +22,15 @@ std::string find_divergence(const std::vector<FlightRecord>& per_rank);
 // For ranks caught at different points of a correct sequence (a timeout, a
 // failed op): the first op, among those every rank still records, that two
 // ranks issued differently (a rank that has not issued it yet does not
-// count), described as find_divergence does; "" if there is none.
-std::string find_issued_divergence(const std::vector<FlightRecord>& per_rank);
+// count). `text` describes it as find_divergence does, naming the ranks of
+// each side ("" if there is none); `key` names only the op's number and the
+// signatures issued as it, which every rank finds alike even where it asked
+// before a slow rank issued the op.
+struct IssuedDivergence {
+  std::string text;
+  std::string key;
+};
+IssuedDivergence find_issued_divergence(const std::vector<FlightRecord>& per_rank);
 
 // "rank 3", "ranks 0, 1, 3", "ranks 0-5, 7".
 std::string format_ranks(const std::vector<int>& ranks);
