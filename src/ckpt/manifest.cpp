@@ -1,8 +1,10 @@
 #include "zero/ckpt/manifest.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <set>
 
+#include "zero/ckpt/crc32c.h"
 #include "zero/core/error.h"
 
 namespace zero::ckpt {
@@ -43,6 +45,13 @@ bool is_plain_file_name(std::string_view name) {
 }
 
 namespace {
+
+// 8 lower-case hex digits of the CRC-32C of `text`.
+std::string crc_hex(const std::string& text) {
+  char buf[9];
+  std::snprintf(buf, sizeof buf, "%08x", crc32c(0, text.data(), text.size()));
+  return buf;
+}
 
 // Reads the manifest's fields with errors that name the field and the file.
 struct Reader {
@@ -224,15 +233,31 @@ Manifest parse_manifest(std::string_view text, const std::string& where) {
              "checkpoint manifest ", where,
              " is not a zerocpp checkpoint manifest (no \"format\": \"", kFormatName, "\")");
   const std::int64_t version = r.integer(j, "format_version", "manifest");
-  ZERO_CHECK(version <= kFormatVersion, "checkpoint manifest ", where, " has format version ", version,
-             ", newer than this zerocpp reads (", kFormatVersion,
-             "): load it with the zerocpp that wrote it, or a newer one");
   m.format_version = static_cast<int>(std::max<std::int64_t>(version, 0));
   ZERO_CHECK(m.format_version <= kFormatVersion, "checkpoint manifest ", where, " has format version ",
              m.format_version, ", newer than this zerocpp reads (", kFormatVersion,
              "): load it with the zerocpp that wrote it, or a newer one");
   ZERO_CHECK(m.format_version >= 1, "checkpoint manifest ", where, " has format version ", m.format_version,
              ", which does not exist");
+  // The manifest's own checksum (format 2): the shards have theirs, and a
+  // byte changed here (a name, a shape, a step count) would otherwise load
+  // as a different model or state without a word.
+  if (const auto sum = j.find("manifest_crc32c"); sum != j.end()) {
+    ZERO_CHECK(sum->is_string(), "checkpoint manifest ", where, ": manifest_crc32c is not a string");
+    const std::string stored = sum->get<std::string>();
+    json body = j;
+    body.erase("manifest_crc32c");
+    const std::string computed = crc_hex(body.dump());
+    ZERO_CHECK(stored == computed, "checkpoint manifest ", where,
+               " is damaged: its contents do not match its checksum (manifest_crc32c ", stored, ", computed ",
+               computed, "): it was changed after the save wrote it. Load another tag, or restore the file");
+  } else {
+    ZERO_CHECK(version < 2, "checkpoint manifest ", where, " has format version ", version,
+               " but no manifest_crc32c: it was changed after the save wrote it. Load another tag");
+  }
+  ZERO_CHECK(version <= kFormatVersion, "checkpoint manifest ", where, " has format version ", version,
+             ", newer than this zerocpp reads (", kFormatVersion,
+             "): load it with the zerocpp that wrote it, or a newer one");
   m.tag = r.string(j, "tag", "manifest");
   m.world_size = static_cast<int>(r.count(j, "world_size", "manifest", 1u << 20));
   if (m.world_size < 1) r.fail("manifest.world_size", "is 0");
@@ -369,7 +394,13 @@ std::string manifest_to_json(const Manifest& m) {
   j["files"] = files;
   j["module_tensors"] = m.module_tensors;
   j["client_state"] = m.client_state;
+  sign_manifest(j);
   return j.dump(1);
+}
+
+void sign_manifest(json& j) {
+  j.erase("manifest_crc32c");
+  j["manifest_crc32c"] = crc_hex(j.dump());
 }
 
 }  // namespace zero::ckpt

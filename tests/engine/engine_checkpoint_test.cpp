@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <tuple>
 #include <thread>
 #include <vector>
 
@@ -27,6 +28,7 @@
 #include "shared_temp_dir.h"
 #include "train_loop.h"
 #include "zero/ckpt/checkpoint_dir.h"
+#include "zero/ckpt/manifest.h"
 #include "zero/core/error.h"
 
 namespace zero::test {
@@ -399,9 +401,33 @@ TEST(BadInput, ManifestOfAnotherModelOrNewerFormatIsRefused) {
       const fs::path p = dir / tag / ckpt::kManifestName;
       nlohmann::json j = nlohmann::json::parse(ckpt::read_text(p));
       edit(j);
+      if (j.is_object()) ckpt::sign_manifest(j);  // re-signed: the field checks are what is tested
       std::ofstream(p) << j.dump();
     });
   };
+  // A byte changed in the manifest (a name, a shape, the step count: each
+  // would load as another model or state) fails its checksum.
+  for (const auto& [tag, from, to] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"renamed", "\"l1.weight\"", "\"l1.weighs\""}, {"step", "\"optimizer_step\": ", "\"optimizer_step\": 1"}}) {
+    on_rank0([&, tag = tag, from = from, to = to] {
+      copy_tag(dir, "good", tag);
+      const fs::path p = dir / tag / ckpt::kManifestName;
+      std::string text = ckpt::read_text(p);
+      const auto at = text.find(from);
+      ASSERT_NE(at, std::string::npos) << from;
+      text.replace(at, from.size(), to);
+      std::ofstream(p) << text;
+    });
+    expect_load_fails(dir, tag, "is damaged: its contents do not match its checksum");
+  }
+  edit_manifest("unsigned", [](nlohmann::json& j) { j.erase("manifest_crc32c"); });
+  on_rank0([&] {  // (edit_manifest signs it again: take the checksum out after)
+    const fs::path p = dir / "unsigned" / ckpt::kManifestName;
+    nlohmann::json j = nlohmann::json::parse(ckpt::read_text(p));
+    j.erase("manifest_crc32c");
+    std::ofstream(p) << j.dump();
+  });
+  expect_load_fails(dir, "unsigned", "has format version 2 but no manifest_crc32c");
   edit_manifest("newer", [](nlohmann::json& j) { j["format_version"] = 99; });
   expect_load_fails(dir, "newer", "newer than this zerocpp reads");
   edit_manifest("escape", [](nlohmann::json& j) { j["files"][0]["name"] = "../good/manifest.json"; });

@@ -22,7 +22,10 @@
 
 namespace zero::ckpt {
 
-inline constexpr int kFormatVersion = 1;
+// 2: the manifest carries "manifest_crc32c", the CRC-32C of its own compact
+// JSON without that key (8 hex digits), checked at parse; 1 (no checksum) is
+// still read.
+inline constexpr int kFormatVersion = 2;
 inline constexpr const char* kFormatName = "zerocpp-checkpoint";
 // No count, offset or size in a manifest may exceed this (2^50: a petabyte).
 inline constexpr std::uint64_t kMaxBytes = std::uint64_t{1} << 50;
@@ -107,6 +110,9 @@ struct Manifest {
 // errors. Throws zero::Error naming the field and the problem.
 Manifest parse_manifest(std::string_view text, const std::string& where);
 std::string manifest_to_json(const Manifest& m);
+// Sets j's "manifest_crc32c" for what j holds now (manifest_to_json does;
+// tests that edit a manifest on purpose re-sign it to reach the field checks).
+void sign_manifest(nlohmann::json& j);
 // One file's record as the manifest lists it, and back (checked as in
 // parse_manifest: a plain name, sizes within bounds, sections inside the
 // file and not overlapping). The ranks send theirs to rank 0 this way.
