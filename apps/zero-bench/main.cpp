@@ -18,7 +18,7 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return app.exit(e) == 0 ? 0 : 2;  // --help: 0; a usage error: 2
   } catch (const zero::Error& e) {
     std::fprintf(stderr, "zero-bench: %s\n", e.what());
     return 1;

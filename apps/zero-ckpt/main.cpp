@@ -11,6 +11,7 @@
 // --verify reads them and checks their CRC-32C too.
 #include <chrono>
 #include <cstdio>
+#include <algorithm>
 #include <filesystem>
 #include <string>
 
@@ -132,15 +133,31 @@ int main(int argc, char** argv) {
                  "contradicts the record is an error)")
       ->check(at_least_one());
   hf->add_flag("--no-verify", no_verify, "skip the checksum pass over the files");
+  if (argc > 1 && argv[1][0] != '-' && app.get_subcommands([&](CLI::App* a) { return a->get_name() == argv[1]; }).empty()) {
+    std::fprintf(stderr, "zero-ckpt: unknown command '%s': use inspect, consolidate or export-hf (zero-ckpt --help)\n",
+                 argv[1]);
+    return 2;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return app.exit(e) == 0 ? 0 : 2;  // --help: 0; a usage error: 2
   }
   try {
     const bool tag_given = app.get_subcommands().front()->get_option("--tag")->count() > 0;
     const ckpt::OpenCheckpoint c = open_given(dir, tag, tag_given);
     if (*ins) return inspect(c, verify);
+    // Never into the checkpoint folder itself: --out over a shard, `latest`
+    // or a tag's folder would destroy the checkpoint being read.
+    {
+      namespace fs = std::filesystem;
+      const fs::path save_dir = fs::weakly_canonical(c.folder).parent_path();
+      const fs::path target = fs::weakly_canonical(fs::absolute(out));
+      const auto [end, at] = std::mismatch(save_dir.begin(), save_dir.end(), target.begin(), target.end());
+      ZERO_CHECK(end != save_dir.end(), "--out ", out, " is inside the checkpoint folder ", save_dir.string(),
+                 " (its shards, tags and `latest` live there): write the export somewhere else");
+      (void)at;
+    }
     const auto t0 = std::chrono::steady_clock::now();
     check_files(c);
     if (!no_verify) ckpt::verify_files(c);

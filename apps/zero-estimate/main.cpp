@@ -128,7 +128,11 @@ int main(int argc, char** argv) {
                  "lists what fits");
   app.add_option("--host-mem", host_mem_text, "host memory per rank (e.g. 256GiB)");
   app.add_flag("--json", json, "also print one JSON object (bytes per configuration) as the last line");
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;  // --help: 0; a usage error: 2
+  }
   try {
     // Flags first, each error naming the fix.
     if (!stage_text.empty()) {
@@ -166,7 +170,10 @@ int main(int argc, char** argv) {
     ZERO_CHECK(world >= 1, "--world must be at least 1, got ", world);
     ZERO_CHECK(bucket >= 0, "--bucket (reduce_bucket_size) must be 0 or more, got ", bucket);
     ZERO_CHECK(micro >= 1, "--micro must be at least 1, got ", micro);
-    ZERO_CHECK(seq >= 0, "--seq must be positive, got ", seq);
+    ZERO_CHECK(seq >= 0 && (seq > 0 || !seq_opt->count()), "--seq must be positive, got ", seq);
+    ZERO_CHECK(stage < 0 || stage == 3 || (prefetch == 50'000'000 && persistence == 100'000),
+               "--prefetch and --persistence-threshold are stage 3's (stage3_prefetch_bucket_size, "
+               "stage3_param_persistence_threshold): they need --stage 3 or no --stage");
     const bool shape_given = layer_opt->count() || head_opt->count() || embd_opt->count() || block_opt->count();
     if (!params_text.empty()) {
       ZERO_CHECK(!model_opt->count() && !shape_given, "--params and --model/--n-layer/... both give the model: "
@@ -191,10 +198,11 @@ int main(int argc, char** argv) {
       in.params = parse_count(params_text);
     } else {
       models::GptConfig g = models::gpt_preset(model);
-      if (n_layer) g.n_layer = n_layer;
-      if (n_head) g.n_head = n_head;
-      if (n_embd) g.n_embd = n_embd;
-      if (block_size) g.block_size = block_size;
+      // Given means given: 0 is not "the preset's" (zero-train refuses it too).
+      if (layer_opt->count()) g.n_layer = n_layer;
+      if (head_opt->count()) g.n_head = n_head;
+      if (embd_opt->count()) g.n_embd = n_embd;
+      if (block_opt->count()) g.block_size = block_size;
       ZERO_CHECK(g.n_layer > 0 && g.n_head > 0 && g.n_embd > 0 && g.block_size > 0 && g.n_embd % g.n_head == 0,
                  "the model's shape must be positive with --n-embd a multiple of --n-head: n_layer ", g.n_layer,
                  ", n_head ", g.n_head, ", n_embd ", g.n_embd, ", block_size ", g.block_size);

@@ -38,6 +38,7 @@
 #include "progress.h"
 #include "run_files.h"
 #include "stop_signals.h"
+#include "wall_clock.h"
 #include "train_device.h"
 #include "train_precision.h"
 #include "train_report.h"
@@ -81,6 +82,7 @@ struct Options {
   double min_lr_ratio = 0.1;
   bool warmup_given = false, min_lr_ratio_given = false, checkpoint_activations = false;
   std::uint64_t seed = 1234;
+  bool seed_given = false;  // --seed on the command line
   std::vector<std::string> corpus;
 };
 
@@ -278,6 +280,16 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
   const std::int64_t saved_step = o.resume.empty() ? 0 : resume_step(o);
   config::Config cfg = o.config_path.empty() ? config::parse_config(kDefaultConfig, comm->world_size(), "<default config>")
                                              : config::load_config(o.config_path, comm->world_size());
+  // The config's seed is zero-train's when --seed is not given.
+  if (cfg.seed_given && !o.seed_given) {
+    ZERO_CHECK(cfg.seed >= 0, "config ", o.config_path, ": seed must be 0 or more, got ", cfg.seed);
+    o.seed = static_cast<std::uint64_t>(cfg.seed);
+  } else if (cfg.seed_given && static_cast<std::uint64_t>(cfg.seed) != o.seed) {
+    cfg.warnings.push_back("--seed " + std::to_string(o.seed) + " overrides the config's seed " +
+                           std::to_string(cfg.seed));
+  }
+  cfg.seed = static_cast<std::int64_t>(o.seed);  // (what the report's config says)
+  cfg.seed_given = true;
   if (root) {
     for (const auto& w : cfg.warnings) std::fprintf(stderr, "config warning: %s\n", w.c_str());
     std::fprintf(stderr, "batch: %s\n", cfg.batch_summary().c_str());
@@ -418,6 +430,16 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
     // (A save of the same tag between resume_step() and here would change it.)
     ZERO_CHECK(first_step == saved_step, "checkpoint '", o.resume, "' in ", o.save_dir, " changed while the model was "
                "built (step ", saved_step, ", now ", first_step, "): another job saves there; resume again");
+    // The heads split n_embd without a parameter of their own: no shape
+    // tells a checkpoint of 2 heads from one of 4. (Older checkpoints have
+    // no "gpt" record: nothing to compare.)
+    if (const auto g = client.find("gpt"); g != client.end() && g->is_object()) {
+      const std::int64_t saved_heads = g->value("n_head", gc.n_head);
+      ZERO_CHECK(saved_heads == gc.n_head, "checkpoint '", o.resume, "' in ", o.save_dir, " was trained with ",
+                 saved_heads, " attention heads, this run's model has ", gc.n_head,
+                 " (--n-head or the preset): its weights would compute another model. Resume with --n-head ",
+                 saved_heads);
+    }
     if (root && client.value("seed", o.seed) != o.seed) {
       std::fprintf(stderr, "warning: the checkpoint was trained with --seed %llu, this run has --seed %llu: the data "
                    "order from here on differs from the saved run's\n",
@@ -548,6 +570,10 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
       engine.step();
     }
   };
+  // wall_clock_breakdown: the engine's timeline, summed by phase and said
+  // with the progress, every steps_per_print steps (rank 0's).
+  std::int64_t traced_steps = 0;
+  if (cfg.wall_clock_breakdown) engine.trace(true);
   for (std::int64_t step = first_step; step < o.steps; ++step) {
     const bool saving = engine.checkpoint_in_flight();
     // A config's scheduler is the engine's (stepped as DeepSpeed does, after
@@ -580,6 +606,15 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
     // (commit_s is set only by a commit that succeeded.)
     if (saving && !engine.checkpoint_in_flight() && engine.last_checkpoint().commit_s > 0) report_saved();
     const double loss = loss_sum / static_cast<double>(accum * comm->world_size());
+    if (cfg.wall_clock_breakdown && (++traced_steps == cfg.steps_per_print || step + 1 == o.steps)) {
+      const std::vector<TimelineInterval> timeline = engine.take_timeline();
+      if (root) {
+        std::fprintf(stderr, "step %lld: time per step over the last %lld (wall_clock_breakdown, rank 0): %s\n",
+                     static_cast<long long>(step + 1), static_cast<long long>(traced_steps),
+                     train::wall_clock_breakdown(timeline, traced_steps).c_str());
+      }
+      traced_steps = 0;
+    }
     // A non-finite loss gives non-finite gradients: the engine skipped the
     // step, said so, and stops the run if the config's nonfinite policy says so.
     losses.push_back(loss);
@@ -821,8 +856,9 @@ int main(int argc, char** argv) {
              "trains on. Under mpirun, send SIGUSR2/SIGUSR1 to mpirun (it forwards them). docs/train.md, \"Signals\".");
   try {
     app.parse(argc, argv);
+    o.seed_given = app.get_option("--seed")->count() > 0;
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return app.exit(e) == 0 ? 0 : 2;  // --help: 0; a usage error: 2
   }
   if (o.save_every > 0 && o.save_dir.empty()) {
     std::fprintf(stderr, "zero-train: error: --save-every needs --save-dir: the folder to save the checkpoints to\n");

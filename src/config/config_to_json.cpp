@@ -100,7 +100,6 @@ json to_json(const Config& c) {
          c.activation_checkpointing.contiguous_memory_optimization}}},
       {"device_memory_limit", c.device_memory_limit},
       {"steps_per_print", c.steps_per_print},
-      {"seed", c.seed},
       {"wall_clock_breakdown", c.wall_clock_breakdown},
       {"comm_timeout", c.comm_timeout},
       {"comm_sequence_check", c.comm_sequence_check},
@@ -108,6 +107,7 @@ json to_json(const Config& c) {
       {"flight_recorder", {{"entries", c.flight_recorder.entries}, {"dir", c.flight_recorder.dir}}},
       {"aio", {{"block_size", c.aio.block_size}, {"thread_count", c.aio.thread_count}}},
   };
+  if (c.seed_given) out["seed"] = c.seed;  // (round trip: absent stays absent)
   if (!c.scheduler.type.empty()) out["scheduler"] = scheduler_json(c.scheduler);
   return out;
 }

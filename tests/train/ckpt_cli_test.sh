@@ -9,7 +9,11 @@
 #  - export-hf refuses an --n-head that contradicts the checkpoint, and 0;
 #  - an export-hf or consolidate that fails (here: past `ulimit -f`) leaves
 #    the earlier export as it was and no temporaries;
-#  - a run without validation plots no empty validation series.
+#  - a run without validation plots no empty validation series;
+#  - a resume with other --n-head, an export into the checkpoint folder and
+#    an unknown command are refused (usage errors exit 2);
+#  - the config's seed is zero-train's without --seed; wall_clock_breakdown
+#    prints the phases of a step.
 # usage: ckpt_cli_test.sh ZERO_TRAIN ZERO_CKPT CORPUS WORK
 set -u
 train=$1 ckpt=$2 corpus=$3 work=$4
@@ -85,6 +89,33 @@ expect_fail "$work/missing2.log" "is incomplete" "$ckpt" consolidate "$work/shor
 expect_fail "$work/nhead.log" "--n-head 4 contradicts the checkpoint: .* was trained with n_head 2" \
   "$ckpt" export-hf "$ck" --out "$work/hf_bad" --n-head 4
 [ -e "$work/hf_bad" ] && fail "a refused export-hf left its --out folder"
+# The heads are no parameter's shape: a resume with others is refused by name.
+expect_fail "$work/resume_nhead.log" "was trained with 2 attention heads, this run's model has 4 .*Resume with --n-head 2" \
+  "$train" "${base[@]}" --steps 6 --resume latest --n-head 4
+# Never an export into the checkpoint folder (over a shard, `latest`, a tag).
+for out in "$ck/step-4/rank-00000-of-00001.bin" "$ck/latest" "$ck/step-2"; do
+  expect_fail "$work/into.log" "is inside the checkpoint folder" "$ckpt" consolidate "$ck" --out "$out"
+done
+"$ckpt" inspect "$ck" --verify >"$work/after_into.log" 2>&1 || { cat "$work/after_into.log"; fail "a refused --out damaged the checkpoint"; }
+# Usage errors exit 2 (a failure is 1), an unknown command is named.
+"$ckpt" frobnicate "$ck" >"$work/unknown.log" 2>&1; rc=$?
+[ $rc -eq 2 ] && grep -q "unknown command 'frobnicate'" "$work/unknown.log" || { cat "$work/unknown.log"; fail "unknown command: exit $rc"; }
+"$train" --steps 1e3 >"$work/usage.log" 2>&1; rc=$?
+[ $rc -eq 2 ] || { cat "$work/usage.log"; fail "zero-train usage error: exit $rc, expected 2"; }
+# The config's seed is zero-train's without --seed (the same run as --seed 7),
+# and wall_clock_breakdown prints the phases every steps_per_print steps.
+echo '{"train_micro_batch_size_per_gpu": 4, "seed": 7, "wall_clock_breakdown": true, "steps_per_print": 2}' >"$work/seed.json"
+"$train" "$corpus" --model gpt2-tiny --steps 2 --eval-every 0 --sample 0 --config "$work/seed.json" --out "$work/s1" \
+  >"$work/s1.log" 2>&1 || { cat "$work/s1.log"; fail "the run with a config seed failed"; }
+"$train" "$corpus" --model gpt2-tiny --steps 2 --eval-every 0 --sample 0 --config "$work/seed.json" --seed 7 --out "$work/s2" \
+  >"$work/s2.log" 2>&1 || { cat "$work/s2.log"; fail "the run with --seed 7 failed"; }
+[ "$(grep -o '"loss":[^,]*' "$work/s1/metrics.jsonl")" = "$(grep -o '"loss":[^,]*' "$work/s2/metrics.jsonl")" ] \
+  || fail "the config's seed 7 and --seed 7 trained differently"
+grep -qE "step 2: time per step over the last 2 \(wall_clock_breakdown, rank 0\): forward [0-9.]+ ms, backward [0-9.]+ ms" "$work/s1.log" \
+  || { cat "$work/s1.log"; fail "no wall_clock_breakdown line"; }
+"$train" "$corpus" --model gpt2-tiny --steps 1 --eval-every 0 --sample 0 --config "$work/seed.json" --seed 8 --out "$work/s3" \
+  >"$work/s3.log" 2>&1
+grep -q "config warning: --seed 8 overrides the config's seed 7" "$work/s3.log" || { cat "$work/s3.log"; fail "no warning for --seed over the config's"; }
 expect_fail "$work/nhead0.log" "--n-head: must be >= 1, got 0" "$ckpt" export-hf "$ck" --out "$work/hf_bad" --n-head 0
 
 # A failed export over an earlier one leaves that one whole, and no temporaries.
@@ -100,5 +131,5 @@ expect_fail "$work/hf_new.log" "File too large" limited "$ckpt" export-hf "$ck" 
 expect_fail "$work/con_full.log" "File too large" limited "$ckpt" consolidate "$ck" --out "$work/m.safetensors"
 [ -z "$(ls "$work" | grep safetensors)" ] || fail "a failed consolidate left $(ls "$work" | grep safetensors)"
 
-echo "zero-ckpt / --resume: tags listed, tag folders read, incomplete shards and contradicting --n-head refused, failed exports leave nothing"
+echo "zero-ckpt / --resume: tags listed, tag folders read, incomplete shards, contradicting --n-head and exports into the checkpoint refused, failed exports leave nothing; the config's seed and wall_clock_breakdown"
 rm -rf "$work"

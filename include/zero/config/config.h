@@ -176,7 +176,10 @@ struct Config {
   // string such as "2GB", "512MiB", "1.5 GiB" (see byte_size.h).
   std::int64_t device_memory_limit = 0;
   std::int64_t steps_per_print = 10;
+  // Not the engine's (it draws no random numbers): the training script's,
+  // as zero-train's when its --seed is not given. seed_given: the JSON had it.
   std::int64_t seed = 42;
+  bool seed_given = false;
   bool wall_clock_breakdown = false;
   // zerocpp extensions for failures (docs/reliability.md). comm_timeout:
   // seconds a collective may take before the job fails with an error that
