@@ -239,6 +239,15 @@ void prepare_outputs(const Options& o, bool root) {
                "; give a folder that can be created, or an existing one (--out)");
   }
   ZERO_CHECK(fs::is_directory(o.out_dir, ec), "--out ", o.out_dir, " is not a folder: give a folder (--out)");
+  // --save-dir: a file in the way is found now, not at the first save.
+  if (!o.save_dir.empty()) {
+    for (fs::path p = fs::absolute(o.save_dir); !p.empty(); p = p.parent_path()) {
+      std::error_code e2;
+      ZERO_CHECK(!fs::exists(p, e2) || fs::is_directory(p, e2), "--save-dir ", o.save_dir, ": ", p.string(),
+                 " is a file, not a folder: give a folder that can be created, or an existing one (--save-dir)");
+      if (p == p.parent_path()) break;
+    }
+  }
   if (!root || o.report.empty()) return;
   const bool existed = fs::exists(o.report, ec);
   const int fd = ::open(o.report.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <numeric>
@@ -326,8 +327,13 @@ void read_file(const std::filesystem::path& path, const FileRecord& rec, const s
     if (k + kIoRing < blocks) read_block(k + kIoRing);
   }
   if (verify) {
-    ZERO_CHECK(crc == rec.crc32c, "checkpoint file ", path.string(), " is damaged: its CRC-32C is ", crc,
-               " but the manifest says ", rec.crc32c, "; load another tag");
+    if (crc != rec.crc32c) {
+      char got[9], want[9];  // hex, as zero-ckpt inspect prints them
+      std::snprintf(got, sizeof got, "%08x", crc);
+      std::snprintf(want, sizeof want, "%08x", rec.crc32c);
+      ZERO_CHECK(false, "checkpoint file ", path.string(), " is damaged: its CRC-32C is ", got,
+                 " but the manifest says ", want, "; load another tag");
+    }
   }
 }
 

@@ -97,6 +97,11 @@ for out in "$ck/step-4/rank-00000-of-00001.bin" "$ck/latest" "$ck/step-2"; do
   expect_fail "$work/into.log" "is inside the checkpoint folder" "$ckpt" consolidate "$ck" --out "$out"
 done
 "$ckpt" inspect "$ck" --verify >"$work/after_into.log" 2>&1 || { cat "$work/after_into.log"; fail "a refused --out damaged the checkpoint"; }
+# A --save-dir that cannot be a folder is refused before anything trains.
+echo x >"$work/afile"
+expect_fail "$work/savedir.log" "--save-dir .*afile is a file, not a folder" \
+  "$train" "$corpus" --model gpt2-tiny --out "$work/out" --steps 4 --save-every 2 --save-dir "$work/afile/ck"
+grep -q "^step 1" "$work/savedir.log" && fail "a --save-dir below a file was found only after training"
 # Usage errors exit 2 (a failure is 1), an unknown command is named.
 "$ckpt" frobnicate "$ck" >"$work/unknown.log" 2>&1; rc=$?
 [ $rc -eq 2 ] && grep -q "unknown command 'frobnicate'" "$work/unknown.log" || { cat "$work/unknown.log"; fail "unknown command: exit $rc"; }
