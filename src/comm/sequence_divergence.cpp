@@ -4,12 +4,24 @@
 #include <cstdint>
 #include <set>
 #include <sstream>
+#include <utility>
 
 namespace zero::comm {
 namespace {
 
 std::uint64_t first_kept(const FlightRecord& rec) {
   return rec.records.empty() ? rec.issued : rec.records.front().seq;
+}
+
+// The op numbers to compare: from the newest first kept record of any rank
+// (every rank still records those it issued) to the most any rank issued.
+std::pair<std::uint64_t, std::uint64_t> compared_ops(const std::vector<FlightRecord>& per_rank) {
+  std::uint64_t start = 0, end = 0;
+  for (const FlightRecord& r : per_rank) {
+    start = std::max(start, first_kept(r));
+    end = std::max(end, r.issued);
+  }
+  return {start, end};
 }
 
 // The ranks grouped by what they issued as op `seq` ("" if they all issued
@@ -92,11 +104,7 @@ std::string find_divergence(const std::vector<FlightRecord>& per_rank) {
   });
   if (same) return {};
 
-  std::uint64_t start = 0, end = 0;
-  for (const FlightRecord& r : per_rank) {
-    start = std::max(start, first_kept(r));
-    end = std::max(end, r.issued);
-  }
+  const auto [start, end] = compared_ops(per_rank);
   for (std::uint64_t seq = start; seq < end; ++seq) {
     std::string d = describe_groups(per_rank, seq, /*issuers_must_differ=*/false);
     if (!d.empty()) return d;
@@ -110,11 +118,7 @@ std::string find_divergence(const std::vector<FlightRecord>& per_rank) {
 
 IssuedDivergence find_issued_divergence(const std::vector<FlightRecord>& per_rank) {
   if (per_rank.size() < 2) return {};
-  std::uint64_t start = 0, end = 0;
-  for (const FlightRecord& r : per_rank) {
-    start = std::max(start, first_kept(r));
-    end = std::max(end, r.issued);
-  }
+  const auto [start, end] = compared_ops(per_rank);
   for (std::uint64_t seq = start; seq < end; ++seq) {
     std::string d = describe_groups(per_rank, seq, /*issuers_must_differ=*/true);
     if (d.empty()) continue;
