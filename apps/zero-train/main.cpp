@@ -239,8 +239,9 @@ void prepare_outputs(const Options& o, bool root) {
                "; give a folder that can be created, or an existing one (--out)");
   }
   ZERO_CHECK(fs::is_directory(o.out_dir, ec), "--out ", o.out_dir, " is not a folder: give a folder (--out)");
-  // --save-dir: a file in the way is found now, not at the first save.
-  if (!o.save_dir.empty()) {
+  // --save-dir: a file in the way is found now, not at the first save
+  // (unless saves may fail: --on-save-error continue warns at each).
+  if (!o.save_dir.empty() && o.on_save_error != "continue") {
     for (fs::path p = fs::absolute(o.save_dir); !p.empty(); p = p.parent_path()) {
       std::error_code e2;
       ZERO_CHECK(!fs::exists(p, e2) || fs::is_directory(p, e2), "--save-dir ", o.save_dir, ": ", p.string(),
