@@ -198,11 +198,14 @@ void ParamStore::view_params(std::size_t bi, bool full) {
     full_grad_nodes_.resize(params_.size());
     full_versions_.resize(params_.size());
   }
+  // Only a change of state moves the gradient nodes and version counters.
+  const bool changes = full == (hollow_[bi] != 0);
   for (int i : b.params) {
     const ParamSlot& s = layout_.params()[static_cast<std::size_t>(i)];
     at::Tensor& p = params_[static_cast<std::size_t>(i)];
     replace_data(p, full ? t.narrow(0, i64(s.offset - b.offset), i64(s.numel)).view(shapes_[static_cast<std::size_t>(i)])
                          : t.narrow(0, i64(s.offset - b.offset), 0));
+    if (!changes) continue;
     c10::TensorImpl* impl = p.unsafeGetTensorImpl();
     c10::VariableVersion& version = full_versions_[static_cast<std::size_t>(i)];
     if (full && version.enabled()) {
