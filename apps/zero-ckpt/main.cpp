@@ -153,10 +153,10 @@ int main(int argc, char** argv) {
       namespace fs = std::filesystem;
       const fs::path save_dir = fs::weakly_canonical(c.folder).parent_path();
       const fs::path target = fs::weakly_canonical(fs::absolute(out));
-      const auto [end, at] = std::mismatch(save_dir.begin(), save_dir.end(), target.begin(), target.end());
-      ZERO_CHECK(end != save_dir.end(), "--out ", out, " is inside the checkpoint folder ", save_dir.string(),
+      const bool inside = std::mismatch(save_dir.begin(), save_dir.end(), target.begin(), target.end()).first ==
+                          save_dir.end();
+      ZERO_CHECK(!inside, "--out ", out, " is inside the checkpoint folder ", save_dir.string(),
                  " (its shards, tags and `latest` live there): write the export somewhere else");
-      (void)at;
     }
     const auto t0 = std::chrono::steady_clock::now();
     check_files(c);

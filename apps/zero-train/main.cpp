@@ -223,17 +223,22 @@ CLI::Validator seed_number() {
 // no training: --out created now (every rank: each may write its flight
 // recorder there), the --report file opened for writing on rank 0 (and
 // removed again if it was not there: it is written at the end).
+// The file in the way of folder `dir` (dir itself or a folder above it that
+// is a file: afile, afile/runs), or "" if none is.
+fs::path file_in_the_way(const fs::path& dir) {
+  for (fs::path p = dir; !p.empty(); p = p.parent_path()) {
+    std::error_code ec;
+    if (fs::exists(p, ec) && !fs::is_directory(p, ec)) return p;
+    if (p == p.parent_path()) break;
+  }
+  return {};
+}
+
 void prepare_outputs(const Options& o, bool root) {
   std::error_code ec;
   fs::create_directories(o.out_dir, ec);
   if (ec) {
-    // The file in the way, if that is why (--out afile, --out afile/runs).
-    fs::path blocker;
-    for (fs::path p = o.out_dir; !p.empty() && blocker.empty(); p = p.parent_path()) {
-      std::error_code e2;
-      if (fs::exists(p, e2) && !fs::is_directory(p, e2)) blocker = p;
-      if (p == p.parent_path()) break;
-    }
+    const fs::path blocker = file_in_the_way(o.out_dir);  // if that is why
     ZERO_CHECK(false, "--out ", o.out_dir, ": cannot create the folder (", ec.message(), ")",
                blocker.empty() ? "" : ": " + blocker.string() + " is a file, not a folder",
                "; give a folder that can be created, or an existing one (--out)");
@@ -242,12 +247,9 @@ void prepare_outputs(const Options& o, bool root) {
   // --save-dir: a file in the way is found now, not at the first save
   // (unless saves may fail: --on-save-error continue warns at each).
   if (!o.save_dir.empty() && o.on_save_error != "continue") {
-    for (fs::path p = fs::absolute(o.save_dir); !p.empty(); p = p.parent_path()) {
-      std::error_code e2;
-      ZERO_CHECK(!fs::exists(p, e2) || fs::is_directory(p, e2), "--save-dir ", o.save_dir, ": ", p.string(),
-                 " is a file, not a folder: give a folder that can be created, or an existing one (--save-dir)");
-      if (p == p.parent_path()) break;
-    }
+    const fs::path blocker = file_in_the_way(fs::absolute(o.save_dir));
+    ZERO_CHECK(blocker.empty(), "--save-dir ", o.save_dir, ": ", blocker.string(),
+               " is a file, not a folder: give a folder that can be created, or an existing one (--save-dir)");
   }
   if (!root || o.report.empty()) return;
   const bool existed = fs::exists(o.report, ec);

@@ -67,6 +67,15 @@ std::string all_recorders(const std::string& path) {
   return path.substr(0, path.rfind('/') + 1) + "flight-recorder-rank-*.txt";
 }
 
+// "collective #12, all_reduce sum fp32 x 4 (24 bytes sent per rank)," (the
+// record's part where this rank still keeps it).
+std::string name_op(std::uint64_t seq, const std::optional<OpRecord>& r) {
+  std::ostringstream os;
+  os << "collective #" << seq;
+  if (r) os << ", " << describe(r->sig) << " (" << r->bytes << " bytes sent per rank),";
+  return os.str();
+}
+
 std::string seconds(std::chrono::milliseconds t) {
   std::ostringstream os;
   os << static_cast<double>(t.count()) / 1000.0 << " s";
@@ -266,9 +275,7 @@ void CommMonitor::throw_timeout(std::uint64_t seq) {
   const int me = rank(), n = world_size();
   const std::optional<OpRecord> mine = recorder_.find(seq);
   std::ostringstream os;
-  os << "collective #" << seq;
-  if (mine) os << ", " << describe(mine->sig) << " (" << mine->bytes << " bytes sent per rank),";
-  os << " did not complete within comm_timeout = " << seconds(timeout()) << " on rank " << me
+  os << name_op(seq, mine) << " did not complete within comm_timeout = " << seconds(timeout()) << " on rank " << me
      << " of " << n;
   const PeerReport peers = ask_peers(seq, mine);
   if (!peers.divergence.empty()) {
@@ -290,9 +297,7 @@ void CommMonitor::throw_timeout(std::uint64_t seq) {
 void CommMonitor::throw_failure(std::uint64_t seq, const std::string& error) {
   const std::optional<OpRecord> mine = recorder_.find(seq);
   std::ostringstream os;
-  os << "collective #" << seq;
-  if (mine) os << ", " << describe(mine->sig) << " (" << mine->bytes << " bytes sent per rank),";
-  os << " failed on rank " << rank() << " of " << world_size() << " (" << error << ")";
+  os << name_op(seq, mine) << " failed on rank " << rank() << " of " << world_size() << " (" << error << ")";
   const PeerReport peers = ask_peers(seq, mine);
   if (!peers.divergence.empty()) {
     throw_divergence("collective #" + std::to_string(seq) + " failed on rank " + std::to_string(rank()) +
