@@ -82,6 +82,7 @@ struct Options {
   std::int64_t save_every = 0;
   bool sync_save = false;
   std::string on_save_error = "stop";
+  std::string decay = "matrices";  // which parameters take the config's weight decay
   std::int64_t n_layer = 0, n_head = 0, n_embd = 0, block_size = 0, seq_len = 0;
   std::int64_t steps = 300, warmup = -1, eval_every = 50, eval_batches = 8, sample = 0;
   double min_lr_ratio = 0.1;
@@ -392,6 +393,10 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
   EngineOptions build;
   build.device = td.device;
   build.init = [gpt = model.get()](const std::string& name, const at::Tensor& value) { gpt->init_parameter(name, value); };
+  // As GPT-2 and nanoGPT train: the weight matrices and the embedding
+  // decay, biases and LayerNorm gains do not (the engine says how many of
+  // each).
+  if (o.decay == "matrices" && cfg.optimizer.weight_decay > 0.0f) build.weight_decay = no_decay_below_2d();
   Engine engine(model, cfg, td.device_comm ? *td.device_comm : *comm, std::move(build));
   const std::int64_t micro = cfg.train_micro_batch_size_per_gpu, accum = cfg.gradient_accumulation_steps;
   if (cfg.device_memory_limit > 0) {
@@ -524,6 +529,11 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
       std::fprintf(stderr, "warning: the checkpoint was trained on another corpus (%s; this run's: %s): the data from "
                    "here on differs from the saved run's\n", client["corpus"].dump().c_str(), corpus_id.dump().c_str());
     }
+    if (root && client.contains("decay") && client.value("decay", o.decay) != o.decay) {
+      std::fprintf(stderr, "warning: the checkpoint was trained with --decay %s, this run has --decay %s: other "
+                   "parameters take weight decay from here on\n", client.value("decay", o.decay).c_str(),
+                   o.decay.c_str());
+    }
     if (root && client.contains("lr") && client.value("lr", 0.0) != static_cast<double>(cfg.optimizer.lr)) {
       std::fprintf(stderr, "warning: the checkpoint was trained with lr %g, this run's config has %g: the schedule "
                    "from here on follows the new one\n", client.value("lr", 0.0), static_cast<double>(cfg.optimizer.lr));
@@ -613,7 +623,7 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
     }
     const nlohmann::json client = {{"step", done}, {"seed", o.seed}, {"model", o.model},
                                    {"seq_len", o.seq_len}, {"steps", o.steps}, {"corpus", corpus_id},
-                                   {"lr", static_cast<double>(cfg.optimizer.lr)},
+                                   {"lr", static_cast<double>(cfg.optimizer.lr)}, {"decay", o.decay},
                                    {"train_batch_size", cfg.train_batch_size},
                                    {"gpt", {{"vocab_size", gc.vocab_size}, {"block_size", gc.block_size},
                                             {"n_layer", gc.n_layer}, {"n_head", gc.n_head}, {"n_embd", gc.n_embd}}}};
@@ -948,6 +958,11 @@ int main(int argc, char** argv) {
                  "continue training, warning at each failed save with the newest checkpoint committed (the failed "
                  "one leaves nothing; one whose `latest` alone could not follow is complete and counts as saved)")
       ->check(CLI::IsMember({"stop", "continue"}))
+      ->capture_default_str();
+  app.add_option("--decay", o.decay,
+                 "which parameters take the config's weight decay: matrices (the weights and the embedding; "
+                 "biases and LayerNorm gains none, as GPT-2 and nanoGPT train) or all")
+      ->check(CLI::IsMember({"matrices", "all"}))
       ->capture_default_str();
   app.add_flag("--checkpoint-activations", o.checkpoint_activations,
                "checkpoint activations per block (recompute in backward); also on when the config sets "

@@ -26,6 +26,7 @@
 #include "out_of_memory.h"
 #include "rank_agreement.h"
 #include "released_use.h"
+#include "weight_decays.h"
 #include "zero/comm/launcher_env.h"
 #include "zero/core/error.h"
 #include "zero/core/host_memory.h"
@@ -275,6 +276,9 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
     m.params = std::make_unique<detail::ParamStore>(std::move(module), dtype, m.world, m.rank, options.device,
                                                     std::move(options.init));
     detail::ParamStore& P = *m.params;
+    // Asked before anything is allocated: a rule's error leaves nothing to undo.
+    std::vector<float> decays = detail::weight_decays(options.weight_decay, P.names(), P.params(),
+                                                      config_.optimizer.weight_decay);
     const c10::Device device = P.device();
     m.ctx.device = device;
     const std::string backend = comm_.backend_name();
@@ -349,6 +353,11 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
     oo.offload = m.offload;
     oo.nvme = nvme;
     oo.dtype = dtype;
+    if (!decays.empty() && m.rank == 0) {
+      std::fprintf(stderr, "zerocpp: %s (EngineOptions::weight_decay)\n",
+                   detail::describe_weight_decays(decays, P.numels()).c_str());
+    }
+    oo.weight_decay = std::move(decays);
     m.optimizer = std::make_unique<detail::OptimizerPartition>(config_, m.plan, m.ctx, oo, ledger_);
 
     at::NoGradGuard no_grad;

@@ -46,6 +46,7 @@ OptimizerPartition::OptimizerPartition(const config::Config& config, const Memor
     threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) - 1);
   }
   pool_ = std::make_unique<optim::ThreadPool>(threads);
+  if (!o_.weight_decay.empty()) decay_ = PartitionRuns(layout_, plan.shard_rank, o_.weight_decay);
   const auto& oo = config.zero_optimization.offload_optimizer;
   if (o_.nvme) {
     ZERO_CHECK(split_ == layout_.partition_numel(), "offload_optimizer.ratio applies to device \"cpu\" only");
@@ -205,15 +206,35 @@ void OptimizerPartition::step(Share share, const GradsFn& grads, const HalfOutFn
 
 void OptimizerPartition::step_piece(const Piece& pc, float* master, float* m1, float* m2, const at::Tensor& g,
                                     void* half, float grad_scale, float lr, std::int64_t step, bool on_device) {
+  // One kernel call per run of equal weight decay (one for the whole piece
+  // unless EngineOptions::weight_decay gives parameters decays of their own).
+  const std::size_t grad_bytes = g.element_size(), half_bytes = c10::elementSize(o_.dtype);
+  auto run = [&](std::size_t k, std::size_t n, float weight_decay) {
+    const void* grads = static_cast<const char*>(g.data_ptr()) + k * grad_bytes;
+    void* half_k = half == nullptr ? nullptr : static_cast<char*>(half) + k * half_bytes;
+    step_run(master + k, m1 + k, m2 == nullptr ? nullptr : m2 + k, grads, to_dtype(g.scalar_type()), half_k, n,
+             weight_decay, grad_scale, lr, step, on_device);
+  };
+  if (decay_.empty()) {
+    run(0, pc.n, opt_.weight_decay);
+    return;
+  }
+  for (const PartitionRun& r : decay_.within(pc.at(), pc.n)) run(r.begin - pc.at(), r.end - r.begin, r.value);
+}
+
+void OptimizerPartition::step_run(float* master, float* m1, float* m2, const void* grads, DType grad_dtype,
+                                  void* half, std::size_t n, float weight_decay, float grad_scale, float lr,
+                                  std::int64_t step, bool on_device) {
+  // A run shorter than a tile is not worth waking the pool for.
+  optim::ThreadPool* pool = n > optim::kTileElements ? pool_.get() : nullptr;
   if (adagrad_) {
     optim::AdagradHyper h;
     h.lr = lr;
     h.eps = opt_.eps;
-    h.weight_decay = opt_.weight_decay;
+    h.weight_decay = weight_decay;
     h.step = step;
-    optim::AdagradBuffers buf{master, g.data_ptr(), to_dtype(g.scalar_type()), m1, pc.n, grad_scale, half,
-                              to_dtype(o_.dtype)};
-    optim::adagrad_step(h, buf, pool_.get());
+    optim::AdagradBuffers buf{master, grads, grad_dtype, m1, n, grad_scale, half, to_dtype(o_.dtype)};
+    optim::adagrad_step(h, buf, pool);
     return;
   }
   optim::AdamHyper h;
@@ -221,17 +242,17 @@ void OptimizerPartition::step_piece(const Piece& pc, float* master, float* m1, f
   h.beta1 = opt_.beta1;
   h.beta2 = opt_.beta2;
   h.eps = opt_.eps;
-  h.weight_decay = opt_.weight_decay;
+  h.weight_decay = weight_decay;
   h.decoupled_weight_decay = opt_.decoupled_weight_decay();
   h.bias_correction = opt_.bias_correction;
   h.step = step;
   optim::AdamBuffers buf;
   buf.params = master;
-  buf.grads = g.data_ptr();
-  buf.grad_dtype = to_dtype(g.scalar_type());
+  buf.grads = grads;
+  buf.grad_dtype = grad_dtype;
   buf.exp_avg = m1;
   buf.exp_avg_sq = m2;
-  buf.n = pc.n;
+  buf.n = n;
   buf.grad_scale = grad_scale;
   buf.half_out = half;
   buf.half_dtype = to_dtype(o_.dtype);
@@ -239,7 +260,7 @@ void OptimizerPartition::step_piece(const Piece& pc, float* master, float* m1, f
     const c10::DeviceGuard on_device_guard(ctx_.device);
     device_adam_(h, buf, ctx_.native_stream());
   } else {
-    optim::adam_step(h, buf, pool_.get());
+    optim::adam_step(h, buf, pool);
   }
 }
 

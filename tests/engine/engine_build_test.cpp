@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -327,6 +328,44 @@ TEST(BuildOnMetaErrors, EachMisuseIsNamed) {
   // After all that, the meta module still builds and trains.
   const Trained t = train_gpt(model, cfg, gpt_build(model), comm);
   EXPECT_TRUE(std::isfinite(t.losses.back()));
+}
+
+// EngineOptions::weight_decay: asked once per trainable parameter with its
+// name and its shape (on meta too, before anything is filled); a decay that
+// cannot be is named with its parameter, and the module stays as it was.
+TEST(WeightDecayRule, SeesEveryParameterOnceAndABadDecayIsNamed) {
+  comm::Communicator& comm = world_comm();
+  const config::Config cfg = make_config(3, false, /*bf16=*/false, comm.world_size(), 2, 1);
+  auto model = meta_gpt();
+  std::vector<std::string> asked;
+  EngineOptions counting = gpt_build(model);
+  counting.weight_decay = [&](const std::string& name, const at::Tensor& p) -> std::optional<float> {
+    asked.push_back(name);
+    EXPECT_TRUE(p.is_meta()) << name;
+    EXPECT_GT(p.numel(), 0) << name << " is asked with its shape";
+    return p.dim() < 2 ? std::optional<float>(0.0f) : std::nullopt;
+  };
+  {
+    Engine e(model, cfg, comm, counting);
+  }
+  std::vector<std::string> expected;
+  for (const auto& np : model->named_parameters()) {
+    if (np.value().requires_grad()) expected.push_back(np.key());
+  }
+  std::sort(asked.begin(), asked.end());
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(asked, expected);
+
+  auto fresh = meta_gpt();
+  EngineOptions bad = gpt_build(fresh);
+  bad.weight_decay = [](const std::string& name, const at::Tensor&) -> std::optional<float> {
+    if (name == "h1.ln1.bias") return -0.1f;
+    return std::nullopt;
+  };
+  expect_error([&] { Engine e(fresh, cfg, comm, bad); }, "gave parameter 'h1.ln1.bias' a weight decay of -0.1");
+  bad.weight_decay = [](const std::string&, const at::Tensor&) -> std::optional<float> { return NAN; };
+  expect_error([&] { Engine e(fresh, cfg, comm, bad); }, "a weight decay is a finite number >= 0");
+  for (const at::Tensor& p : fresh->parameters()) EXPECT_TRUE(p.is_meta()) << "the module is as it was";
 }
 
 }  // namespace

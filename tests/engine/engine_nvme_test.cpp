@@ -43,6 +43,7 @@ struct NvmeCase {
   int accumulation = 1;
   std::int64_t sub_group = 100;  // elements per piece at most
   int buffers = 2;
+  bool decay_rule = false;  // EngineOptions::weight_decay: no decay below 2-D
 };
 
 config::Config make(const NvmeCase& c, int world, const std::string& device, const fs::path& dir) {
@@ -78,7 +79,13 @@ TEST_P(NvmeOffload, TrainsBitwiseLikeTheCpuOffload) {
   const NvmeCase& c = GetParam();
   comm::Communicator& comm = world_comm();
   const fs::path dir = job_dir(comm, c.name);
-  const RunResult cpu = train(c.kind, make(c, comm.world_size(), "cpu", dir), comm, kSteps);
+  auto options = [&] {
+    EngineOptions o;
+    if (c.decay_rule) o.weight_decay = no_decay_below_2d();
+    return o;
+  };
+  const RunResult cpu = train(c.kind, make(c, comm.world_size(), "cpu", dir), comm, kSteps, [](int, Engine&) {},
+                              options());
   const RunResult nvme = train(c.kind, make(c, comm.world_size(), "nvme", dir), comm, kSteps,
                                [&](int step, Engine& engine) {
                                  if (step != 1) return;
@@ -92,7 +99,8 @@ TEST_P(NvmeOffload, TrainsBitwiseLikeTheCpuOffload) {
                                      dir / ("zerocpp-optimizer-rank" + std::to_string(comm.rank()) + ".swap");
                                  EXPECT_FALSE(fs::exists(file));
                                  EXPECT_TRUE(fs::exists(file.string() + ".lock"));
-                               });
+                               },
+                               options());
   expect_bitwise(nvme, cpu);
   comm.barrier()->wait();
   // The engine removed its lock when it went.
@@ -109,7 +117,10 @@ INSTANTIATE_TEST_SUITE_P(
                     NvmeCase{"stage2_fp32_dpu_accum", ModelKind::kTransformer, 2, false, true, false, 2, 200, 4},
                     NvmeCase{"stage2_adagrad", ModelKind::kMlp, 2, false, false, true},
                     NvmeCase{"stage3_units", ModelKind::kUnitMlp, 3, false, false, false, 1, 64, 2},
-                    NvmeCase{"stage3_bf16_dpu", ModelKind::kUnitMlp, 3, true, true, false, 1, 1000000000, 2}),
+                    NvmeCase{"stage3_bf16_dpu", ModelKind::kUnitMlp, 3, true, true, false, 1, 1000000000, 2},
+                    // Weight decay per parameter: runs of equal decay cut across the swapped pieces.
+                    NvmeCase{"stage2_bf16_dpu_decay_rule", ModelKind::kTransformer, 2, true, true, false, 1, 64, 2,
+                             true}),
     [](const testing::TestParamInfo<NvmeCase>& i) { return std::string(i.param.name); });
 
 // zero-estimate's plan for NVMe is what the engine holds, tier by tier.

@@ -1,6 +1,10 @@
 #include "zero/zero/flat_layout.h"
 
+#include <optional>
+
 #include <gtest/gtest.h>
+
+#include "zero/zero/partition_runs.h"
 
 namespace zero {
 namespace {
@@ -57,6 +61,77 @@ TEST(FlatLayout, Stage3GroupsAreWholeBuckets) {
   FlatLayout M({6, 6, 6}, 7, 1, 1, 1, {0, 0, -1});
   EXPECT_EQ(M.group_buckets(0).size(), 2u);
   EXPECT_EQ(M.group_buckets(-1).size(), 1u);
+}
+
+// Each partition element's value found by brute force: the parameter whose
+// flat range holds it, or none for padding.
+std::vector<std::optional<float>> element_values(const FlatLayout& L, int rank, const std::vector<float>& v) {
+  std::vector<std::optional<float>> out;
+  for (const Bucket& b : L.buckets()) {
+    for (std::size_t j = 0; j < b.chunk; ++j) {
+      const std::size_t flat = b.offset + static_cast<std::size_t>(rank) * b.chunk + j;
+      std::optional<float> value;
+      for (std::size_t i = 0; i < L.params().size(); ++i) {
+        const ParamSlot& s = L.params()[i];
+        if (flat >= s.offset && flat < s.offset + s.numel) value = v[i];
+      }
+      out.push_back(value);
+    }
+  }
+  return out;
+}
+
+TEST(PartitionRuns, EveryElementTakesItsParametersValueInFewestRuns) {
+  // Decay, no decay, decay, no decay (a weight, a bias, ...); stage 0, and
+  // 2 and 4 ranks, where buckets are padded and parameters cut by chunks.
+  const std::vector<std::size_t> numels{10, 20, 30, 5, 7, 1};
+  const std::vector<float> values{0.1f, 0.0f, 0.1f, 0.0f, 0.0f, 0.1f};
+  for (int world : {1, 2, 4}) {
+    FlatLayout L(numels, 35, world, world, 2);
+    for (int rank = 0; rank < world; ++rank) {
+      SCOPED_TRACE("world " + std::to_string(world) + " rank " + std::to_string(rank));
+      const PartitionRuns runs(L, rank, values);
+      const auto expected = element_values(L, rank, values);
+      ASSERT_EQ(expected.size(), L.partition_numel());
+      ASSERT_FALSE(runs.empty());
+      std::size_t at = 0;
+      for (std::size_t k = 0; k < runs.runs().size(); ++k) {
+        const PartitionRun& r = runs.runs()[k];
+        EXPECT_EQ(r.begin, at) << "run " << k << " leaves a gap or overlaps";
+        EXPECT_LT(r.begin, r.end);
+        if (k > 0) EXPECT_NE(r.value, runs.runs()[k - 1].value) << "runs " << k - 1 << " and " << k << " not merged";
+        for (std::size_t e = r.begin; e < r.end; ++e) {
+          if (expected[e]) EXPECT_EQ(r.value, *expected[e]) << "element " << e;
+        }
+        at = r.end;
+      }
+      EXPECT_EQ(at, L.partition_numel());
+      // within(): clipped to the range, in order, the same values.
+      for (std::size_t begin = 0; begin < L.partition_numel(); begin += 3) {
+        const std::size_t n = std::min<std::size_t>(7, L.partition_numel() - begin);
+        std::size_t pos = begin;
+        for (const PartitionRun& r : runs.within(begin, n)) {
+          EXPECT_EQ(r.begin, pos);
+          for (std::size_t e = r.begin; e < r.end; ++e) {
+            if (expected[e]) EXPECT_EQ(r.value, *expected[e]) << "element " << e;
+          }
+          pos = r.end;
+        }
+        EXPECT_EQ(pos, begin + n);
+      }
+    }
+  }
+}
+
+TEST(PartitionRuns, OneValueIsOneRunAndNoValuesNone) {
+  FlatLayout L({10, 20, 30}, 16, 2, 2, 1);
+  const PartitionRuns same(L, 1, {0.5f, 0.5f, 0.5f});
+  ASSERT_EQ(same.runs().size(), 1u);
+  EXPECT_EQ(same.runs()[0].end, L.partition_numel());
+  EXPECT_EQ(same.runs()[0].value, 0.5f);
+  EXPECT_TRUE(PartitionRuns().empty());
+  EXPECT_TRUE(PartitionRuns().within(0, 10).empty());
+  EXPECT_THROW(PartitionRuns(L, 0, {0.5f}), std::exception);
 }
 
 }  // namespace

@@ -94,9 +94,9 @@ inline float accumulate_reference_grads(ModelKind kind, torch::nn::Module& model
 // `hook(step, engine)` runs before each optimizer step's micro-batches.
 template <typename Hook>
 RunResult train(ModelKind kind, const config::Config& cfg, comm::Communicator& comm, int steps,
-                Hook&& hook) {
+                Hook&& hook, EngineOptions options = {}) {
   auto model = make_model(kind);
-  Engine engine(model, cfg, comm);
+  Engine engine(model, cfg, comm, std::move(options));
   const int world = comm.world_size(), rank = comm.rank();
   const int accum = static_cast<int>(cfg.gradient_accumulation_steps);
   const int micro = static_cast<int>(cfg.train_micro_batch_size_per_gpu);
