@@ -37,6 +37,10 @@ base=("$corpus" --model gpt2-tiny --out "$work/out" --save-dir "$ck")
   || { cat "$work/train.log"; fail "the training run failed"; }
 [ -d "$ck/step-2" ] && [ -d "$ck/step-4" ] || fail "the run did not save step-2 and step-4"
 grep -q "Skipping data file" "$work/train.log" && fail "a run without validation plotted an empty validation series"
+# --decay matrices (the default): the weight matrices and embeddings (2 + 4 per block) decay, biases and
+# LayerNorm gains (the other 18) do not.
+grep -qE "zerocpp: weight decay 0.01 on 10 parameters \([0-9.]+K elements\), 0 on 18 \(" "$work/train.log" \
+  || { cat "$work/train.log"; fail "the default run did not say which parameters take weight decay"; }
 grep -q "'validation'" "$work/out/plot.gp" && fail "plot.gp has a validation series without validation points"
 
 # Resume at or past --steps: refused before the model is built, with the fix.
@@ -67,7 +71,11 @@ grep -q "another corpus" "$work/batch.log" && fail "the same corpus was called a
 cp -r "$ck" "$work/ck_corpus"
 tr 'a-y' 'b-z' <"$corpus" >"$work/other_corpus.txt"  # (the same size: told apart by its bytes)
 "$train" "$work/other_corpus.txt" --model gpt2-tiny --out "$work/out_corpus" --save-dir "$work/ck_corpus" --steps 5 \
-  --eval-every 0 --sample 0 --resume latest >"$work/corpus.log" 2>&1 || { cat "$work/corpus.log"; fail "the resume on another corpus failed"; }
+  --eval-every 0 --sample 0 --resume latest --decay all >"$work/corpus.log" 2>&1 || { cat "$work/corpus.log"; fail "the resume on another corpus failed"; }
+# ... with --decay all: every parameter takes the config's decay (no per-parameter line), and the change is said.
+grep -q "zerocpp: weight decay" "$work/corpus.log" && fail "--decay all still gave parameters decays of their own"
+grep -q "warning: the checkpoint was trained with --decay matrices, this run has --decay all" "$work/corpus.log" \
+  || { cat "$work/corpus.log"; fail "a resume with another --decay gave no warning"; }
 grep -q "warning: the checkpoint was trained on another corpus" "$work/corpus.log" \
   || { cat "$work/corpus.log"; fail "a resume on another corpus gave no warning"; }
 # A complete run that saves every K steps leaves its last step saved, also
