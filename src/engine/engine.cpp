@@ -26,7 +26,7 @@
 #include "out_of_memory.h"
 #include "rank_agreement.h"
 #include "released_use.h"
-#include "weight_decays.h"
+#include "param_hypers.h"
 #include "zero/comm/launcher_env.h"
 #include "zero/core/error.h"
 #include "zero/core/host_memory.h"
@@ -277,8 +277,8 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
                                                     std::move(options.init));
     detail::ParamStore& P = *m.params;
     // Asked before anything is allocated: a rule's error leaves nothing to undo.
-    std::vector<float> decays = detail::weight_decays(options.weight_decay, P.names(), P.params(),
-                                                      config_.optimizer.weight_decay);
+    detail::ParamHypers hypers = detail::resolve_param_hypers(options.weight_decay, options.lr_scale, P.names(),
+                                                              P.params(), config_.optimizer.weight_decay);
     const c10::Device device = P.device();
     m.ctx.device = device;
     const std::string backend = comm_.backend_name();
@@ -353,11 +353,15 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
     oo.offload = m.offload;
     oo.nvme = nvme;
     oo.dtype = dtype;
-    if (!decays.empty() && m.rank == 0) {
-      std::fprintf(stderr, "zerocpp: %s (EngineOptions::weight_decay)\n",
-                   detail::describe_weight_decays(decays, P.numels()).c_str());
+    if (!hypers.empty() && m.rank == 0) {
+      std::fprintf(stderr, "zerocpp: %s (EngineOptions::%s)\n",
+                   detail::describe_param_hypers(hypers, P.numels(), bool(options.weight_decay),
+                                                 bool(options.lr_scale)).c_str(),
+                   options.weight_decay && options.lr_scale ? "weight_decay, lr_scale"
+                   : options.weight_decay                  ? "weight_decay"
+                                                           : "lr_scale");
     }
-    oo.weight_decay = std::move(decays);
+    oo.hypers = std::move(hypers);
     m.optimizer = std::make_unique<detail::OptimizerPartition>(config_, m.plan, m.ctx, oo, ledger_);
 
     at::NoGradGuard no_grad;

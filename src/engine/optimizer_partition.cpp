@@ -46,7 +46,7 @@ OptimizerPartition::OptimizerPartition(const config::Config& config, const Memor
     threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) - 1);
   }
   pool_ = std::make_unique<optim::ThreadPool>(threads);
-  if (!o_.weight_decay.empty()) decay_ = PartitionRuns(layout_, plan.shard_rank, o_.weight_decay);
+  if (!o_.hypers.empty()) runs_ = PartitionRuns(layout_, plan.shard_rank, o_.hypers.of_param);
   const auto& oo = config.zero_optimization.offload_optimizer;
   if (o_.nvme) {
     ZERO_CHECK(split_ == layout_.partition_numel(), "offload_optimizer.ratio applies to device \"cpu\" only");
@@ -206,20 +206,23 @@ void OptimizerPartition::step(Share share, const GradsFn& grads, const HalfOutFn
 
 void OptimizerPartition::step_piece(const Piece& pc, float* master, float* m1, float* m2, const at::Tensor& g,
                                     void* half, float grad_scale, float lr, std::int64_t step, bool on_device) {
-  // One kernel call per run of equal weight decay (one for the whole piece
-  // unless EngineOptions::weight_decay gives parameters decays of their own).
+  // One kernel call per run of equal settings (one for the whole piece
+  // unless EngineOptions' rules give parameters settings of their own).
   const std::size_t grad_bytes = g.element_size(), half_bytes = c10::elementSize(o_.dtype);
-  auto run = [&](std::size_t k, std::size_t n, float weight_decay) {
+  auto run = [&](std::size_t k, std::size_t n, float weight_decay, float run_lr) {
     const void* grads = static_cast<const char*>(g.data_ptr()) + k * grad_bytes;
     void* half_k = half == nullptr ? nullptr : static_cast<char*>(half) + k * half_bytes;
     step_run(master + k, m1 + k, m2 == nullptr ? nullptr : m2 + k, grads, to_dtype(g.scalar_type()), half_k, n,
-             weight_decay, grad_scale, lr, step, on_device);
+             weight_decay, grad_scale, run_lr, step, on_device);
   };
-  if (decay_.empty()) {
-    run(0, pc.n, opt_.weight_decay);
+  if (runs_.empty()) {
+    run(0, pc.n, opt_.weight_decay, lr);
     return;
   }
-  for (const PartitionRun& r : decay_.within(pc.at(), pc.n)) run(r.begin - pc.at(), r.end - r.begin, r.value);
+  for (const PartitionRun& r : runs_.within(pc.at(), pc.n)) {
+    const ParamHyper& h = o_.hypers.classes[static_cast<std::size_t>(r.value)];
+    run(r.begin - pc.at(), r.end - r.begin, h.weight_decay, lr * h.lr_scale);
+  }
 }
 
 void OptimizerPartition::step_run(float* master, float* m1, float* m2, const void* grads, DType grad_dtype,

@@ -33,6 +33,7 @@
 #include <ATen/Tensor.h>
 
 #include "device_context.h"
+#include "param_hypers.h"
 #include "zero/config/config.h"
 #include "zero/core/dtype.h"
 #include "zero/memory/memory_ledger.h"
@@ -52,9 +53,10 @@ class OptimizerPartition {
     bool offload = false;         // state in host memory, the CPU kernels
     bool nvme = false;            // offload too: the state in a swap file under nvme_path
     c10::ScalarType dtype = c10::ScalarType::Float;  // the training precision
-    // Each parameter's weight decay, in the layout's order (EngineOptions::
-    // weight_decay); empty: the config's for all.
-    std::vector<float> weight_decay;
+    // Each parameter's own weight decay and lr scale (EngineOptions'
+    // rules), in the layout's order; empty: the config's decay and the
+    // engine's rate for all.
+    ParamHypers hypers;
   };
   // Throws before allocating when the device has no kernel for the optimizer.
   OptimizerPartition(const config::Config& config, const MemoryPlan& plan, const DeviceContext& ctx,
@@ -175,7 +177,7 @@ class OptimizerPartition {
                     const PieceDoneFn& after_piece);
   void step_piece(const Piece& pc, float* master, float* m1, float* m2, const at::Tensor& g, void* half,
                   float grad_scale, float lr, std::int64_t step, bool on_device);
-  // One kernel call over n elements with one weight decay.
+  // One kernel call over n elements with one weight decay and rate.
   void step_run(float* master, float* m1, float* m2, const void* grads, DType grad_dtype, void* half, std::size_t n,
                 float weight_decay, float grad_scale, float lr, std::int64_t step, bool on_device);
   static std::vector<at::Tensor> parts(const at::Tensor& main, const at::Tensor& dev) {
@@ -197,7 +199,7 @@ class OptimizerPartition {
   std::size_t split_ = 0;
   std::unique_ptr<optim::ThreadPool> pool_;
   std::vector<Piece> pieces_, device_pieces_;
-  PartitionRuns decay_;  // each element's weight decay (empty: opt_.weight_decay)
+  PartitionRuns runs_;  // each element's class of o_.hypers (empty: the config's settings everywhere)
   std::vector<memory::MemoryLedger::Registration> regs_;
   // NVMe: the file, the slot of each main piece (byte offset), the buffers.
   offload::SwapFile::Options aio_;

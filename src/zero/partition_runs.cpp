@@ -6,7 +6,7 @@
 
 namespace zero {
 
-PartitionRuns::PartitionRuns(const FlatLayout& layout, int shard_rank, const std::vector<float>& per_param) {
+PartitionRuns::PartitionRuns(const FlatLayout& layout, int shard_rank, const std::vector<int>& per_param) {
   const auto& params = layout.params();
   ZERO_CHECK(per_param.size() == params.size(), "PartitionRuns: ", per_param.size(), " values for ", params.size(),
              " parameters");
@@ -21,7 +21,7 @@ PartitionRuns::PartitionRuns(const FlatLayout& layout, int shard_rank, const std
       const std::size_t lo = std::max(c0, s.offset), hi = std::min(c1, s.offset + s.numel);
       if (lo >= hi) continue;  // none of it in this rank's chunk
       const std::size_t p0 = b.partition_offset + (lo - c0), p1 = b.partition_offset + (hi - c0);
-      const float v = per_param[static_cast<std::size_t>(i)];
+      const int v = per_param[static_cast<std::size_t>(i)];
       if (runs_.empty()) {
         runs_.push_back({0, p1, v});  // padding before it joins it
       } else if (runs_.back().value == v) {
@@ -34,7 +34,7 @@ PartitionRuns::PartitionRuns(const FlatLayout& layout, int shard_rank, const std
   }
   if (runs_.empty()) {
     // A partition of padding alone: any value will do.
-    runs_.push_back({0, layout.partition_numel(), per_param.empty() ? 0.0f : per_param.front()});
+    runs_.push_back({0, layout.partition_numel(), per_param.empty() ? 0 : per_param.front()});
   }
   runs_.back().end = layout.partition_numel();
 }

@@ -330,10 +330,11 @@ TEST(BuildOnMetaErrors, EachMisuseIsNamed) {
   EXPECT_TRUE(std::isfinite(t.losses.back()));
 }
 
-// EngineOptions::weight_decay: asked once per trainable parameter with its
-// name and its shape (on meta too, before anything is filled); a decay that
-// cannot be is named with its parameter, and the module stays as it was.
-TEST(WeightDecayRule, SeesEveryParameterOnceAndABadDecayIsNamed) {
+// EngineOptions::weight_decay and lr_scale: asked once per trainable
+// parameter with its name and its shape (on meta too, before anything is
+// filled); a value that cannot be is named with its parameter, and the
+// module stays as it was.
+TEST(ParamRules, SeeEveryParameterOnceAndABadValueIsNamed) {
   comm::Communicator& comm = world_comm();
   const config::Config cfg = make_config(3, false, /*bf16=*/false, comm.world_size(), 2, 1);
   auto model = meta_gpt();
@@ -365,6 +366,14 @@ TEST(WeightDecayRule, SeesEveryParameterOnceAndABadDecayIsNamed) {
   expect_error([&] { Engine e(fresh, cfg, comm, bad); }, "gave parameter 'h1.ln1.bias' a weight decay of -0.1");
   bad.weight_decay = [](const std::string&, const at::Tensor&) -> std::optional<float> { return NAN; };
   expect_error([&] { Engine e(fresh, cfg, comm, bad); }, "a weight decay is a finite number >= 0");
+  bad.weight_decay = nullptr;
+  bad.lr_scale = [](const std::string& name, const at::Tensor&) -> std::optional<float> {
+    if (name == "wpe.weight") return INFINITY;
+    return std::nullopt;
+  };
+  expect_error([&] { Engine e(fresh, cfg, comm, bad); },
+               "EngineOptions::lr_scale gave parameter 'wpe.weight' an lr scale of inf: an lr scale is a finite "
+               "number >= 0 (return std::nullopt for the default, 1)");
   for (const at::Tensor& p : fresh->parameters()) EXPECT_TRUE(p.is_meta()) << "the module is as it was";
 }
 

@@ -43,7 +43,7 @@ struct NvmeCase {
   int accumulation = 1;
   std::int64_t sub_group = 100;  // elements per piece at most
   int buffers = 2;
-  bool decay_rule = false;  // EngineOptions::weight_decay: no decay below 2-D
+  bool decay_rule = false;  // EngineOptions' rules: below 2-D no decay, twice the rate
 };
 
 config::Config make(const NvmeCase& c, int world, const std::string& device, const fs::path& dir) {
@@ -81,7 +81,13 @@ TEST_P(NvmeOffload, TrainsBitwiseLikeTheCpuOffload) {
   const fs::path dir = job_dir(comm, c.name);
   auto options = [&] {
     EngineOptions o;
-    if (c.decay_rule) o.weight_decay = no_decay_below_2d();
+    if (c.decay_rule) {
+      o.weight_decay = no_decay_below_2d();
+      o.lr_scale = [](const std::string&, const at::Tensor& p) -> std::optional<float> {
+        if (p.dim() < 2) return 2.0f;
+        return std::nullopt;
+      };
+    }
     return o;
   };
   const RunResult cpu = train(c.kind, make(c, comm.world_size(), "cpu", dir), comm, kSteps, [](int, Engine&) {},
@@ -118,7 +124,7 @@ INSTANTIATE_TEST_SUITE_P(
                     NvmeCase{"stage2_adagrad", ModelKind::kMlp, 2, false, false, true},
                     NvmeCase{"stage3_units", ModelKind::kUnitMlp, 3, false, false, false, 1, 64, 2},
                     NvmeCase{"stage3_bf16_dpu", ModelKind::kUnitMlp, 3, true, true, false, 1, 1000000000, 2},
-                    // Weight decay per parameter: runs of equal decay cut across the swapped pieces.
+                    // Settings per parameter: runs of equal settings cut across the swapped pieces.
                     NvmeCase{"stage2_bf16_dpu_decay_rule", ModelKind::kTransformer, 2, true, true, false, 1, 64, 2,
                              true}),
     [](const testing::TestParamInfo<NvmeCase>& i) { return std::string(i.param.name); });

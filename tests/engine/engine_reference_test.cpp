@@ -79,22 +79,36 @@ std::unique_ptr<torch::optim::Optimizer> libtorch_optimizer(Opt opt, std::vector
   return nullptr;
 }
 
-void set_rate(torch::optim::Optimizer& opt, float lr) {
-  for (auto& group : opt.param_groups()) group.options().set_lr(lr);
+void set_rate(torch::optim::Optimizer& opt, float lr, const std::vector<float>& scales = {}) {
+  for (std::size_t i = 0; i < opt.param_groups().size(); ++i) {
+    opt.param_groups()[i].options().set_lr(lr * (scales.empty() ? 1.0f : scales[i]));
+  }
 }
 
-// Two param groups, as GPT training makes them: the config's weight decay
-// on the parameters of two or more dimensions, none on biases and norms
-// (what zero::no_decay_below_2d() asks of the engine).
+// Param groups as PyTorch users make them, split by dimension: the
+// matrices (two or more) and the biases and norms (fewer). kDecay: the
+// config's weight decay on the matrices, none on the rest (what
+// zero::no_decay_below_2d() asks of the engine); kLr: the rest at
+// kLrScale times the rate; kDecayAndLr: both.
+enum class Groups { kOne, kDecay, kLr, kDecayAndLr };
+constexpr float kLrScale = 3.0f;
+bool splits_decay(Groups g) { return g == Groups::kDecay || g == Groups::kDecayAndLr; }
+bool splits_lr(Groups g) { return g == Groups::kLr || g == Groups::kDecayAndLr; }
+// Each group's lr scale, in the order grouped_optimizer makes them.
+std::vector<float> group_scales(Groups g) {
+  if (g == Groups::kOne) return {};
+  return {1.0f, splits_lr(g) ? kLrScale : 1.0f};
+}
+
 std::unique_ptr<torch::optim::Optimizer> grouped_optimizer(Opt opt, const std::vector<at::Tensor>& params,
-                                                           const config::Config& cfg) {
-  std::vector<at::Tensor> decay, no_decay;
-  for (const at::Tensor& p : params) (p.dim() >= 2 ? decay : no_decay).push_back(p);
+                                                           const config::Config& cfg, Groups grouping) {
+  std::vector<at::Tensor> matrices, rest;
+  for (const at::Tensor& p : params) (p.dim() >= 2 ? matrices : rest).push_back(p);
   const auto& o = cfg.optimizer;
   std::vector<torch::optim::OptimizerParamGroup> groups;
-  for (const bool decayed : {true, false}) {
-    const double wd = decayed ? o.weight_decay : 0.0;
-    std::vector<at::Tensor> ps = decayed ? decay : no_decay;
+  for (const bool is_matrices : {true, false}) {
+    const double wd = is_matrices || !splits_decay(grouping) ? o.weight_decay : 0.0;
+    std::vector<at::Tensor> ps = is_matrices ? matrices : rest;
     switch (opt) {
       case Opt::kAdamW:
         groups.emplace_back(ps, std::make_unique<torch::optim::AdamWOptions>(
@@ -123,11 +137,12 @@ std::unique_ptr<torch::optim::Optimizer> grouped_optimizer(Opt opt, const std::v
   return nullptr;
 }
 
-// The plain LibTorch loop (fp32), computed once per model and optimizer
-// (and with or without the two weight-decay groups).
-const Trace& reference(ModelKind kind, const config::Config& cfg, Opt which = Opt::kAdamW, bool grouped = false) {
-  static std::map<std::tuple<int, int, bool>, Trace> cache;
-  const auto key = std::make_tuple(static_cast<int>(kind), static_cast<int>(which), grouped);
+// The plain LibTorch loop (fp32), computed once per model, optimizer and
+// grouping.
+const Trace& reference(ModelKind kind, const config::Config& cfg, Opt which = Opt::kAdamW,
+                       Groups grouping = Groups::kOne) {
+  static std::map<std::tuple<int, int, int>, Trace> cache;
+  const auto key = std::make_tuple(static_cast<int>(kind), static_cast<int>(which), static_cast<int>(grouping));
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
   auto model = make_model(kind);
@@ -139,10 +154,11 @@ const Trace& reference(ModelKind kind, const config::Config& cfg, Opt which = Op
       params.push_back(p);
     }
   }
-  auto opt = grouped ? grouped_optimizer(which, params, cfg) : libtorch_optimizer(which, params, cfg);
+  auto opt = grouping == Groups::kOne ? libtorch_optimizer(which, params, cfg)
+                                      : grouped_optimizer(which, params, cfg, grouping);
   Trace t;
   for (int step = 0; step < kSteps; ++step) {
-    set_rate(*opt, lr_at(step));
+    set_rate(*opt, lr_at(step), group_scales(grouping));
     opt->zero_grad();
     t.losses.push_back(accumulate_reference_grads(kind, *model, batch_at(kind, step), kAccumulation));
     t.norms.push_back(
@@ -366,19 +382,20 @@ INSTANTIATE_TEST_SUITE_P(Options, ReferenceOptions,
                                           testing::Values(0, 2, 4, 7)),
                          option_case_name);
 
-// Weight decay per parameter (EngineOptions::weight_decay) against
-// LibTorch's optimizers with two param groups: decay on the matrices, none
-// on biases and norm gains. A large decay (1.0), so that decaying a bias or
-// a LayerNorm gain (1.0, moved by lr a step: 0.055 over the run) or not
-// decaying a weight is far outside the bounds. Every layout (the runs of equal decay
-// cut the optimizer's pieces differently on each), fp32 and bf16 (whose
-// updated training-precision values are written run by run); Adam with L2
-// and Adagrad at stage 0 and 2 + offload.
-using DecayCase = std::tuple<ModelKind, Opt, Precision, int /*index into kLayouts*/>;
-class ReferenceWeightDecay : public testing::TestWithParam<DecayCase> {};
+// Per-parameter settings (EngineOptions::weight_decay and lr_scale) against
+// LibTorch's optimizers with two param groups: the matrices, and the biases
+// and norm gains without decay, at 3x the rate, or both. A large decay
+// (1.0), so that decaying a bias or a LayerNorm gain (1.0, moved by lr a
+// step: 0.055 over the run) or not decaying a weight is far outside the
+// bounds. Every layout (the runs of equal settings cut the optimizer's
+// pieces differently on each), fp32 and bf16 (whose updated
+// training-precision values are written run by run); Adam with L2 and
+// Adagrad at stage 0 and 2 + offload.
+using GroupCase = std::tuple<ModelKind, Opt, Precision, int /*index into kLayouts*/, Groups>;
+class ReferenceParamGroups : public testing::TestWithParam<GroupCase> {};
 
-TEST_P(ReferenceWeightDecay, MatchesLibTorchParamGroups) {
-  auto [kind, which, precision, layout] = GetParam();
+TEST_P(ReferenceParamGroups, MatchLibTorchParamGroups) {
+  auto [kind, which, precision, layout, grouping] = GetParam();
   auto [stage, offload, ratio, offload_param] = kLayouts[layout];
   comm::Communicator& comm = world_comm();
   const int world = comm.world_size();
@@ -395,10 +412,16 @@ TEST_P(ReferenceWeightDecay, MatchesLibTorchParamGroups) {
     cfg.optimizer.eps = 1e-10f;
     cfg.optimizer.initial_accumulator_value = 0.1f;
   }
-  const Trace& ref = reference(kind, cfg, which, /*grouped=*/true);
-  const Trace& all_decayed = reference(kind, cfg, which, /*grouped=*/false);
+  const Trace& ref = reference(kind, cfg, which, grouping);
+  const Trace& one_group = reference(kind, cfg, which, Groups::kOne);
   EngineOptions options;
-  options.weight_decay = no_decay_below_2d();
+  if (splits_decay(grouping)) options.weight_decay = no_decay_below_2d();
+  if (splits_lr(grouping)) {
+    options.lr_scale = [](const std::string&, const at::Tensor& p) -> std::optional<float> {
+      if (p.dim() < 2) return kLrScale;
+      return std::nullopt;
+    };
+  }
   std::int64_t skipped = -1;
   const Trace got = train_engine(kind, cfg, comm, &skipped, std::move(options));
   EXPECT_EQ(skipped, 0);
@@ -416,7 +439,7 @@ TEST_P(ReferenceWeightDecay, MatchesLibTorchParamGroups) {
   for (std::size_t i = 0; i < ref.params.size(); ++i) {
     const at::Tensor diff = (got.params[i] - ref.params[i]).abs();
     max_diff = std::max(max_diff, diff.max().item<double>());
-    groups_matter = std::max(groups_matter, (all_decayed.params[i] - ref.params[i]).abs().max().item<double>());
+    groups_matter = std::max(groups_matter, (one_group.params[i] - ref.params[i]).abs().max().item<double>());
     if (fp32) {
       const at::Tensor bound = ref.params[i].abs() * 1e-5 + 1e-5;
       EXPECT_TRUE((diff <= bound).all().item<bool>())
@@ -431,30 +454,35 @@ TEST_P(ReferenceWeightDecay, MatchesLibTorchParamGroups) {
               testing::UnitTest::GetInstance()->current_test_info()->name(), max_diff, groups_matter);
 }
 
-std::string decay_case_name(const testing::TestParamInfo<DecayCase>& info) {
-  auto [kind, which, precision, layout] = info.param;
+std::string group_case_name(const testing::TestParamInfo<GroupCase>& info) {
+  auto [kind, which, precision, layout, grouping] = info.param;
   static const char* opts[] = {"adamw", "adam_l2", "adagrad"};
   static const char* precisions[] = {"fp32", "bf16", "fp16_dynamic", "fp16_static"};
+  static const char* groupings[] = {"", "_decay", "_lr", "_decay_lr"};
   return std::string(model_name(kind)) + opts[static_cast<int>(which)] + "_" +
-         precisions[static_cast<int>(precision)] + layout_name(kLayouts[layout]);
+         precisions[static_cast<int>(precision)] + layout_name(kLayouts[layout]) +
+         groupings[static_cast<int>(grouping)];
 }
 
-INSTANTIATE_TEST_SUITE_P(AdamW, ReferenceWeightDecay,
+INSTANTIATE_TEST_SUITE_P(AdamW, ReferenceParamGroups,
                          testing::Combine(testing::Values(ModelKind::kTransformer), testing::Values(Opt::kAdamW),
                                           testing::Values(Precision::kFp32, Precision::kBf16),
-                                          testing::Values(0, 2, 4, 5, 6, 7, 8, 10)),
-                         decay_case_name);
-// A tied weight (listed once, decayed once) and biases: in bf16 its groups
+                                          testing::Values(0, 2, 4, 5, 6, 7, 8, 10),
+                                          testing::Values(Groups::kDecay, Groups::kLr, Groups::kDecayAndLr)),
+                         group_case_name);
+// A tied weight (listed once, stepped once) and biases: in bf16 its groups
 // differ by less than bf16's bound (0.0135 measured), so fp32 only.
-INSTANTIATE_TEST_SUITE_P(Tied, ReferenceWeightDecay,
+INSTANTIATE_TEST_SUITE_P(Tied, ReferenceParamGroups,
                          testing::Combine(testing::Values(ModelKind::kTiedMlp), testing::Values(Opt::kAdamW),
-                                          testing::Values(Precision::kFp32), testing::Values(0, 2, 4, 5, 6, 7, 8, 10)),
-                         decay_case_name);
-INSTANTIATE_TEST_SUITE_P(L2, ReferenceWeightDecay,
+                                          testing::Values(Precision::kFp32), testing::Values(0, 2, 4, 5, 6, 7, 8, 10),
+                                          testing::Values(Groups::kDecay, Groups::kDecayAndLr)),
+                         group_case_name);
+INSTANTIATE_TEST_SUITE_P(L2, ReferenceParamGroups,
                          testing::Combine(testing::Values(ModelKind::kTransformer),
                                           testing::Values(Opt::kAdamL2, Opt::kAdagrad),
-                                          testing::Values(Precision::kFp32), testing::Values(0, 4)),
-                         decay_case_name);
+                                          testing::Values(Precision::kFp32), testing::Values(0, 4),
+                                          testing::Values(Groups::kDecay, Groups::kLr)),
+                         group_case_name);
 
 }  // namespace
 }  // namespace zero::test

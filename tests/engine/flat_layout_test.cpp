@@ -65,12 +65,12 @@ TEST(FlatLayout, Stage3GroupsAreWholeBuckets) {
 
 // Each partition element's value found by brute force: the parameter whose
 // flat range holds it, or none for padding.
-std::vector<std::optional<float>> element_values(const FlatLayout& L, int rank, const std::vector<float>& v) {
-  std::vector<std::optional<float>> out;
+std::vector<std::optional<int>> element_values(const FlatLayout& L, int rank, const std::vector<int>& v) {
+  std::vector<std::optional<int>> out;
   for (const Bucket& b : L.buckets()) {
     for (std::size_t j = 0; j < b.chunk; ++j) {
       const std::size_t flat = b.offset + static_cast<std::size_t>(rank) * b.chunk + j;
-      std::optional<float> value;
+      std::optional<int> value;
       for (std::size_t i = 0; i < L.params().size(); ++i) {
         const ParamSlot& s = L.params()[i];
         if (flat >= s.offset && flat < s.offset + s.numel) value = v[i];
@@ -85,7 +85,7 @@ TEST(PartitionRuns, EveryElementTakesItsParametersValueInFewestRuns) {
   // Decay, no decay, decay, no decay (a weight, a bias, ...); stage 0, and
   // 2 and 4 ranks, where buckets are padded and parameters cut by chunks.
   const std::vector<std::size_t> numels{10, 20, 30, 5, 7, 1};
-  const std::vector<float> values{0.1f, 0.0f, 0.1f, 0.0f, 0.0f, 0.1f};
+  const std::vector<int> values{1, 0, 1, 0, 0, 2};
   for (int world : {1, 2, 4}) {
     FlatLayout L(numels, 35, world, world, 2);
     for (int rank = 0; rank < world; ++rank) {
@@ -125,13 +125,13 @@ TEST(PartitionRuns, EveryElementTakesItsParametersValueInFewestRuns) {
 
 TEST(PartitionRuns, OneValueIsOneRunAndNoValuesNone) {
   FlatLayout L({10, 20, 30}, 16, 2, 2, 1);
-  const PartitionRuns same(L, 1, {0.5f, 0.5f, 0.5f});
+  const PartitionRuns same(L, 1, {3, 3, 3});
   ASSERT_EQ(same.runs().size(), 1u);
   EXPECT_EQ(same.runs()[0].end, L.partition_numel());
-  EXPECT_EQ(same.runs()[0].value, 0.5f);
+  EXPECT_EQ(same.runs()[0].value, 3);
   EXPECT_TRUE(PartitionRuns().empty());
   EXPECT_TRUE(PartitionRuns().within(0, 10).empty());
-  EXPECT_THROW(PartitionRuns(L, 0, {0.5f}), std::exception);
+  EXPECT_THROW(PartitionRuns(L, 0, {3}), std::exception);
 }
 
 }  // namespace

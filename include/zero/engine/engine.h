@@ -94,7 +94,7 @@
 #include "zero/config/config.h"
 #include "zero/engine/loss_scaler.h"
 #include "zero/engine/timeline.h"
-#include "zero/engine/weight_decay.h"
+#include "zero/engine/param_rules.h"
 #include "zero/memory/memory_ledger.h"
 
 namespace zero {
@@ -143,12 +143,15 @@ struct EngineOptions {
   // zero::models::Gpt::init_parameter draws them. A value left unfilled is
   // an error. Required when the module has meta tensors, refused otherwise.
   std::function<void(const std::string& name, const at::Tensor& value)> init;
-  // Weight decay per parameter (zero/engine/weight_decay.h), as PyTorch's
-  // param groups give it: rule(name, parameter) returns the parameter's
-  // decay, or std::nullopt for the config's. zero::no_decay_below_2d()
-  // leaves biases and norm gains undecayed, as GPT training does. Empty:
-  // the config's optimizer.params.weight_decay for every parameter.
+  // Per-parameter optimizer settings (zero/engine/param_rules.h), as
+  // PyTorch's param groups give them: rule(name, parameter) returns the
+  // parameter's value, or std::nullopt for the default.
+  // weight_decay: its decay (default: the config's); zero::no_decay_below_2d()
+  // leaves biases and norm gains undecayed, as GPT training does.
   WeightDecayRule weight_decay;
+  // lr_scale: its rate as a multiple of lr() (default 1), kept through the
+  // schedule (a head at 10x, layer-wise lr decay).
+  LrScaleRule lr_scale;
 };
 
 class Engine;

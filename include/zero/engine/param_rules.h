@@ -1,0 +1,54 @@
+// Per-parameter optimizer settings: what PyTorch's param groups with
+// options of their own are used for. GPT training (GPT-2, nanoGPT,
+// Megatron-LM, Hugging Face's Trainer) decays the weight matrices and
+// embeddings and leaves biases and the gains of LayerNorm undecayed;
+// fine-tuning trains a new head faster than the body, or each layer at a
+// rate that decays with its depth (layer-wise lr decay).
+//
+//   zero::EngineOptions options;
+//   options.weight_decay = zero::no_decay_below_2d();   // biases, norms: 0
+//   options.lr_scale = [](const std::string& name, const at::Tensor&) -> std::optional<float> {
+//     if (name.rfind("head.", 0) == 0) return 10.0f;     // the head at 10x the rate
+//     return std::nullopt;
+//   };
+//   zero::Engine engine(model, config, comm, std::move(options));
+//
+// A rule is asked once per trainable parameter, when the engine is built,
+// with the parameter's name (as named_parameters() gives it; a tied one by
+// its first name) and the parameter (its shape is right; its values may be
+// on the meta device). It returns that parameter's setting, or std::nullopt
+// for the default.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <ATen/Tensor.h>
+
+namespace zero {
+
+using ParamRule = std::function<std::optional<float>(const std::string& name, const at::Tensor& param)>;
+
+// A parameter's weight decay (std::nullopt: the config's
+// optimizer.params.weight_decay), applied as the optimizer applies the
+// config's: decoupled in AdamW, L2 in Adam with adam_w_mode false and in
+// Adagrad. A finite number >= 0.
+using WeightDecayRule = ParamRule;
+
+// A parameter's learning rate as a multiple of the engine's (std::nullopt:
+// 1): each step it takes lr() times its scale, so a schedule keeps the
+// ratios, as torch's LambdaLR does with groups of different initial rates.
+// A finite number >= 0.
+using LrScaleRule = ParamRule;
+
+// No weight decay on parameters of fewer than two dimensions (biases, norm
+// gains and shifts); the config's on the rest (nanoGPT's rule).
+WeightDecayRule no_decay_below_2d();
+
+// No weight decay on parameters whose name contains one of `parts` (Hugging
+// Face's {"bias", "LayerNorm.weight"}); the config's on the rest.
+WeightDecayRule no_decay_named(std::vector<std::string> parts);
+
+}  // namespace zero

@@ -1,0 +1,109 @@
+#include "zero/engine/param_rules.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <map>
+#include <sstream>
+#include <utility>
+
+#include "param_hypers.h"
+#include "zero/core/error.h"
+
+namespace zero {
+
+WeightDecayRule no_decay_below_2d() {
+  return [](const std::string&, const at::Tensor& param) -> std::optional<float> {
+    if (param.dim() < 2) return 0.0f;
+    return std::nullopt;
+  };
+}
+
+WeightDecayRule no_decay_named(std::vector<std::string> parts) {
+  return [parts = std::move(parts)](const std::string& name, const at::Tensor&) -> std::optional<float> {
+    for (const std::string& part : parts) {
+      if (!part.empty() && name.find(part) != std::string::npos) return 0.0f;
+    }
+    return std::nullopt;
+  };
+}
+
+}  // namespace zero
+
+// ---- the engine's side -------------------------------------------------------
+
+namespace zero::detail {
+namespace {
+
+// A rule's answer for parameter `name`, or `fallback`; checked.
+float ask(const ParamRule& rule, const char* what, const std::string& name, const at::Tensor& param, float fallback) {
+  if (!rule) return fallback;
+  const std::optional<float> v = rule(name, param);
+  ZERO_CHECK(!v || (std::isfinite(*v) && *v >= 0.0f), "EngineOptions::", what, " gave parameter '", name, "' ",
+             what == std::string("weight_decay") ? "a weight decay" : "an lr scale", " of ", v ? *v : 0.0f, ": ",
+             what == std::string("weight_decay") ? "a weight decay" : "an lr scale",
+             " is a finite number >= 0 (return std::nullopt for the default, ", fallback, ")");
+  return v.value_or(fallback);
+}
+
+}  // namespace
+
+ParamHypers resolve_param_hypers(const WeightDecayRule& weight_decay, const LrScaleRule& lr_scale,
+                                 const std::vector<std::string>& names, const std::vector<at::Tensor>& params,
+                                 float config_weight_decay) {
+  ParamHypers out;
+  if (!weight_decay && !lr_scale) return out;
+  out.of_param.reserve(params.size());
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const ParamHyper h{ask(weight_decay, "weight_decay", names[i], params[i], config_weight_decay),
+                       ask(lr_scale, "lr_scale", names[i], params[i], 1.0f)};
+    auto it = std::find(out.classes.begin(), out.classes.end(), h);
+    if (it == out.classes.end()) it = out.classes.insert(out.classes.end(), h);
+    out.of_param.push_back(static_cast<int>(it - out.classes.begin()));
+  }
+  return out;
+}
+
+std::string describe_param_hypers(const ParamHypers& hypers, const std::vector<std::size_t>& numels,
+                                  bool weight_decay_rule, bool lr_scale_rule) {
+  auto count = [](std::size_t n) {
+    char buf[32];
+    if (n >= 1000000) {
+      std::snprintf(buf, sizeof buf, "%.1fM", static_cast<double>(n) / 1e6);
+    } else if (n >= 1000) {
+      std::snprintf(buf, sizeof buf, "%.1fK", static_cast<double>(n) / 1e3);
+    } else {
+      std::snprintf(buf, sizeof buf, "%zu", n);
+    }
+    return std::string(buf);
+  };
+  // One setting's values, largest first, with how many parameters and
+  // elements take each.
+  auto tally = [&](const char* label, float ParamHyper::*field) {
+    struct Tally {
+      std::size_t params = 0, elements = 0;
+    };
+    std::map<float, Tally, std::greater<>> by_value;
+    for (std::size_t i = 0; i < hypers.of_param.size(); ++i) {
+      Tally& t = by_value[hypers.classes[static_cast<std::size_t>(hypers.of_param[i])].*field];
+      ++t.params;
+      t.elements += numels[i];
+    }
+    std::ostringstream os;
+    os << label << " ";
+    bool first = true;
+    for (const auto& [value, t] : by_value) {
+      os << (first ? "" : ", ") << value << " on " << t.params
+         << (first ? (t.params == 1 ? " parameter" : " parameters") : "") << " (" << count(t.elements) << " elements)";
+      first = false;
+    }
+    return os.str();
+  };
+  std::string line;
+  if (weight_decay_rule) line = tally("weight decay", &ParamHyper::weight_decay);
+  if (lr_scale_rule) line += (line.empty() ? "" : "; ") + tally("lr scale", &ParamHyper::lr_scale);
+  return line;
+}
+
+}  // namespace zero::detail
