@@ -13,6 +13,8 @@
 #include <cstdio>
 #include <algorithm>
 #include <filesystem>
+#include <functional>
+#include <map>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -98,6 +100,28 @@ int inspect(const ckpt::OpenCheckpoint& c, bool verify) {
               static_cast<long long>(m.engine.skipped), m.engine.lr, m.engine.scaler.scale,
               m.engine.update_pending ? ", a delayed update pending" : "");
   if (!m.client_state.empty()) std::printf("  client state: %s\n", m.client_state.dump().c_str());
+  // The optimizer settings per parameter (the engine's weight_decay and
+  // lr_scale rules), where the checkpoint records them.
+  std::map<double, int, std::greater<>> decays, scales;
+  for (const auto& p : m.params) {
+    if (p.weight_decay) ++decays[*p.weight_decay];
+    if (p.lr_scale) ++scales[*p.lr_scale];
+  }
+  auto counts = [](const char* label, const std::map<double, int, std::greater<>>& by) {
+    std::string line = label;
+    bool first = true;
+    for (const auto& [v, n] : by) {
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "%s %g on %d", first ? "" : ",", v, n);
+      line += buf;
+      first = false;
+    }
+    return line;
+  };
+  if (!decays.empty() || !scales.empty()) {
+    std::printf("  settings per parameter: %s; %s\n", counts("weight decay", decays).c_str(),
+                counts("lr scale", scales).c_str());
+  }
   std::printf("  files: %.1f MiB in all\n", mib(total));
   for (const auto& f : m.files) {
     std::printf("    %-28s %10.2f MiB  crc32c %08x ", f.name.c_str(), mib(f.bytes), f.crc32c);

@@ -529,10 +529,12 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
       std::fprintf(stderr, "warning: the checkpoint was trained on another corpus (%s; this run's: %s): the data from "
                    "here on differs from the saved run's\n", client["corpus"].dump().c_str(), corpus_id.dump().c_str());
     }
-    if (root && client.contains("decay") && client.value("decay", o.decay) != o.decay) {
+    // (A checkpoint of a zero-train without --decay decayed every parameter.)
+    const std::string saved_decay = client.value("decay", std::string("all"));
+    if (root && saved_decay != o.decay && cfg.optimizer.weight_decay > 0.0f) {
       std::fprintf(stderr, "warning: the checkpoint was trained with --decay %s, this run has --decay %s: other "
-                   "parameters take weight decay from here on\n", client.value("decay", o.decay).c_str(),
-                   o.decay.c_str());
+                   "parameters take weight decay from here on (give --decay %s to continue as it was)\n",
+                   saved_decay.c_str(), o.decay.c_str(), saved_decay.c_str());
     }
     if (root && client.contains("lr") && client.value("lr", 0.0) != static_cast<double>(cfg.optimizer.lr)) {
       std::fprintf(stderr, "warning: the checkpoint was trained with lr %g, this run's config has %g: the schedule "

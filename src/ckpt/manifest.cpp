@@ -1,6 +1,7 @@
 #include "zero/ckpt/manifest.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <set>
 
@@ -291,6 +292,14 @@ Manifest parse_manifest(std::string_view text, const std::string& where) {
     pr.name = r.string(p, "name", "params[]");
     pr.shape = r.shape(p, "params[" + pr.name + "]", &pr.numel);
     pr.offset = r.count(p, "offset", "params[" + pr.name + "]");
+    // Optional: the parameter's own optimizer settings, each a number >= 0.
+    for (auto [key, field] : {std::pair{"weight_decay", &ParamRecord::weight_decay},
+                              std::pair{"lr_scale", &ParamRecord::lr_scale}}) {
+      if (!p.contains(key)) continue;
+      const double v = r.number(p, key, "params[" + pr.name + "]");
+      if (!(v >= 0.0) || !std::isfinite(v)) r.fail("params[" + pr.name + "]." + key, "is not a finite number >= 0");
+      pr.*field = v;
+    }
     m.params.push_back(std::move(pr));
   }
   if (m.params.empty()) r.fail("manifest.params", "is empty");
@@ -381,7 +390,12 @@ std::string manifest_to_json(const Manifest& m) {
   j["layout"] = {{"shard_world", m.shard_world}, {"padded_numel", m.padded_numel},
                  {"partition_numel", m.partition_numel}, {"buckets", buckets}};
   json params = json::array();
-  for (const ParamRecord& p : m.params) params.push_back({{"name", p.name}, {"shape", p.shape}, {"offset", p.offset}});
+  for (const ParamRecord& p : m.params) {
+    json pj = {{"name", p.name}, {"shape", p.shape}, {"offset", p.offset}};
+    if (p.weight_decay) pj["weight_decay"] = *p.weight_decay;
+    if (p.lr_scale) pj["lr_scale"] = *p.lr_scale;
+    params.push_back(std::move(pj));
+  }
   j["params"] = params;
   j["partition_sections"] = m.partition_sections;
   const LossScalerRecord& s = m.engine.scaler;

@@ -305,6 +305,7 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
                "gradient_accumulation_steps is ", config_.gradient_accumulation_steps,
                ": it must be between 1 and 2147483647");
     const int accumulation = static_cast<int>(config_.gradient_accumulation_steps);
+    if (!hypers.empty() && m.world > 1) detail::agree_on_param_hypers(comm_, m.ctx.device, hypers, P.numels());
     // Every buffer's size, tier and lifetime: the memory plan, which
     // zero-estimate sums too.
     ZERO_CHECK(z.reduce_bucket_size >= 0, "zero_optimization.reduce_bucket_size must be 0 or more, got ",

@@ -20,6 +20,7 @@
 #include "any_rank.h"
 #include "engine_impl.h"
 #include "host_snapshot.h"
+#include "param_hypers.h"
 #include "rank_agreement.h"
 #include "zero/ckpt/checkpoint_dir.h"
 #include "zero/ckpt/checkpoint_error.h"
@@ -158,9 +159,15 @@ void Engine::save_checkpoint(const std::string& dir, const std::string& tag, con
   man.offload = m.offload;
   man.delayed_update = m.delayed->enabled();
   record_layout(L, man);
+  const detail::ParamHypers& hypers = m.optimizer->hypers();
   for (std::size_t i = 0; i < P.params().size(); ++i) {
     const ParamSlot& s = L.params()[i];
-    man.params.push_back({P.names()[i], P.shape(i).vec(), s.numel, s.offset});
+    man.params.push_back({P.names()[i], P.shape(i).vec(), s.numel, s.offset, std::nullopt, std::nullopt});
+    if (!hypers.empty()) {  // the settings of EngineOptions' rules, which a load compares
+      const detail::ParamHyper& h = hypers.classes[static_cast<std::size_t>(hypers.of_param[i])];
+      man.params.back().weight_decay = h.weight_decay;
+      man.params.back().lr_scale = h.lr_scale;
+    }
   }
   man.engine.steps = stats_.step;
   man.engine.optimizer_step = m.optimizer_step;
@@ -460,6 +467,7 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
   std::map<int, std::vector<ckpt::ReadRange>> reads;  // by saved rank
   std::map<int, std::map<std::size_t, StreamDest>> streamed;  // by saved rank: range index -> swap file (NVMe)
   bool same_dtype = false, keep_pending = false, apply_update = false;
+  std::string settings_note;  // the optimizer settings per parameter, where they differ
   std::string error = error_of([&] {
     const std::string t = ckpt::resolve_tag(root, tag);
     folder = root / t;
@@ -470,6 +478,7 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
     std::map<std::string, std::size_t> saved_index;
     for (std::size_t i = 0; i < man.params.size(); ++i) saved_index[man.params[i].name] = i;
     std::vector<ckpt::TargetParam> params;
+    std::vector<std::optional<detail::ParamHyper>> saved_hypers;  // in this engine's order
     for (std::size_t i = 0; i < P.params().size(); ++i) {
       const std::string& name = P.names()[i];
       auto it = saved_index.find(name);
@@ -477,6 +486,12 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
                  "' (it has ", man.params.size(), " trainable parameters, this module ", P.params().size(),
                  "). Load it into the model it was saved from");
       const ckpt::ParamRecord& s = man.params[it->second];
+      saved_hypers.emplace_back();
+      if (s.weight_decay || s.lr_scale) {
+        saved_hypers.back() = detail::ParamHyper{
+            static_cast<float>(s.weight_decay.value_or(config_.optimizer.weight_decay)),
+            static_cast<float>(s.lr_scale.value_or(1.0))};
+      }
       ZERO_CHECK(s.shape == P.shape(i).vec(), "checkpoint ", where, " is of another model: parameter '",
                  name, "' has shape ", P.shape(i), " here but ", c10::IntArrayRef(s.shape),
                  " in the checkpoint");
@@ -487,6 +502,8 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
     ZERO_CHECK(saved_index.empty(), "checkpoint ", where, " is of another model: it has ", saved_index.size(),
                " trainable parameter(s) this module has not, such as '", saved_index.begin()->first,
                "' (frozen here?). Load it into the model it was saved from");
+    settings_note = detail::compare_saved_param_hypers(saved_hypers, m.optimizer->hypers(), P.names(),
+                                                       config_.optimizer.weight_decay, where);
     ZERO_CHECK(man.moments == m.optimizer->moments(), "checkpoint ", where, " holds the state of optimizer ",
                man.optimizer, " (", man.moments, " moment(s)), this engine's is ", config_.optimizer.type,
                ": use the optimizer it was saved with");
@@ -716,6 +733,7 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
     std::fprintf(stderr, "zerocpp: loaded checkpoint %s (step %lld; saved by %d rank(s) at stage %d%s)\n",
                  where.c_str(), static_cast<long long>(man.engine.steps), man.world_size, man.stage,
                  keep_pending ? ", its delayed update pending" : "");
+    if (!settings_note.empty()) std::fprintf(stderr, "zerocpp: warning: %s\n", settings_note.c_str());
   }
   return man.client_state;
 }

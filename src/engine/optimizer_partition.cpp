@@ -65,7 +65,7 @@ OptimizerPartition::OptimizerPartition(const config::Config& config, const Memor
       if (at < split_) {
         n = std::min(n, split_ - at);  // a piece ends at the split
       } else {
-        n = b.chunk - off;  // the device share: one kernel per bucket (nothing goes up piece by piece)
+        n = b.chunk - off;  // the device share: a piece per bucket (nothing goes up piece by piece)
       }
       std::vector<Piece>& list = at < split_ ? pieces_ : device_pieces_;
       list.push_back(Piece{&b, off, n, list.size(), at < split_ ? Share::kMain : Share::kDevice});
@@ -209,27 +209,40 @@ void OptimizerPartition::step_piece(const Piece& pc, float* master, float* m1, f
   // One kernel call per run of equal settings (one for the whole piece
   // unless EngineOptions' rules give parameters settings of their own).
   const std::size_t grad_bytes = g.element_size(), half_bytes = c10::elementSize(o_.dtype);
-  auto run = [&](std::size_t k, std::size_t n, float weight_decay, float run_lr) {
+  auto run = [&](std::size_t k, std::size_t n, float weight_decay, float run_lr, optim::ThreadPool* pool) {
     const void* grads = static_cast<const char*>(g.data_ptr()) + k * grad_bytes;
     void* half_k = half == nullptr ? nullptr : static_cast<char*>(half) + k * half_bytes;
     step_run(master + k, m1 + k, m2 == nullptr ? nullptr : m2 + k, grads, to_dtype(g.scalar_type()), half_k, n,
-             weight_decay, grad_scale, run_lr, step, on_device);
+             weight_decay, grad_scale, run_lr, step, on_device, pool);
   };
   if (runs_.empty()) {
-    run(0, pc.n, opt_.weight_decay, lr);
+    run(0, pc.n, opt_.weight_decay, lr, pool_.get());
     return;
   }
-  for (const PartitionRun& r : runs_.within(pc.at(), pc.n)) {
+  const std::vector<PartitionRun> runs = runs_.within(pc.at(), pc.n);
+  auto run_part = [&](const PartitionRun& r, std::size_t lo, std::size_t hi, optim::ThreadPool* pool) {
     const ParamHyper& h = o_.hypers.classes[static_cast<std::size_t>(r.value)];
-    run(r.begin - pc.at(), r.end - r.begin, h.weight_decay, lr * h.lr_scale);
+    run(lo, hi - lo, h.weight_decay, lr * h.lr_scale, pool);
+  };
+  if (on_device || runs.size() == 1) {
+    for (const PartitionRun& r : runs) run_part(r, r.begin - pc.at(), r.end - pc.at(), pool_.get());
+    return;
   }
+  // On the CPU, one dispatch of the pool for the whole piece, each tile
+  // stepping the parts of the runs it holds: a run per dispatch would step
+  // every short run (a bias, a norm) on one thread, one after another.
+  pool_->parallel_for(pc.n, optim::kTileElements, [&](std::size_t begin, std::size_t end) {
+    auto it = std::upper_bound(runs.begin(), runs.end(), pc.at() + begin,
+                               [](std::size_t at, const PartitionRun& r) { return at < r.end; });
+    for (; it != runs.end() && it->begin < pc.at() + end; ++it) {
+      run_part(*it, std::max(begin, it->begin - pc.at()), std::min(end, it->end - pc.at()), nullptr);
+    }
+  });
 }
 
 void OptimizerPartition::step_run(float* master, float* m1, float* m2, const void* grads, DType grad_dtype,
                                   void* half, std::size_t n, float weight_decay, float grad_scale, float lr,
-                                  std::int64_t step, bool on_device) {
-  // A run shorter than a tile is not worth waking the pool for.
-  optim::ThreadPool* pool = n > optim::kTileElements ? pool_.get() : nullptr;
+                                  std::int64_t step, bool on_device, optim::ThreadPool* pool) {
   if (adagrad_) {
     optim::AdagradHyper h;
     h.lr = lr;

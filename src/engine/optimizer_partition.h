@@ -83,7 +83,8 @@ class OptimizerPartition {
   // Adam of a 1.2B model ~20% slower beside a GPU than pieces of 60M
   // (docs/PERFORMANCE.md).
   // A piece never straddles the two shares; the device share's pieces are
-  // whole buckets' segments (one kernel each; nothing waits for them piece
+  // whole buckets' segments (one kernel each, or one per run of equal
+  // settings where EngineOptions' rules give some; nothing waits for them piece
   // by piece).
   enum class Share : std::uint8_t { kMain, kDevice };
   struct Piece {
@@ -127,6 +128,8 @@ class OptimizerPartition {
   const at::Tensor& device_staging() const { return dev_staging_; }
   const at::Tensor& device_master() const { return dev_master_; }
   int moments() const { return adagrad_ ? 1 : 2; }
+  // Each parameter's own settings (empty: the config's for all).
+  const ParamHypers& hypers() const { return o_.hypers; }
 
   // NVMe: makes the swap file and the buffers (allocate_master() does it
   // too; the engine calls it first, under a rank agreement, since one rank's
@@ -177,9 +180,11 @@ class OptimizerPartition {
                     const PieceDoneFn& after_piece);
   void step_piece(const Piece& pc, float* master, float* m1, float* m2, const at::Tensor& g, void* half,
                   float grad_scale, float lr, std::int64_t step, bool on_device);
-  // One kernel call over n elements with one weight decay and rate.
+  // One kernel call over n elements with one weight decay and rate (on the
+  // CPU spread over `pool`; nullptr: on the calling thread).
   void step_run(float* master, float* m1, float* m2, const void* grads, DType grad_dtype, void* half, std::size_t n,
-                float weight_decay, float grad_scale, float lr, std::int64_t step, bool on_device);
+                float weight_decay, float grad_scale, float lr, std::int64_t step, bool on_device,
+                optim::ThreadPool* pool);
   static std::vector<at::Tensor> parts(const at::Tensor& main, const at::Tensor& dev) {
     std::vector<at::Tensor> v{main};
     if (dev.defined()) v.push_back(dev);

@@ -4,11 +4,14 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <ATen/Tensor.h>
+#include <c10/core/Device.h>
 
+#include "zero/comm/communicator.h"
 #include "zero/engine/param_rules.h"
 
 namespace zero::detail {
@@ -38,5 +41,23 @@ ParamHypers resolve_param_hypers(const WeightDecayRule& weight_decay, const LrSc
 // on 146 (...)" for an lr rule, largest first, joined by "; ".
 std::string describe_param_hypers(const ParamHypers& hypers, const std::vector<std::size_t>& numels,
                                   bool weight_decay_rule, bool lr_scale_rule);
+
+// Every rank's rules gave the same settings (a rule must answer from the
+// name and the shape alone; one that draws on the rank, a clock or a random
+// number would train each replica or partition differently): throws on
+// every rank, naming the first rank whose settings differ from rank 0's.
+// Collective (called where rules are given: every rank must give them).
+void agree_on_param_hypers(comm::Communicator& comm, const c10::Device& device, const ParamHypers& hypers,
+                           const std::vector<std::size_t>& numels);
+
+// A load's check of the settings a checkpoint recorded per parameter
+// (saved[i]: parameter i's, in this engine's order; nullopt where it
+// recorded none) against this engine's (`mine`; empty: no rules, so the
+// config's decay and a scale of 1). A warning naming how many parameters
+// differ and the first of them, and what to do; "" when they agree (or
+// neither side has per-parameter settings).
+std::string compare_saved_param_hypers(const std::vector<std::optional<ParamHyper>>& saved, const ParamHypers& mine,
+                                       const std::vector<std::string>& names, float config_weight_decay,
+                                       const std::string& where);
 
 }  // namespace zero::detail

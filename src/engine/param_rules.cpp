@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <functional>
 #include <map>
@@ -9,6 +10,8 @@
 #include <utility>
 
 #include "param_hypers.h"
+#include "rank_agreement.h"
+#include "zero/ckpt/crc32c.h"
 #include "zero/core/error.h"
 
 namespace zero {
@@ -104,6 +107,55 @@ std::string describe_param_hypers(const ParamHypers& hypers, const std::vector<s
   if (weight_decay_rule) line = tally("weight decay", &ParamHyper::weight_decay);
   if (lr_scale_rule) line += (line.empty() ? "" : "; ") + tally("lr scale", &ParamHyper::lr_scale);
   return line;
+}
+
+void agree_on_param_hypers(comm::Communicator& comm, const c10::Device& device, const ParamHypers& hypers,
+                           const std::vector<std::size_t>& numels) {
+  // What a rank says: the summary, and a checksum of every parameter's class
+  // and every class's values (two parameters swapped change it).
+  std::uint32_t crc = ckpt::crc32c(0, hypers.of_param.data(), hypers.of_param.size() * sizeof(int));
+  crc = ckpt::crc32c(crc, hypers.classes.data(), hypers.classes.size() * sizeof(ParamHyper));
+  const std::string mine = describe_param_hypers(hypers, numels, true, true) + str_cat(" [", crc, "]");
+  const std::vector<std::string> all = all_gather_text(comm, device, mine);
+  for (std::size_t r = 1; r < all.size(); ++r) {
+    ZERO_CHECK(all[r] == all[0], "EngineOptions' weight_decay / lr_scale rules gave rank ", r,
+               " other settings than rank 0 (rank 0: ", all[0], "; rank ", r, ": ", all[r],
+               "): a rule must answer from the parameter's name and shape alone, the same on every rank");
+  }
+}
+
+std::string compare_saved_param_hypers(const std::vector<std::optional<ParamHyper>>& saved, const ParamHypers& mine,
+                                       const std::vector<std::string>& names, float config_weight_decay,
+                                       const std::string& where) {
+  const bool any_saved = std::any_of(saved.begin(), saved.end(), [](const auto& h) { return h.has_value(); });
+  if (!any_saved && mine.empty()) return "";
+  const ParamHyper fallback{config_weight_decay, 1.0f};
+  auto own = [&](std::size_t i) {
+    return mine.empty() ? fallback : mine.classes[static_cast<std::size_t>(mine.of_param[i])];
+  };
+  if (!any_saved) {
+    return str_cat("checkpoint ", where, " records no optimizer settings per parameter (saved by an engine without "
+                   "EngineOptions' weight_decay or lr_scale rules, or by an earlier zerocpp): this engine's rules "
+                   "apply from here on");
+  }
+  std::size_t differ = 0, first = 0;
+  for (std::size_t i = 0; i < saved.size(); ++i) {
+    const ParamHyper s = saved[i].value_or(fallback);
+    if (s == own(i)) continue;
+    if (differ++ == 0) first = i;
+  }
+  if (differ == 0) return "";
+  const ParamHyper s = saved[first].value_or(fallback), o = own(first);
+  std::ostringstream os;
+  os << "checkpoint " << where << " was trained with other optimizer settings for " << differ << " of "
+     << saved.size() << " parameters, such as '" << names[first] << "': ";
+  if (s.weight_decay != o.weight_decay) os << "weight decay " << s.weight_decay << " there, " << o.weight_decay << " here";
+  if (s.weight_decay != o.weight_decay && s.lr_scale != o.lr_scale) os << "; ";
+  if (s.lr_scale != o.lr_scale) os << "lr scale " << s.lr_scale << " there, " << o.lr_scale << " here";
+  os << ". Training goes on with this engine's (" << (mine.empty() ? "no rules: the config's" : "its rules")
+     << "); to continue as it was, build the engine with the EngineOptions weight_decay / lr_scale rules it was "
+        "saved with";
+  return os.str();
 }
 
 }  // namespace zero::detail

@@ -26,6 +26,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -66,6 +67,7 @@ struct Case {
   bool offload_param = false;  // stage 3: the parameter partition in pinned host memory
   float ratio = 1.0f;          // offload_optimizer.ratio: the rest stepped on the GPU
   bool param_nvme = false;     // stage 3: the parameter partition on NVMe (pinned buffers, read ahead)
+  bool rules = false;          // EngineOptions: no decay below 2-D, those at 3x the rate
 };
 
 struct TrainRun {
@@ -131,7 +133,15 @@ TrainRun train(const Case& k, const at::Device& device) {
 #if ZERO_HAVE_NCCL
   if (k.nccl && device.is_cuda()) nccl = cuda::make_nccl_communicator(*single, device.index());
 #endif
-  Engine engine(model, make_config(k), nccl ? *nccl : *single);
+  EngineOptions options;
+  if (k.rules) {
+    options.weight_decay = no_decay_below_2d();
+    options.lr_scale = [](const std::string&, const at::Tensor& p) -> std::optional<float> {
+      if (p.dim() < 2) return 3.0f;
+      return std::nullopt;
+    };
+  }
+  Engine engine(model, make_config(k), nccl ? *nccl : *single, std::move(options));
   for (int s = 0; s < kSteps; ++s) {
     for (int j = 0; j < k.accum; ++j) {
       torch::manual_seed(1000 + s * 10 + j);
@@ -262,6 +272,15 @@ std::vector<Case> cases() {
   Case all_nvme{"param_nvme_all_nvme_fp32_stage3_accum2", 3, 2, 0.05f, "fp32", "nvme"};
   all_nvme.param_nvme = true;
   v.push_back(all_nvme);
+  // Settings per parameter (EngineOptions' rules): the device Adam run by
+  // run, the CPU Adam's runs beside a GPU, the device share, and the update
+  // written over the gradients (offload, bf16, no accumulation).
+  for (Case c : {Case{"rules_bf16_stage2", 2, 1, 0.05f, "bf16"}, Case{"rules_offload_bf16_stage2", 2, 1, 0.05f, "bf16", "cpu"},
+                 Case{"rules_offload_bf16_stage3_dpu_ratio50", 3, 1, 0.05f, "bf16", "cpu", true}}) {
+    c.rules = true;
+    if (c.name.find("ratio50") != std::string::npos) c.ratio = 0.5f;
+    v.push_back(c);
+  }
   return v;
 }
 

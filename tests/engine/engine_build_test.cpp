@@ -375,6 +375,37 @@ TEST(ParamRules, SeeEveryParameterOnceAndABadValueIsNamed) {
                "EngineOptions::lr_scale gave parameter 'wpe.weight' an lr scale of inf: an lr scale is a finite "
                "number >= 0 (return std::nullopt for the default, 1)");
   for (const at::Tensor& p : fresh->parameters()) EXPECT_TRUE(p.is_meta()) << "the module is as it was";
+  // A rule that answers by rank: every rank refuses, naming the rank.
+  if (comm.world_size() > 1) {
+    bad.lr_scale = [r = comm.rank()](const std::string& name, const at::Tensor&) -> std::optional<float> {
+      if (name == "wpe.weight") return static_cast<float>(1 + r);
+      return std::nullopt;
+    };
+    expect_error([&] { Engine e(fresh, cfg, comm, bad); }, "rules gave rank 1 other settings than rank 0");
+  }
+  // Both rules: the line that says which parameters take what.
+  std::size_t low = 0, total = 0;
+  for (const at::Tensor& p : fresh->parameters()) {
+    total += 1;
+    if (p.dim() < 2) ++low;
+  }
+  EngineOptions both = gpt_build(fresh);
+  both.weight_decay = no_decay_below_2d();
+  both.lr_scale = [](const std::string&, const at::Tensor& p) -> std::optional<float> {
+    if (p.dim() < 2) return 2.0f;
+    return std::nullopt;
+  };
+  testing::internal::CaptureStderr();
+  { Engine e(fresh, cfg, comm, both); }
+  const std::string said = testing::internal::GetCapturedStderr();
+  if (comm.rank() == 0) {
+    const std::string n = std::to_string(total - low), k = std::to_string(low);
+    EXPECT_NE(said.find("zerocpp: weight decay 0.01 on " + n + " parameters ("), std::string::npos) << said;
+    EXPECT_NE(said.find("), 0 on " + k + " ("), std::string::npos) << said;
+    EXPECT_NE(said.find("; lr scale 2 on " + k + " parameters ("), std::string::npos) << said;
+    EXPECT_NE(said.find("), 1 on " + n + " ("), std::string::npos) << said;
+    EXPECT_NE(said.find(" (EngineOptions::weight_decay, lr_scale)"), std::string::npos) << said;
+  }
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 //  - Bad input: a damaged, truncated or missing shard, another model's
 //    checkpoint, a newer format, an unwritable folder, a full disk: a clear
 //    error, the engine unchanged, the earlier checkpoint still loadable.
+#include <algorithm>
 #include <cmath>
 #include <sys/resource.h>
 
@@ -17,6 +18,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <thread>
@@ -43,8 +46,9 @@ fs::path shared_temp_dir(comm::Communicator& comm, const std::string& what) {
 struct Trainer {
   ModelKind kind;
   config::Config cfg;
+  EngineOptions options = {};
   std::shared_ptr<torch::nn::Module> model = make_model(kind);
-  std::unique_ptr<Engine> engine = std::make_unique<Engine>(model, cfg, world_comm());
+  std::unique_ptr<Engine> engine = std::make_unique<Engine>(model, cfg, world_comm(), options);
 
   // Steps [from, to) of the fixed-batch loop (train_loop.h), each step's
   // global mean loss appended to `losses`.
@@ -438,6 +442,10 @@ TEST(BadInput, ManifestOfAnotherModelOrNewerFormatIsRefused) {
   expect_load_fails(dir, "negative", "is negative");
   edit_manifest("overlap", [](nlohmann::json& j) { j["params"][1]["offset"] = j["params"][0]["offset"]; });
   expect_load_fails(dir, "overlap", "overlap");
+  edit_manifest("decay", [](nlohmann::json& j) { j["params"][0]["weight_decay"] = -0.5; });
+  expect_load_fails(dir, "decay", "].weight_decay is not a finite number >= 0");
+  edit_manifest("scale", [](nlohmann::json& j) { j["params"][0]["lr_scale"] = "fast"; });
+  expect_load_fails(dir, "scale", "].lr_scale is not a number");
   edit_manifest("notjson", [](nlohmann::json& j) { j = "x"; });
   expect_load_fails(dir, "notjson", "not a zerocpp checkpoint manifest");
   // Found by checkpoint_reader_fuzzer: a "format" that is not a string threw
@@ -867,6 +875,74 @@ TEST(Reshard, SaveOnOneLayoutLoadOnAnother) {
   const std::vector<float> fin = flatten(t.final_params()), ref = read_floats(role.dir / "final.bin");
   ASSERT_EQ(fin.size(), ref.size());
   for (std::size_t i = 0; i < fin.size(); ++i) ASSERT_NEAR(fin[i], ref[i], 1e-5 + 1e-5 * std::abs(ref[i])) << "element " << i;
+}
+
+// EngineOptions' rules are recorded per parameter in the manifest; a load
+// into an engine with other settings (or none) says so once, naming a
+// parameter, and one with the same settings says nothing. Training goes on
+// with the loading engine's settings.
+TEST(CheckpointSettings, RecordedPerParameterAndADifferenceIsSaid) {
+  comm::Communicator& comm = world_comm();
+  const int world = comm.world_size();
+  const config::Config cfg = make_config(2, true, false, world, kGlobalBatch / world, 1);
+  const fs::path dir = shared_temp_dir(comm, "settings");
+  EngineOptions rules;
+  rules.weight_decay = no_decay_below_2d();
+  rules.lr_scale = [](const std::string&, const at::Tensor& p) -> std::optional<float> {
+    if (p.dim() < 2) return 2.0f;
+    return std::nullopt;
+  };
+  std::vector<float> losses;
+  {
+    Trainer t{ModelKind::kTransformer, cfg, rules};
+    t.steps(0, 2, losses);
+    t.engine->save_checkpoint(dir.string(), "rules");
+  }
+  {
+    Trainer t{ModelKind::kTransformer, cfg};
+    t.steps(0, 2, losses);
+    t.engine->save_checkpoint(dir.string(), "none");
+  }
+  // The manifest: biases and norms 0 and 2, the matrices the config's decay and 1.
+  const ckpt::Manifest man = ckpt::parse_manifest(ckpt::read_text(dir / "rules" / ckpt::kManifestName), "rules");
+  auto model = make_model(ModelKind::kTransformer);
+  std::map<std::string, int> dims;
+  for (const auto& np : model->named_parameters()) dims[np.key()] = static_cast<int>(np.value().dim());
+  for (const ckpt::ParamRecord& p : man.params) {
+    ASSERT_TRUE(p.weight_decay && p.lr_scale) << p.name;
+    const bool low = dims.at(p.name) < 2;
+    EXPECT_FLOAT_EQ(static_cast<float>(*p.weight_decay), low ? 0.0f : cfg.optimizer.weight_decay) << p.name;
+    EXPECT_FLOAT_EQ(static_cast<float>(*p.lr_scale), low ? 2.0f : 1.0f) << p.name;
+  }
+  const ckpt::Manifest plain = ckpt::parse_manifest(ckpt::read_text(dir / "none" / ckpt::kManifestName), "none");
+  for (const ckpt::ParamRecord& p : plain.params) EXPECT_FALSE(p.weight_decay || p.lr_scale) << p.name;
+
+  auto load_says = [&](const EngineOptions& options, const std::string& tag) {
+    Trainer t{ModelKind::kTransformer, cfg, options};
+    testing::internal::CaptureStderr();
+    t.engine->load_checkpoint(dir.string(), tag);
+    const std::string said = testing::internal::GetCapturedStderr();
+    std::vector<float> more;
+    t.steps(2, 3, more);
+    EXPECT_TRUE(std::isfinite(more.back()));
+    return said;
+  };
+  const std::string same = load_says(rules, "rules");
+  const std::string without = load_says(EngineOptions{}, "rules");
+  const std::string added = load_says(rules, "none");
+  if (comm.rank() == 0) {
+    EXPECT_EQ(same.find("warning"), std::string::npos) << same;
+    const std::size_t low = static_cast<std::size_t>(
+        std::count_if(dims.begin(), dims.end(), [](const auto& d) { return d.second < 2; }));
+    EXPECT_NE(without.find("was trained with other optimizer settings for " + std::to_string(low) + " of " +
+                           std::to_string(dims.size()) + " parameters, such as '"),
+              std::string::npos)
+        << without;
+    EXPECT_NE(without.find("weight decay 0 there, 0.01 here; lr scale 2 there, 1 here"), std::string::npos) << without;
+    EXPECT_NE(added.find("records no optimizer settings per parameter"), std::string::npos) << added;
+  }
+  comm.barrier()->wait();
+  on_rank0([&] { rm_tree(dir); });
 }
 
 }  // namespace

@@ -84,8 +84,10 @@ std::vector<std::optional<int>> element_values(const FlatLayout& L, int rank, co
 TEST(PartitionRuns, EveryElementTakesItsParametersValueInFewestRuns) {
   // Decay, no decay, decay, no decay (a weight, a bias, ...); stage 0, and
   // 2 and 4 ranks, where buckets are padded and parameters cut by chunks.
-  const std::vector<std::size_t> numels{10, 20, 30, 5, 7, 1};
-  const std::vector<int> values{1, 0, 1, 0, 0, 2};
+  // Then a layout whose first bucket (one element) leaves ranks 1-3 a chunk
+  // of padding alone: their first run starts at 0 all the same.
+  for (const auto& [numels, values] : std::vector<std::pair<std::vector<std::size_t>, std::vector<int>>>{
+           {{10, 20, 30, 5, 7, 1}, {1, 0, 1, 0, 0, 2}}, {{100, 3, 1}, {1, 2, 0}}})
   for (int world : {1, 2, 4}) {
     FlatLayout L(numels, 35, world, world, 2);
     for (int rank = 0; rank < world; ++rank) {
@@ -99,9 +101,13 @@ TEST(PartitionRuns, EveryElementTakesItsParametersValueInFewestRuns) {
         const PartitionRun& r = runs.runs()[k];
         EXPECT_EQ(r.begin, at) << "run " << k << " leaves a gap or overlaps";
         EXPECT_LT(r.begin, r.end);
-        if (k > 0) EXPECT_NE(r.value, runs.runs()[k - 1].value) << "runs " << k - 1 << " and " << k << " not merged";
+        if (k > 0) {
+          EXPECT_NE(r.value, runs.runs()[k - 1].value) << "runs " << k - 1 << " and " << k << " not merged";
+        }
         for (std::size_t e = r.begin; e < r.end; ++e) {
-          if (expected[e]) EXPECT_EQ(r.value, *expected[e]) << "element " << e;
+          if (expected[e]) {
+            EXPECT_EQ(r.value, *expected[e]) << "element " << e;
+          }
         }
         at = r.end;
       }
@@ -113,7 +119,9 @@ TEST(PartitionRuns, EveryElementTakesItsParametersValueInFewestRuns) {
         for (const PartitionRun& r : runs.within(begin, n)) {
           EXPECT_EQ(r.begin, pos);
           for (std::size_t e = r.begin; e < r.end; ++e) {
-            if (expected[e]) EXPECT_EQ(r.value, *expected[e]) << "element " << e;
+            if (expected[e]) {
+            EXPECT_EQ(r.value, *expected[e]) << "element " << e;
+          }
           }
           pos = r.end;
         }

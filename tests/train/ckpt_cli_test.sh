@@ -109,6 +109,8 @@ expect_fail "$work/empty.log" "holds no finished checkpoint: start without --res
 # A tag's own folder: zero-ckpt reads it; zero-train's --save-dir says what to give.
 "$ckpt" inspect "$ck/step-2" >"$work/tagdir.log" 2>&1 || { cat "$work/tagdir.log"; fail "inspect of a tag folder failed"; }
 grep -q '"step":2' "$work/tagdir.log" || fail "inspect $ck/step-2 did not show step-2"
+grep -q "settings per parameter: weight decay 0.01 on 10, 0 on 18; lr scale 1 on 28" "$work/tagdir.log" \
+  || { cat "$work/tagdir.log"; fail "inspect did not show the weight decay per parameter that --decay matrices recorded"; }
 expect_fail "$work/tagdir2.log" "is checkpoint 'step-2' itself .*--tag says 'step-4'" \
   "$ckpt" inspect "$ck/step-2" --tag step-4
 expect_fail "$work/tagdir3.log" "is one checkpoint .*give its parent folder .* and --resume step-2" \

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -39,6 +40,10 @@ struct ParamRecord {
   std::vector<std::int64_t> shape;
   std::uint64_t numel = 0;
   std::uint64_t offset = 0;  // in the flat buffer
+  // The parameter's own optimizer settings (zero::EngineOptions'
+  // weight_decay and lr_scale rules), recorded where the engine that saved
+  // it had rules; absent otherwise (and in checkpoints of earlier versions).
+  std::optional<double> weight_decay, lr_scale;
 };
 
 // A range of bytes of one file.
