@@ -20,6 +20,7 @@
 #include <map>
 #include <tuple>
 
+#include <ATen/ops/gelu.h>
 #include <gtest/gtest.h>
 #include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/adagrad.h>
@@ -483,6 +484,91 @@ INSTANTIATE_TEST_SUITE_P(L2, ReferenceParamGroups,
                                           testing::Values(Precision::kFp32), testing::Values(0, 4),
                                           testing::Values(Groups::kDecay, Groups::kLr)),
                          group_case_name);
+
+// A wider model (0.53M parameters in one bucket), so that a piece of the
+// optimizer partition spans several of the CPU pool's tiles and each tile
+// steps parts of several runs (a 512-wide LayerNorm's 512 elements sit
+// between the 256K of two weights): against LibTorch's two param groups,
+// decay and rate, with two threads, at stage 0, 2 and 2 + offload.
+struct WideMlp : torch::nn::Module {
+  WideMlp() {
+    in = register_module("in", torch::nn::Linear(32, 512));
+    norm1 = register_module("norm1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({512})));
+    mid = register_module("mid", torch::nn::Linear(512, 512));
+    norm2 = register_module("norm2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({512})));
+    out = register_module("out", torch::nn::Linear(512, 4));
+  }
+  at::Tensor forward(const at::Tensor& x) {
+    return out->forward(at::gelu(norm2->forward(mid->forward(at::gelu(norm1->forward(in->forward(x)))))));
+  }
+  torch::nn::Linear in{nullptr}, mid{nullptr}, out{nullptr};
+  torch::nn::LayerNorm norm1{nullptr}, norm2{nullptr};
+};
+
+class ReferenceParamGroupsWide : public testing::TestWithParam<int /*index into kLayouts*/> {};
+
+TEST_P(ReferenceParamGroupsWide, ManyTilesManyRuns) {
+  auto [stage, offload, ratio, offload_param] = kLayouts[GetParam()];
+  comm::Communicator& comm = world_comm();
+  const int world = comm.world_size(), rank = comm.rank();
+  config::Config cfg = make_config(stage, offload, false, world, kGlobalBatch / world, 1);
+  cfg.zero_optimization.reduce_bucket_size = 10000000;  // one bucket: pieces of tens of thousands of elements
+  cfg.zero_optimization.offload_optimizer.cpu_threads = 2;
+  cfg.optimizer.weight_decay = 1.0f;
+  cfg.optimizer.lr = 1e-3f;
+  auto batch = [](int step) {
+    torch::manual_seed(7000 + step);
+    at::Tensor x = at::randn({kGlobalBatch, 32});
+    return std::make_pair(x, at::sin(x.narrow(1, 0, 4)));
+  };
+  auto loss_of = [](WideMlp& m, const at::Tensor& x, const at::Tensor& y) {
+    return (m.forward(x) - y).pow(2).mean();
+  };
+  // LibTorch: matrices decayed at the rate, the rest undecayed at 3x.
+  torch::manual_seed(11);
+  auto ref = std::make_shared<WideMlp>();
+  torch::manual_seed(11);
+  auto model = std::make_shared<WideMlp>();
+  std::vector<at::Tensor> matrices, rest;
+  for (const at::Tensor& p : ref->parameters()) (p.dim() >= 2 ? matrices : rest).push_back(p);
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  const auto& o = cfg.optimizer;
+  groups.emplace_back(matrices, std::make_unique<torch::optim::AdamWOptions>(
+                                    torch::optim::AdamWOptions(o.lr).betas({o.beta1, o.beta2}).eps(o.eps).weight_decay(1.0)));
+  groups.emplace_back(rest, std::make_unique<torch::optim::AdamWOptions>(
+                                torch::optim::AdamWOptions(o.lr * 3).betas({o.beta1, o.beta2}).eps(o.eps).weight_decay(0.0)));
+  torch::optim::AdamW opt(groups);
+  EngineOptions options;
+  options.weight_decay = no_decay_below_2d();
+  options.lr_scale = [](const std::string&, const at::Tensor& p) -> std::optional<float> {
+    if (p.dim() < 2) return 3.0f;
+    return std::nullopt;
+  };
+  Engine engine(model, cfg, comm, std::move(options));
+  const int micro = kGlobalBatch / world;
+  for (int step = 0; step < 4; ++step) {
+    auto [x, y] = batch(step);
+    opt.zero_grad();
+    loss_of(*ref, x, y).backward();
+    torch::nn::utils::clip_grad_norm_(ref->parameters(), cfg.gradient_clipping);
+    opt.step();
+    engine.backward(loss_of(*model, x.narrow(0, rank * micro, micro), y.narrow(0, rank * micro, micro)));
+    engine.step();
+  }
+  engine.flush();
+  const std::vector<at::Tensor> got = engine.gather_master_params();
+  const std::vector<at::Tensor> want = ref->parameters();
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    const at::Tensor diff = (got[i] - want[i]).abs();
+    EXPECT_TRUE((diff <= want[i].abs() * 1e-5 + 1e-5).all().item<bool>())
+        << "parameter " << i << " (" << want[i].dim() << "-D, " << want[i].numel() << " elements): max abs diff "
+        << diff.max().item<double>();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, ReferenceParamGroupsWide, testing::Values(0, 2, 4),
+                         [](const testing::TestParamInfo<int>& info) { return layout_name(kLayouts[info.param]).substr(1); });
 
 }  // namespace
 }  // namespace zero::test
