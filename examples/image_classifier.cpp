@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include <torch/nn/module.h>
 #include <torch/nn/modules/conv.h>
@@ -68,7 +69,11 @@ int main(int argc, char** argv) try {
                                             : zero::config::parse_config(kConfig, comm->world_size(), "<example>");
   torch::manual_seed(0);  // the engine broadcasts rank 0's weights anyway
   auto model = std::make_shared<ConvNet>();
-  zero::Engine engine(model, cfg, *comm);
+  // As PyTorch's param groups would: the config's weight decay on the
+  // kernels and the head's matrix, none on the biases.
+  zero::EngineOptions options;
+  options.weight_decay = zero::no_decay_below_2d();
+  zero::Engine engine(model, cfg, *comm, std::move(options));
   const std::int64_t micro = cfg.train_micro_batch_size_per_gpu;
   constexpr int kSteps = 80;
   float first = 0, last = 0;
