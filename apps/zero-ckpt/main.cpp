@@ -112,7 +112,7 @@ int inspect(const ckpt::OpenCheckpoint& c, bool verify) {
     bool first = true;
     for (const auto& [v, n] : by) {
       char buf[64];
-      std::snprintf(buf, sizeof buf, "%s %g on %d", first ? "" : ",", v, n);
+      std::snprintf(buf, sizeof buf, "%s %.9g on %d", first ? "" : ",", v, n);  // (9 digits tell floats apart)
       line += buf;
       first = false;
     }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <set>
 
 #include "zero/ckpt/crc32c.h"
@@ -297,7 +298,9 @@ Manifest parse_manifest(std::string_view text, const std::string& where) {
                               std::pair{"lr_scale", &ParamRecord::lr_scale}}) {
       if (!p.contains(key)) continue;
       const double v = r.number(p, key, "params[" + pr.name + "]");
-      if (!(v >= 0.0) || !std::isfinite(v)) r.fail("params[" + pr.name + "]." + key, "is not a finite number >= 0");
+      if (!(v >= 0.0) || !(v <= std::numeric_limits<float>::max())) {
+        r.fail("params[" + pr.name + "]." + key, "is not a finite number >= 0 (that a float holds)");
+      }
       pr.*field = v;
     }
     m.params.push_back(std::move(pr));

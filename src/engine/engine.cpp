@@ -276,9 +276,13 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
     m.params = std::make_unique<detail::ParamStore>(std::move(module), dtype, m.world, m.rank, options.device,
                                                     std::move(options.init));
     detail::ParamStore& P = *m.params;
-    // Asked before anything is allocated: a rule's error leaves nothing to undo.
-    detail::ParamHypers hypers = detail::resolve_param_hypers(options.weight_decay, options.lr_scale, P.names(),
-                                                              P.params(), config_.optimizer.weight_decay);
+    // Asked before anything is allocated: a rule's error leaves nothing to
+    // undo (thrown below, once every rank has said whether its rules failed).
+    detail::ParamHypers hypers;
+    const std::string rule_error = detail::error_of([&] {
+      hypers = detail::resolve_param_hypers(options.weight_decay, options.lr_scale, P.names(), P.params(),
+                                            config_.optimizer.weight_decay);
+    });
     const c10::Device device = P.device();
     m.ctx.device = device;
     const std::string backend = comm_.backend_name();
@@ -305,7 +309,11 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
                "gradient_accumulation_steps is ", config_.gradient_accumulation_steps,
                ": it must be between 1 and 2147483647");
     const int accumulation = static_cast<int>(config_.gradient_accumulation_steps);
-    if (!hypers.empty() && m.world > 1) detail::agree_on_param_hypers(comm_, m.ctx.device, hypers, P.numels());
+    if (m.world > 1) {
+      detail::agree_on_param_hypers(comm_, m.ctx.device, hypers, rule_error, P.numels());
+    } else if (!rule_error.empty()) {
+      throw Error(rule_error);
+    }
     // Every buffer's size, tier and lifetime: the memory plan, which
     // zero-estimate sums too.
     ZERO_CHECK(z.reduce_bucket_size >= 0, "zero_optimization.reduce_bucket_size must be 0 or more, got ",

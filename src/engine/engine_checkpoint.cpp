@@ -2,6 +2,7 @@
 // engine's state is in the files (zero/ckpt/manifest.h says how they are
 // laid out), and the collectives that make a save atomic and a load agree.
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -165,8 +166,16 @@ void Engine::save_checkpoint(const std::string& dir, const std::string& tag, con
     man.params.push_back({P.names()[i], P.shape(i).vec(), s.numel, s.offset, std::nullopt, std::nullopt});
     if (!hypers.empty()) {  // the settings of EngineOptions' rules, which a load compares
       const detail::ParamHyper& h = hypers.classes[static_cast<std::size_t>(hypers.of_param[i])];
-      man.params.back().weight_decay = h.weight_decay;
-      man.params.back().lr_scale = h.lr_scale;
+      // (As the float's shortest digits: 0.01, not 0.009999999776482582;
+      // read back, the same float.)
+      auto as_written = [](float v) {
+        const std::string digits = detail::shortest(v);
+        double d = v;
+        std::from_chars(digits.data(), digits.data() + digits.size(), d);
+        return d;
+      };
+      man.params.back().weight_decay = as_written(h.weight_decay);
+      man.params.back().lr_scale = as_written(h.lr_scale);
     }
   }
   man.engine.steps = stats_.step;

@@ -44,11 +44,17 @@ std::string describe_param_hypers(const ParamHypers& hypers, const std::vector<s
 
 // Every rank's rules gave the same settings (a rule must answer from the
 // name and the shape alone; one that draws on the rank, a clock or a random
-// number would train each replica or partition differently): throws on
-// every rank, naming the first rank whose settings differ from rank 0's.
-// Collective (called where rules are given: every rank must give them).
+// number would train each replica or partition differently), and none
+// failed (`error`: this rank's rule's, "" for none): throws on every rank,
+// its own error where a rule failed, the failing rank's elsewhere, or
+// naming the first rank whose settings differ from rank 0's (also where
+// one rank gave rules and another none). Collective: every rank calls it,
+// with or without rules.
 void agree_on_param_hypers(comm::Communicator& comm, const c10::Device& device, const ParamHypers& hypers,
-                           const std::vector<std::size_t>& numels);
+                           const std::string& error, const std::vector<std::size_t>& numels);
+
+// `v` in the fewest digits that read back as the same float ("0.01").
+std::string shortest(float v);
 
 // A load's check of the settings a checkpoint recorded per parameter
 // (saved[i]: parameter i's, in this engine's order; nullopt where it

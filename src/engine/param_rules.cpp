@@ -1,16 +1,19 @@
 #include "zero/engine/param_rules.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <functional>
 #include <map>
 #include <sstream>
+#include <system_error>
 #include <utility>
 
 #include "param_hypers.h"
 #include "rank_agreement.h"
+#include "zero/comm/comm_errors.h"
 #include "zero/ckpt/crc32c.h"
 #include "zero/core/error.h"
 
@@ -37,12 +40,20 @@ WeightDecayRule no_decay_named(std::vector<std::string> parts) {
 // ---- the engine's side -------------------------------------------------------
 
 namespace zero::detail {
+
+std::string shortest(float v) {
+  char buf[32];
+  const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  return ec == std::errc() ? std::string(buf, end) : std::to_string(v);
+}
+
 namespace {
 
 // A rule's answer for parameter `name`, or `fallback`; checked.
 float ask(const ParamRule& rule, const char* what, const std::string& name, const at::Tensor& param, float fallback) {
   if (!rule) return fallback;
-  const std::optional<float> v = rule(name, param);
+  std::optional<float> v = rule(name, param);
+  if (v) *v += 0.0f;  // -0 is 0 (the ranks compare the settings' bytes)
   ZERO_CHECK(!v || (std::isfinite(*v) && *v >= 0.0f), "EngineOptions::", what, " gave parameter '", name, "' ",
              what == std::string("weight_decay") ? "a weight decay" : "an lr scale", " of ", v ? *v : 0.0f, ": ",
              what == std::string("weight_decay") ? "a weight decay" : "an lr scale",
@@ -97,7 +108,7 @@ std::string describe_param_hypers(const ParamHypers& hypers, const std::vector<s
     os << label << " ";
     bool first = true;
     for (const auto& [value, t] : by_value) {
-      os << (first ? "" : ", ") << value << " on " << t.params
+      os << (first ? "" : ", ") << shortest(value) << " on " << t.params
          << (first ? (t.params == 1 ? " parameter" : " parameters") : "") << " (" << count(t.elements) << " elements)";
       first = false;
     }
@@ -110,38 +121,48 @@ std::string describe_param_hypers(const ParamHypers& hypers, const std::vector<s
 }
 
 void agree_on_param_hypers(comm::Communicator& comm, const c10::Device& device, const ParamHypers& hypers,
-                           const std::vector<std::size_t>& numels) {
-  // What a rank says: the summary, and a checksum of every parameter's class
-  // and every class's values (two parameters swapped change it).
-  std::uint32_t crc = ckpt::crc32c(0, hypers.of_param.data(), hypers.of_param.size() * sizeof(int));
-  crc = ckpt::crc32c(crc, hypers.classes.data(), hypers.classes.size() * sizeof(ParamHyper));
-  const std::string mine = describe_param_hypers(hypers, numels, true, true) + str_cat(" [", crc, "]");
+                           const std::string& error, const std::vector<std::size_t>& numels) {
+  // What a rank says: its rules' error, or that it has none, or the summary
+  // and a checksum of every parameter's class and every class's values (two
+  // parameters swapped change it).
+  static_assert(sizeof(ParamHyper) == 2 * sizeof(float), "the checksum reads ParamHyper's bytes: no padding");
+  std::string mine = "no rules";
+  if (!error.empty()) {
+    mine = "error: " + error;
+  } else if (!hypers.empty()) {
+    std::uint32_t crc = ckpt::crc32c(0, hypers.of_param.data(), hypers.of_param.size() * sizeof(int));
+    crc = ckpt::crc32c(crc, hypers.classes.data(), hypers.classes.size() * sizeof(ParamHyper));
+    mine = describe_param_hypers(hypers, numels, true, true) + str_cat(" [", crc, "]");
+  }
   const std::vector<std::string> all = all_gather_text(comm, device, mine);
+  if (!error.empty()) throw Error(error);
+  for (std::size_t r = 0; r < all.size(); ++r) {
+    if (all[r].rfind("error: ", 0) == 0) {
+      throw comm::ForAnotherRank<Error>(str_cat("EngineOptions' rules failed on rank ", r, ": ", all[r].substr(7)),
+                                        static_cast<int>(r));
+    }
+  }
   for (std::size_t r = 1; r < all.size(); ++r) {
     ZERO_CHECK(all[r] == all[0], "EngineOptions' weight_decay / lr_scale rules gave rank ", r,
                " other settings than rank 0 (rank 0: ", all[0], "; rank ", r, ": ", all[r],
-               "): a rule must answer from the parameter's name and shape alone, the same on every rank");
+               "): every rank must give the same rules, and a rule must answer from the parameter's name and shape "
+               "alone");
   }
 }
 
 std::string compare_saved_param_hypers(const std::vector<std::optional<ParamHyper>>& saved, const ParamHypers& mine,
                                        const std::vector<std::string>& names, float config_weight_decay,
                                        const std::string& where) {
+  // A parameter the checkpoint records nothing for trained with the config's
+  // settings (as far as this engine knows them), as one here without rules.
   const bool any_saved = std::any_of(saved.begin(), saved.end(), [](const auto& h) { return h.has_value(); });
-  if (!any_saved && mine.empty()) return "";
   const ParamHyper fallback{config_weight_decay, 1.0f};
   auto own = [&](std::size_t i) {
     return mine.empty() ? fallback : mine.classes[static_cast<std::size_t>(mine.of_param[i])];
   };
-  if (!any_saved) {
-    return str_cat("checkpoint ", where, " records no optimizer settings per parameter (saved by an engine without "
-                   "EngineOptions' weight_decay or lr_scale rules, or by an earlier zerocpp): this engine's rules "
-                   "apply from here on");
-  }
   std::size_t differ = 0, first = 0;
   for (std::size_t i = 0; i < saved.size(); ++i) {
-    const ParamHyper s = saved[i].value_or(fallback);
-    if (s == own(i)) continue;
+    if (saved[i].value_or(fallback) == own(i)) continue;
     if (differ++ == 0) first = i;
   }
   if (differ == 0) return "";
@@ -149,12 +170,18 @@ std::string compare_saved_param_hypers(const std::vector<std::optional<ParamHype
   std::ostringstream os;
   os << "checkpoint " << where << " was trained with other optimizer settings for " << differ << " of "
      << saved.size() << " parameters, such as '" << names[first] << "': ";
-  if (s.weight_decay != o.weight_decay) os << "weight decay " << s.weight_decay << " there, " << o.weight_decay << " here";
+  if (s.weight_decay != o.weight_decay) {
+    os << "weight decay " << shortest(s.weight_decay) << " there, " << shortest(o.weight_decay) << " here";
+  }
   if (s.weight_decay != o.weight_decay && s.lr_scale != o.lr_scale) os << "; ";
-  if (s.lr_scale != o.lr_scale) os << "lr scale " << s.lr_scale << " there, " << o.lr_scale << " here";
+  if (s.lr_scale != o.lr_scale) os << "lr scale " << shortest(s.lr_scale) << " there, " << shortest(o.lr_scale) << " here";
+  if (!any_saved) {
+    os << " (it records no settings per parameter: it was saved without EngineOptions' weight_decay or lr_scale "
+          "rules, so with the config's weight decay, taken here as this config's)";
+  }
   os << ". Training goes on with this engine's (" << (mine.empty() ? "no rules: the config's" : "its rules")
-     << "); to continue as it was, build the engine with the EngineOptions weight_decay / lr_scale rules it was "
-        "saved with";
+     << "); to continue as it was, build the engine with the EngineOptions weight_decay / lr_scale rules and the "
+        "optimizer.params.weight_decay it was saved with";
   return os.str();
 }
 

@@ -382,6 +382,16 @@ TEST(ParamRules, SeeEveryParameterOnceAndABadValueIsNamed) {
       return std::nullopt;
     };
     expect_error([&] { Engine e(fresh, cfg, comm, bad); }, "rules gave rank 1 other settings than rank 0");
+    // Rules on rank 0 alone: named, not a hang.
+    EngineOptions some = gpt_build(fresh);
+    if (comm.rank() == 0) some.weight_decay = no_decay_below_2d();
+    expect_error([&] { Engine e(fresh, cfg, comm, some); }, "; rank 1: no rules)");
+    // A rule that fails on rank 1 alone: its error on every rank.
+    bad.lr_scale = [r = comm.rank()](const std::string& name, const at::Tensor&) -> std::optional<float> {
+      if (r == 1 && name == "wpe.weight") return -1.0f;
+      return std::nullopt;
+    };
+    expect_error([&] { Engine e(fresh, cfg, comm, bad); }, "gave parameter 'wpe.weight' an lr scale of -1");
   }
   // Both rules: the line that says which parameters take what.
   std::size_t low = 0, total = 0;

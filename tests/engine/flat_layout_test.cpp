@@ -84,48 +84,51 @@ std::vector<std::optional<int>> element_values(const FlatLayout& L, int rank, co
 TEST(PartitionRuns, EveryElementTakesItsParametersValueInFewestRuns) {
   // Decay, no decay, decay, no decay (a weight, a bias, ...); stage 0, and
   // 2 and 4 ranks, where buckets are padded and parameters cut by chunks.
-  // Then a layout whose first bucket (one element) leaves ranks 1-3 a chunk
-  // of padding alone: their first run starts at 0 all the same.
+  // Then a layout whose first bucket (parameters 2 and 1: 4 elements, padded
+  // to 16) leaves ranks 2 and 3 of 4 a chunk of padding alone: their first
+  // run starts at 0 all the same.
   for (const auto& [numels, values] : std::vector<std::pair<std::vector<std::size_t>, std::vector<int>>>{
-           {{10, 20, 30, 5, 7, 1}, {1, 0, 1, 0, 0, 2}}, {{100, 3, 1}, {1, 2, 0}}})
-  for (int world : {1, 2, 4}) {
-    FlatLayout L(numels, 35, world, world, 2);
-    for (int rank = 0; rank < world; ++rank) {
-      SCOPED_TRACE("world " + std::to_string(world) + " rank " + std::to_string(rank));
-      const PartitionRuns runs(L, rank, values);
-      const auto expected = element_values(L, rank, values);
-      ASSERT_EQ(expected.size(), L.partition_numel());
-      ASSERT_FALSE(runs.empty());
-      std::size_t at = 0;
-      for (std::size_t k = 0; k < runs.runs().size(); ++k) {
-        const PartitionRun& r = runs.runs()[k];
-        EXPECT_EQ(r.begin, at) << "run " << k << " leaves a gap or overlaps";
-        EXPECT_LT(r.begin, r.end);
-        if (k > 0) {
-          EXPECT_NE(r.value, runs.runs()[k - 1].value) << "runs " << k - 1 << " and " << k << " not merged";
-        }
-        for (std::size_t e = r.begin; e < r.end; ++e) {
-          if (expected[e]) {
-            EXPECT_EQ(r.value, *expected[e]) << "element " << e;
+           {{10, 20, 30, 5, 7, 1}, {1, 0, 1, 0, 0, 2}}, {{100, 3, 1}, {1, 2, 0}}}) {
+    for (int world : {1, 2, 4}) {
+      FlatLayout L(numels, 35, world, world, 2);
+      for (int rank = 0; rank < world; ++rank) {
+        SCOPED_TRACE("layout of " + std::to_string(numels.size()) + " parameters, world " + std::to_string(world) +
+                     " rank " + std::to_string(rank));
+        const PartitionRuns runs(L, rank, values);
+        const auto expected = element_values(L, rank, values);
+        ASSERT_EQ(expected.size(), L.partition_numel());
+        ASSERT_FALSE(runs.empty());
+        std::size_t at = 0;
+        for (std::size_t k = 0; k < runs.runs().size(); ++k) {
+          const PartitionRun& r = runs.runs()[k];
+          EXPECT_EQ(r.begin, at) << "run " << k << " leaves a gap or overlaps";
+          EXPECT_LT(r.begin, r.end);
+          if (k > 0) {
+            EXPECT_NE(r.value, runs.runs()[k - 1].value) << "runs " << k - 1 << " and " << k << " not merged";
           }
-        }
-        at = r.end;
-      }
-      EXPECT_EQ(at, L.partition_numel());
-      // within(): clipped to the range, in order, the same values.
-      for (std::size_t begin = 0; begin < L.partition_numel(); begin += 3) {
-        const std::size_t n = std::min<std::size_t>(7, L.partition_numel() - begin);
-        std::size_t pos = begin;
-        for (const PartitionRun& r : runs.within(begin, n)) {
-          EXPECT_EQ(r.begin, pos);
           for (std::size_t e = r.begin; e < r.end; ++e) {
             if (expected[e]) {
-            EXPECT_EQ(r.value, *expected[e]) << "element " << e;
+              EXPECT_EQ(r.value, *expected[e]) << "element " << e;
+            }
           }
-          }
-          pos = r.end;
+          at = r.end;
         }
-        EXPECT_EQ(pos, begin + n);
+        EXPECT_EQ(at, L.partition_numel());
+        // within(): clipped to the range, in order, the same values.
+        for (std::size_t begin = 0; begin < L.partition_numel(); begin += 3) {
+          const std::size_t n = std::min<std::size_t>(7, L.partition_numel() - begin);
+          std::size_t pos = begin;
+          for (const PartitionRun& r : runs.within(begin, n)) {
+            EXPECT_EQ(r.begin, pos);
+            for (std::size_t e = r.begin; e < r.end; ++e) {
+              if (expected[e]) {
+                EXPECT_EQ(r.value, *expected[e]) << "element " << e;
+              }
+            }
+            pos = r.end;
+          }
+          EXPECT_EQ(pos, begin + n);
+        }
       }
     }
   }
