@@ -391,7 +391,10 @@ TEST(ParamRules, SeeEveryParameterOnceAndABadValueIsNamed) {
       if (r == 1 && name == "wpe.weight") return -1.0f;
       return std::nullopt;
     };
-    expect_error([&] { Engine e(fresh, cfg, comm, bad); }, "gave parameter 'wpe.weight' an lr scale of -1");
+    expect_error([&] { Engine e(fresh, cfg, comm, bad); },
+                 comm.rank() == 1 ? std::string("EngineOptions::lr_scale gave parameter 'wpe.weight' an lr scale of -1")
+                                  : std::string("EngineOptions' rules failed on rank 1: EngineOptions::lr_scale gave "
+                                                "parameter 'wpe.weight' an lr scale of -1"));
   }
   // Both rules: the line that says which parameters take what.
   std::size_t low = 0, total = 0;
