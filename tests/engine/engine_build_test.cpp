@@ -404,10 +404,7 @@ TEST(ParamRules, SeeEveryParameterOnceAndABadValueIsNamed) {
   }
   EngineOptions both = gpt_build(fresh);
   both.weight_decay = no_decay_below_2d();
-  both.lr_scale = [](const std::string&, const at::Tensor& p) -> std::optional<float> {
-    if (p.dim() < 2) return 2.0f;
-    return std::nullopt;
-  };
+  both.lr_scale = scale_below_2d(2.0f);
   testing::internal::CaptureStderr();
   { Engine e(fresh, cfg, comm, both); }
   const std::string said = testing::internal::GetCapturedStderr();

@@ -888,10 +888,7 @@ TEST(CheckpointSettings, RecordedPerParameterAndADifferenceIsSaid) {
   const fs::path dir = shared_temp_dir(comm, "settings");
   EngineOptions rules;
   rules.weight_decay = no_decay_below_2d();
-  rules.lr_scale = [](const std::string&, const at::Tensor& p) -> std::optional<float> {
-    if (p.dim() < 2) return 2.0f;
-    return std::nullopt;
-  };
+  rules.lr_scale = scale_below_2d(2.0f);
   std::vector<float> losses;
   {
     Trainer t{ModelKind::kTransformer, cfg, rules};

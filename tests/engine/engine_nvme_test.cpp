@@ -83,10 +83,7 @@ TEST_P(NvmeOffload, TrainsBitwiseLikeTheCpuOffload) {
     EngineOptions o;
     if (c.decay_rule) {
       o.weight_decay = no_decay_below_2d();
-      o.lr_scale = [](const std::string&, const at::Tensor& p) -> std::optional<float> {
-        if (p.dim() < 2) return 2.0f;
-        return std::nullopt;
-      };
+      o.lr_scale = scale_below_2d(2.0f);
     }
     return o;
   };

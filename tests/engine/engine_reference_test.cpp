@@ -231,18 +231,36 @@ const char* model_name(ModelKind kind) {
   return "";
 }
 
+// A case's config: its layout (stage, offload, device share, offload_param)
+// and bf16 or not, for the ranks of `comm`, kAccumulation micro-batches.
+config::Config layout_config(int layout, bool bf16, comm::Communicator& comm) {
+  auto [stage, offload, ratio, offload_param] = kLayouts[layout];
+  const int world = comm.world_size();
+  config::Config cfg = make_config(stage, offload, bf16, world, kGlobalBatch / kAccumulation / world, kAccumulation);
+  cfg.zero_optimization.offload_optimizer.ratio = ratio;
+  if (offload_param) cfg.zero_optimization.offload_param.device = "cpu";
+  return cfg;
+}
+
+// The config's optimizer for `which` (AdamW is make_config's).
+void use_optimizer(config::Config& cfg, Opt which) {
+  if (which == Opt::kAdamL2) {
+    cfg.optimizer.type = "Adam";
+    cfg.optimizer.adam_w_mode = false;
+  } else if (which == Opt::kAdagrad) {
+    cfg.optimizer.type = "Adagrad";
+    cfg.optimizer.eps = 1e-10f;
+    cfg.optimizer.initial_accumulator_value = 0.1f;
+  }
+}
+
 using Case = std::tuple<ModelKind, Precision, int /*index into kLayouts*/>;
 class Reference : public testing::TestWithParam<Case> {};
 
 TEST_P(Reference, MatchesPlainLibTorchAdamW) {
   auto [kind, precision, layout] = GetParam();
-  auto [stage, offload, ratio, offload_param] = kLayouts[layout];
   comm::Communicator& comm = world_comm();
-  const int world = comm.world_size();
-  config::Config cfg = make_config(stage, offload, precision == Precision::kBf16, world,
-                                   kGlobalBatch / kAccumulation / world, kAccumulation);
-  cfg.zero_optimization.offload_optimizer.ratio = ratio;
-  if (offload_param) cfg.zero_optimization.offload_param.device = "cpu";
+  config::Config cfg = layout_config(layout, precision == Precision::kBf16, comm);
   if (precision == Precision::kFp16Dynamic || precision == Precision::kFp16Static) {
     cfg.fp16.enabled = true;
     cfg.fp16.initial_scale_power = 8;
@@ -331,24 +349,13 @@ class ReferenceOptions : public testing::TestWithParam<OptCase> {};
 
 TEST_P(ReferenceOptions, MatchLibTorch) {
   auto [kind, which, layout] = GetParam();
-  auto [stage, offload, ratio, offload_param] = kLayouts[layout];
-  ASSERT_FALSE(offload_param);
+  const Layout& l = kLayouts[layout];
+  ASSERT_FALSE(l.offload_param);
   comm::Communicator& comm = world_comm();
-  const int world = comm.world_size();
-  config::Config cfg =
-      make_config(stage, offload, false, world, kGlobalBatch / kAccumulation / world, kAccumulation);
-  cfg.zero_optimization.offload_optimizer.ratio = ratio;
-  if (which == Opt::kAdamL2) {
-    cfg.optimizer.type = "Adam";
-    cfg.optimizer.adam_w_mode = false;
-  } else if (which == Opt::kAdagrad) {
-    cfg.optimizer.type = "Adagrad";
-    cfg.optimizer.eps = 1e-10f;
-    cfg.optimizer.initial_accumulator_value = 0.1f;
-  } else {
-    cfg.zero_optimization.overlap_comm = false;
-  }
-  if (offload) cfg.zero_optimization.offload_optimizer.cpu_threads = 2;
+  config::Config cfg = layout_config(layout, false, comm);
+  use_optimizer(cfg, which);
+  if (which == Opt::kAdamW) cfg.zero_optimization.overlap_comm = false;
+  if (l.offload) cfg.zero_optimization.offload_optimizer.cpu_threads = 2;
   const Trace& ref = reference(kind, cfg, which);
   std::int64_t skipped = -1;
   const Trace got = train_engine(kind, cfg, comm, &skipped);
@@ -397,31 +404,16 @@ class ReferenceParamGroups : public testing::TestWithParam<GroupCase> {};
 
 TEST_P(ReferenceParamGroups, MatchLibTorchParamGroups) {
   auto [kind, which, precision, layout, grouping] = GetParam();
-  auto [stage, offload, ratio, offload_param] = kLayouts[layout];
   comm::Communicator& comm = world_comm();
-  const int world = comm.world_size();
-  config::Config cfg = make_config(stage, offload, precision == Precision::kBf16, world,
-                                   kGlobalBatch / kAccumulation / world, kAccumulation);
-  cfg.zero_optimization.offload_optimizer.ratio = ratio;
-  if (offload_param) cfg.zero_optimization.offload_param.device = "cpu";
+  config::Config cfg = layout_config(layout, precision == Precision::kBf16, comm);
   cfg.optimizer.weight_decay = 1.0f;
-  if (which == Opt::kAdamL2) {
-    cfg.optimizer.type = "Adam";
-    cfg.optimizer.adam_w_mode = false;
-  } else if (which == Opt::kAdagrad) {
-    cfg.optimizer.type = "Adagrad";
-    cfg.optimizer.eps = 1e-10f;
-    cfg.optimizer.initial_accumulator_value = 0.1f;
-  }
+  use_optimizer(cfg, which);
   const Trace& ref = reference(kind, cfg, which, grouping);
   const Trace& one_group = reference(kind, cfg, which, Groups::kOne);
   EngineOptions options;
   if (splits_decay(grouping)) options.weight_decay = no_decay_below_2d();
   if (splits_lr(grouping)) {
-    options.lr_scale = [](const std::string&, const at::Tensor& p) -> std::optional<float> {
-      if (p.dim() < 2) return kLrScale;
-      return std::nullopt;
-    };
+    options.lr_scale = scale_below_2d(kLrScale);
   }
   std::int64_t skipped = -1;
   const Trace got = train_engine(kind, cfg, comm, &skipped, std::move(options));
@@ -540,10 +532,7 @@ TEST_P(ReferenceParamGroupsWide, ManyTilesManyRuns) {
   torch::optim::AdamW opt(groups);
   EngineOptions options;
   options.weight_decay = no_decay_below_2d();
-  options.lr_scale = [](const std::string&, const at::Tensor& p) -> std::optional<float> {
-    if (p.dim() < 2) return 3.0f;
-    return std::nullopt;
-  };
+  options.lr_scale = scale_below_2d(3.0f);
   Engine engine(model, cfg, comm, std::move(options));
   const int micro = kGlobalBatch / world;
   for (int step = 0; step < 4; ++step) {

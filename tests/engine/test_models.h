@@ -2,6 +2,8 @@
 #pragma once
 
 #include <cmath>
+#include <optional>
+#include <string>
 
 #include <ATen/ops/arange.h>
 #include <ATen/ops/gelu.h>
@@ -18,9 +20,20 @@
 #include <torch/nn/modules/normalization.h>
 
 #include "zero/config/config.h"
+#include "zero/engine/param_rules.h"
 #include "zero/zero/unit.h"
 
 namespace zero::test {
+
+// An lr_scale rule (zero/engine/param_rules.h): `scale` times the rate for
+// the parameters of fewer than two dimensions (biases, norms), the engine's
+// for the rest.
+inline LrScaleRule scale_below_2d(float scale) {
+  return [scale](const std::string&, const at::Tensor& p) -> std::optional<float> {
+    if (p.dim() < 2) return scale;
+    return std::nullopt;
+  };
+}
 
 // Runs `layer` as a unit of ZeRO stage 3 (zero/zero/unit.h).
 template <typename Layer>
