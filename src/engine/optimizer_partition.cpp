@@ -219,24 +219,20 @@ void OptimizerPartition::step_piece(const Piece& pc, float* master, float* m1, f
     run(0, pc.n, opt_.weight_decay, lr, pool_.get());
     return;
   }
-  const std::vector<PartitionRun> runs = runs_.within(pc.at(), pc.n);
-  auto run_part = [&](const PartitionRun& r, std::size_t lo, std::size_t hi, optim::ThreadPool* pool) {
+  auto run_part = [&](const PartitionRun& r, optim::ThreadPool* pool) {
     const ParamHyper& h = o_.hypers.classes[static_cast<std::size_t>(r.value)];
-    run(lo, hi - lo, h.weight_decay, lr * h.lr_scale, pool);
+    run(r.begin - pc.at(), r.end - r.begin, h.weight_decay, lr * h.lr_scale, pool);
   };
+  const std::vector<PartitionRun> runs = runs_.within(pc.at(), pc.n);
   if (on_device || runs.size() == 1) {
-    for (const PartitionRun& r : runs) run_part(r, r.begin - pc.at(), r.end - pc.at(), pool_.get());
+    for (const PartitionRun& r : runs) run_part(r, pool_.get());
     return;
   }
   // On the CPU, one dispatch of the pool for the whole piece, each tile
   // stepping the parts of the runs it holds: a run per dispatch would step
   // every short run (a bias, a norm) on one thread, one after another.
   pool_->parallel_for(pc.n, optim::kTileElements, [&](std::size_t begin, std::size_t end) {
-    auto it = std::upper_bound(runs.begin(), runs.end(), pc.at() + begin,
-                               [](std::size_t at, const PartitionRun& r) { return at < r.end; });
-    for (; it != runs.end() && it->begin < pc.at() + end; ++it) {
-      run_part(*it, std::max(begin, it->begin - pc.at()), std::min(end, it->end - pc.at()), nullptr);
-    }
+    for (const PartitionRun& r : runs_.within(pc.at() + begin, end - begin)) run_part(r, nullptr);
   });
 }
 
