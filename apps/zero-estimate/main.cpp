@@ -119,7 +119,7 @@ int main(int argc, char** argv) {
   app.add_option("--offload-ratio", offload_ratio, "offload_optimizer.ratio: the share of the optimizer state "
                  "offloaded (needs --offload); the rest stays on the device, stepped there")->capture_default_str();
   app.add_option("--precision", precision, "bf16, fp16 or fp32")->capture_default_str();
-  app.add_option("--optimizer", optimizer, "AdamW, Adam (two moments) or Adagrad (one)")->capture_default_str();
+  app.add_option("--optimizer", optimizer, "AdamW, Adam (two moments), Adagrad or Lion (one)")->capture_default_str();
   app.add_flag("--gpu", on_gpu, "the model on a GPU: with --offload, host gradients as they come down "
                "(training precision) and the update written over them");
   auto* micro_opt = app.add_option("--micro", micro, "micro-batch per rank (activations)")->capture_default_str();
@@ -231,8 +231,8 @@ int main(int argc, char** argv) {
       }
       ZERO_CHECK(precision == "bf16" || precision == "fp16" || precision == "fp32",
                  "--precision must be bf16, fp16 or fp32, got '", precision, "'");
-      ZERO_CHECK(optimizer == "AdamW" || optimizer == "Adam" || optimizer == "Adagrad",
-                 "--optimizer must be AdamW, Adam or Adagrad, got '", optimizer, "'");
+      ZERO_CHECK(optimizer == "AdamW" || optimizer == "Adam" || optimizer == "Adagrad" || optimizer == "Lion",
+                 "--optimizer must be AdamW, Adam, Adagrad or Lion, got '", optimizer, "'");
       if (!params_text.empty()) parse_count(params_text);
       if (!device_mem_text.empty()) parse_bytes("--device-mem", device_mem_text);
       if (!host_mem_text.empty()) parse_bytes("--host-mem", host_mem_text);
@@ -244,7 +244,7 @@ int main(int argc, char** argv) {
     in.world = world;
     in.bucket_numel = std::max<std::int64_t>(bucket, 1);  // 0: a bucket per parameter (DeepSpeed's meaning)
     in.element_bytes = precision == "fp32" ? 4 : 2;
-    in.moments = optimizer == "Adagrad" ? 1 : 2;
+    in.moments = optimizer == "Adam" || optimizer == "AdamW" ? 2 : 1;
     in.on_gpu = on_gpu;
     in.prefetch_elements = prefetch;
     in.persistence_threshold = persistence;

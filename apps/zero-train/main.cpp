@@ -414,7 +414,7 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
     in.dpu = in.offload && cfg.zero_optimization.offload_optimizer.delayed_param_update;
     in.on_gpu = td.device.is_cuda();
     in.accumulation = static_cast<int>(accum);
-    in.moments = cfg.optimizer.is_adagrad() ? 1 : 2;
+    in.moments = cfg.optimizer.moments();
     in.element_bytes = static_cast<int>(c10::elementSize(engine.dtype()));
     in.micro_batch = micro;
     in.seq_len = o.seq_len;

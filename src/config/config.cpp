@@ -64,16 +64,21 @@ void read_optimizer(SectionReader& top, OptimizerConfig& opt) {
       "optimizer", "{\"type\": \"AdamW\", \"params\": {\"lr\": 0.001}}");
   if (!section) return;  // AdamW with the defaults
   SectionReader r(top.context(), "optimizer", section);
-  auto type = r.read_choice("type", {"Adam", "AdamW", "Adagrad"});
-  if (!type) r.fail("type", "required when 'optimizer' is given: one of \"Adam\", \"AdamW\", \"Adagrad\"");
+  auto type = r.read_choice("type", {"Adam", "AdamW", "Adagrad", "Lion"});
+  if (!type) r.fail("type", "required when 'optimizer' is given: one of \"Adam\", \"AdamW\", \"Adagrad\", \"Lion\"");
   opt.type = *type;
   SectionReader p(top.context(), "optimizer.params",
                   r.read_object("params", "{\"lr\": 0.001, \"weight_decay\": 0.01}"));
 
-  // DeepSpeed's CPU Adagrad defaults differ from Adam's.
-  const bool adagrad = opt.is_adagrad();
+  // DeepSpeed's CPU Adagrad defaults differ from Adam's; its Lion's are
+  // Adam's (lr 1e-3, betas 0.9, 0.999), without eps.
+  const bool adagrad = opt.is_adagrad(), lion = opt.is_lion();
   opt.lr = p.read_float("lr", kNonNegativeReal).value_or(adagrad ? 1e-2f : 1e-3f);
-  opt.eps = p.read_float("eps", kPositiveReal).value_or(adagrad ? 1e-10f : 1e-8f);
+  if (lion) {
+    if (p.find_unless_auto("eps")) p.note_ignored("eps", "Lion has no eps (its update is a sign)");
+  } else {
+    opt.eps = p.read_float("eps", kPositiveReal).value_or(adagrad ? 1e-10f : 1e-8f);
+  }
   if (auto v = p.read_float("weight_decay", kNonNegativeReal)) opt.weight_decay = *v;
 
   if (const Json* betas = p.find_unless_auto("betas")) {
@@ -97,8 +102,11 @@ void read_optimizer(SectionReader& top, OptimizerConfig& opt) {
   }
 
   auto adam_w_mode = p.read_bool("adam_w_mode");
-  if (adagrad) {
-    if (adam_w_mode) p.note_ignored("adam_w_mode", "it applies to Adam only");
+  if (adagrad || lion) {
+    if (adam_w_mode) {
+      p.note_ignored("adam_w_mode", lion ? "it applies to Adam only; Lion always decouples weight decay"
+                                         : "it applies to Adam only");
+    }
     opt.adam_w_mode = false;
   } else if (opt.type == "AdamW") {
     if (adam_w_mode == false) {
@@ -111,7 +119,7 @@ void read_optimizer(SectionReader& top, OptimizerConfig& opt) {
   }
 
   if (auto v = p.read_bool("bias_correction")) {
-    if (adagrad) {
+    if (adagrad || lion) {
       p.note_ignored("bias_correction", "it applies to Adam only");
     } else {
       opt.bias_correction = *v;

@@ -22,9 +22,12 @@ double shown(float f) {
 }
 
 json optimizer_json(const OptimizerConfig& o) {
-  json params = {{"lr", shown(o.lr)}, {"eps", shown(o.eps)}, {"weight_decay", shown(o.weight_decay)}};
+  json params = {{"lr", shown(o.lr)}, {"weight_decay", shown(o.weight_decay)}};
+  if (!o.is_lion()) params["eps"] = shown(o.eps);
   if (o.is_adagrad()) {
     params["initial_accumulator_value"] = shown(o.initial_accumulator_value);
+  } else if (o.is_lion()) {
+    params["betas"] = {shown(o.beta1), shown(o.beta2)};
   } else {
     params["betas"] = {shown(o.beta1), shown(o.beta2)};
     params["adam_w_mode"] = o.adam_w_mode;

@@ -334,7 +334,7 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
     pi.on_gpu = m.ctx.on_accelerator();
     pi.accumulation = accumulation;
     pi.element_bytes = static_cast<int>(c10::elementSize(dtype));
-    pi.moments = config_.optimizer.is_adagrad() ? 1 : 2;
+    pi.moments = config_.optimizer.moments();
     detail::UnitAssignment units;
     if (m.stage == 3) {
       units = detail::assign_units(*P.module(), P.params(), z.stage3_param_persistence_threshold);

@@ -513,6 +513,13 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
                "' (frozen here?). Load it into the model it was saved from");
     settings_note = detail::compare_saved_param_hypers(saved_hypers, m.optimizer->hypers(), P.names(),
                                                        config_.optimizer.weight_decay, where);
+    // Adam and AdamW keep the same state (m, v); Adagrad's sum and Lion's m
+    // are one moment each but not the same quantity.
+    auto state_kind = [](const std::string& type) { return type == "AdamW" ? std::string("Adam") : type; };
+    ZERO_CHECK(state_kind(man.optimizer) == state_kind(config_.optimizer.type), "checkpoint ", where,
+               " holds the state of optimizer ", man.optimizer, ", this engine's is ", config_.optimizer.type,
+               ": use the optimizer it was saved with, or load the weights only (zero-ckpt consolidate, then "
+               "train a fresh engine from them)");
     ZERO_CHECK(man.moments == m.optimizer->moments(), "checkpoint ", where, " holds the state of optimizer ",
                man.optimizer, " (", man.moments, " moment(s)), this engine's is ", config_.optimizer.type,
                ": use the optimizer it was saved with");

@@ -25,8 +25,7 @@ using memory::Tier;
 
 OptimizerPartition::OptimizerPartition(const config::Config& config, const MemoryPlan& plan,
                                        const DeviceContext& ctx, Options options, memory::MemoryLedger& ledger)
-    : opt_(config.optimizer), plan_(plan), layout_(plan.layout), ctx_(ctx), o_(options), ledger_(ledger),
-      adagrad_(config.optimizer.is_adagrad()) {
+    : opt_(config.optimizer), plan_(plan), layout_(plan.layout), ctx_(ctx), o_(options), ledger_(ledger) {
   split_ = plan.offload_split;
   const bool device_share = split_ < layout_.partition_numel();
   if (ctx_.on_accelerator() && (!o_.offload || device_share)) {
@@ -34,9 +33,9 @@ OptimizerPartition::OptimizerPartition(const config::Config& config, const Memor
     ZERO_CHECK(device_adam_ != nullptr, "the module is on ", ctx_.device.str(),
                " but no device Adam is linked into this program: link zero_cuda (the zerocpp "
                "target does), or offload the optimizer, all of it (offload_optimizer.device=\"cpu\", ratio 1).");
-    ZERO_CHECK(!adagrad_, "optimizer ", opt_.type, " has no kernel on ", ctx_.device.str(),
+    ZERO_CHECK(opt_.is_adam(), "optimizer ", opt_.type, " has no kernel on ", ctx_.device.str(),
                ": use Adam/AdamW there, or offload the optimizer to the CPU, all of it "
-               "(offload_optimizer.device=\"cpu\", ratio 1), where Adagrad runs.");
+               "(offload_optimizer.device=\"cpu\", ratio 1), where ", opt_.type, " runs.");
   }
   // On a GPU the CPU step leaves one core to the thread that feeds the GPU
   // (a fully busy CPU slowed the GPU's steps by up to 40% on the H100
@@ -156,25 +155,19 @@ void OptimizerPartition::allocate_moments() {
     for (const Piece& pc : pieces_) {
       const std::size_t region = swap_region_bytes(pc.n);
       std::memset(buf, 0, region * static_cast<std::size_t>(moments()));
-      if (adagrad_) std::fill_n(reinterpret_cast<float*>(buf), pc.n, opt_.initial_accumulator_value);
+      if (opt_.is_adagrad()) std::fill_n(reinterpret_cast<float*>(buf), pc.n, opt_.initial_accumulator_value);
       swap_->wait(swap_->write(region_at(pc, State::kExpAvg), buf, region * static_cast<std::size_t>(moments())));
     }
   } else {
     exp_avg_ = allocate(Buffer::kExpAvg, at::kFloat, /*zero=*/true);
-    if (adagrad_) {
-      exp_avg_.fill_(opt_.initial_accumulator_value);
-    } else {
-      exp_avg_sq_ = allocate(Buffer::kExpAvgSq, at::kFloat, /*zero=*/true);
-    }
+    if (opt_.is_adagrad()) exp_avg_.fill_(opt_.initial_accumulator_value);
+    if (moments() == 2) exp_avg_sq_ = allocate(Buffer::kExpAvgSq, at::kFloat, /*zero=*/true);
   }
   if (plan_[Buffer::kStaging].present) staging_ = allocate(Buffer::kStaging, o_.dtype, /*zero=*/false);
   if (plan_[Buffer::kDevExpAvg].present) {
     dev_exp_avg_ = allocate(Buffer::kDevExpAvg, at::kFloat, /*zero=*/true);
-    if (adagrad_) {
-      dev_exp_avg_.fill_(opt_.initial_accumulator_value);
-    } else {
-      dev_exp_avg_sq_ = allocate(Buffer::kDevExpAvgSq, at::kFloat, /*zero=*/true);
-    }
+    if (opt_.is_adagrad()) dev_exp_avg_.fill_(opt_.initial_accumulator_value);
+    if (moments() == 2) dev_exp_avg_sq_ = allocate(Buffer::kDevExpAvgSq, at::kFloat, /*zero=*/true);
   }
   if (plan_[Buffer::kDevStaging].present) dev_staging_ = allocate(Buffer::kDevStaging, o_.dtype, /*zero=*/false);
 }
@@ -191,7 +184,7 @@ void OptimizerPartition::step(Share share, const GradsFn& grads, const HalfOutFn
   const std::size_t base = dev ? split_ : 0;
   float* master = (dev ? dev_master_ : master_).data_ptr<float>();
   float* m1 = (dev ? dev_exp_avg_ : exp_avg_).data_ptr<float>();
-  float* m2 = adagrad_ ? nullptr : (dev ? dev_exp_avg_sq_ : exp_avg_sq_).data_ptr<float>();
+  float* m2 = moments() == 1 ? nullptr : (dev ? dev_exp_avg_sq_ : exp_avg_sq_).data_ptr<float>();
   // The device Adam where the share's state is on a GPU: the whole
   // partition without offload, the device share with it.
   const bool on_device = device_adam_ != nullptr && (dev || !o_.offload);
@@ -239,7 +232,17 @@ void OptimizerPartition::step_piece(const Piece& pc, float* master, float* m1, f
 void OptimizerPartition::step_run(float* master, float* m1, float* m2, const void* grads, DType grad_dtype,
                                   void* half, std::size_t n, float weight_decay, float grad_scale, float lr,
                                   std::int64_t step, bool on_device, optim::ThreadPool* pool) {
-  if (adagrad_) {
+  if (opt_.is_lion()) {
+    optim::LionHyper h;
+    h.lr = lr;
+    h.beta1 = opt_.beta1;
+    h.beta2 = opt_.beta2;
+    h.weight_decay = weight_decay;
+    optim::LionBuffers buf{master, grads, grad_dtype, m1, n, grad_scale, half, to_dtype(o_.dtype)};
+    optim::lion_step(h, buf, pool);
+    return;
+  }
+  if (opt_.is_adagrad()) {
     optim::AdagradHyper h;
     h.lr = lr;
     h.eps = opt_.eps;
@@ -346,7 +349,7 @@ void OptimizerPartition::step_swapped(const GradsFn& grads, const HalfOutFn& hal
       const std::size_t region = swap_region_bytes(pc.n);
       auto* master = reinterpret_cast<float*>(buf);
       auto* m1 = reinterpret_cast<float*>(buf + region);
-      auto* m2 = adagrad_ ? nullptr : reinterpret_cast<float*>(buf + 2 * region);
+      auto* m2 = moments() == 1 ? nullptr : reinterpret_cast<float*>(buf + 2 * region);
       const at::Tensor g = grads(pc);
       void* half = o_.dtype != at::kFloat ? half_out(pc, g) : nullptr;
       step_piece(pc, master, m1, m2, g, half, grad_scale, lr, step, /*on_device=*/false);
@@ -374,7 +377,7 @@ std::vector<at::Tensor> OptimizerPartition::state(State s) const {
   const at::Tensor& main = s == State::kMaster ? master_ : s == State::kExpAvg ? exp_avg_ : exp_avg_sq_;
   const at::Tensor& dev = s == State::kMaster ? dev_master_ : s == State::kExpAvg ? dev_exp_avg_ : dev_exp_avg_sq_;
   if (!swapped()) return parts(main, dev);
-  ZERO_INTERNAL_ASSERT(s != State::kExpAvgSq || !adagrad_, "Adagrad has no second moment");
+  ZERO_INTERNAL_ASSERT(s != State::kExpAvgSq || moments() == 2, opt_.type, " has no second moment");
   at::Tensor out = at::empty({i64(layout_.partition_numel())}, at::kFloat);
   char* buf = swap_buffer(0);
   for (const Piece& pc : pieces_) {
@@ -403,7 +406,7 @@ OptimizerPartition::StateRun OptimizerPartition::state_run(State s, std::uint64_
 std::pair<const char*, std::size_t> OptimizerPartition::read_state_bytes(State s, std::uint64_t offset,
                                                                         std::size_t n, char* buf,
                                                                         std::size_t cap) const {
-  ZERO_INTERNAL_ASSERT(swapped() && (s != State::kExpAvgSq || !adagrad_), "no such state in the swap file");
+  ZERO_INTERNAL_ASSERT(swapped() && (s != State::kExpAvgSq || moments() == 2), "no such state in the swap file");
   ZERO_INTERNAL_ASSERT(offset + n <= layout_.partition_numel() * sizeof(float), "read_state_bytes past the partition");
   // (The region is rounded up to 4096 bytes: the aligned read stays inside it.)
   const StateRun run = state_run(s, offset, n);
@@ -411,7 +414,7 @@ std::pair<const char*, std::size_t> OptimizerPartition::read_state_bytes(State s
 }
 
 void OptimizerPartition::write_state_bytes(State s, std::uint64_t offset, const void* src, std::size_t n) {
-  ZERO_INTERNAL_ASSERT(swapped() && (s != State::kExpAvgSq || !adagrad_), "no such state in the swap file");
+  ZERO_INTERNAL_ASSERT(swapped() && (s != State::kExpAvgSq || moments() == 2), "no such state in the swap file");
   ZERO_INTERNAL_ASSERT(offset + n <= layout_.partition_numel() * sizeof(float), "write_state_bytes past the partition");
   if (s == State::kMaster && o_.dtype == at::kFloat) {
     std::memcpy(static_cast<char*>(staging_.data_ptr()) + offset, src, n);

@@ -1,7 +1,7 @@
 // The optimizer's state for this rank's partition: the fp32 master weights
 // and the moments (on the device, or on the host with offload), the staging
 // buffer the CPU step writes the updated training-precision parameters to,
-// the CPU thread pool, and the step itself: the CPU Adam/Adagrad kernels on
+// the CPU thread pool, and the step itself: the CPU Adam/Adagrad/Lion kernels on
 // host memory, the registered device Adam (zero/optim/device_adam_registry.h)
 // on a GPU. No collectives in here: the DPU worker runs step().
 //
@@ -127,7 +127,7 @@ class OptimizerPartition {
   const at::Tensor& staging() const { return staging_; }
   const at::Tensor& device_staging() const { return dev_staging_; }
   const at::Tensor& device_master() const { return dev_master_; }
-  int moments() const { return adagrad_ ? 1 : 2; }
+  int moments() const { return opt_.moments(); }
   // Each parameter's own settings (empty: the config's for all).
   const ParamHypers& hypers() const { return o_.hypers; }
 
@@ -197,7 +197,6 @@ class OptimizerPartition {
   const DeviceContext& ctx_;
   Options o_;
   memory::MemoryLedger& ledger_;
-  bool adagrad_ = false;
   optim::DeviceAdamFn device_adam_ = nullptr;
   at::Tensor master_, exp_avg_, exp_avg_sq_, staging_;
   at::Tensor dev_master_, dev_exp_avg_, dev_exp_avg_sq_, dev_staging_;  // the device share

@@ -61,4 +61,21 @@ AdagradScalars adagrad_scalars(const AdagradHyper& h, const AdagradBuffers& b) {
   return s;
 }
 
+LionScalars lion_scalars(const LionHyper& h, const LionBuffers& b) {
+  ZERO_CHECK(b.n == 0 || (b.params && b.grads && b.exp_avg),
+             "LionBuffers: params, grads and exp_avg must be set when n > 0 (n=", b.n, ")");
+  check_half_out(b.half_out, b.half_dtype);
+
+  const double lr = h.lr, beta1 = h.beta1, beta2 = h.beta2, wd = h.weight_decay;
+  LionScalars s;
+  s.grad_scale = b.grad_scale;
+  s.lr = h.lr;
+  s.decay = static_cast<float>(1.0 - lr * wd);
+  s.beta1 = h.beta1;
+  s.one_minus_beta1 = static_cast<float>(1.0 - beta1);
+  s.beta2 = h.beta2;
+  s.one_minus_beta2 = static_cast<float>(1.0 - beta2);
+  return s;
+}
+
 }  // namespace zero::optim::detail

@@ -14,7 +14,7 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   ZERO_CHECK(in.world >= 1, "the world size must be at least 1, got ", in.world);
   ZERO_CHECK(in.stage >= 0 && in.stage <= 3, "stage must be 0, 1, 2 or 3, got ", in.stage);
   ZERO_CHECK(!in.offload_param || in.stage == 3, "parameter offload needs stage 3");
-  ZERO_CHECK(in.moments == 1 || in.moments == 2, "moments per parameter must be 1 (Adagrad) or 2 (Adam)");
+  ZERO_CHECK(in.moments == 1 || in.moments == 2, "moments per parameter must be 1 (Adagrad, Lion) or 2 (Adam)");
   ZERO_CHECK(!in.offload || in.stage >= 1, "offload needs stage 1, 2 or 3");
   ZERO_CHECK(in.element_bytes == 2 || in.element_bytes == 4, "element size must be 2 or 4 bytes");
   ZERO_CHECK(in.bucket_numel > 0, "reduce_bucket_size must be positive, got ", in.bucket_numel);

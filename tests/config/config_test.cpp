@@ -600,11 +600,12 @@ TEST(Config, OptimizerTypesAreCaseInsensitive) {
   EXPECT_EQ(type_of("ADAM"), "Adam");
   EXPECT_EQ(type_of("Adagrad"), "Adagrad");
   EXPECT_EQ(type_of("adagrad"), "Adagrad");
+  EXPECT_EQ(type_of("lion"), "Lion");
 }
 
 TEST(Config, UnsupportedOptimizerListsTheSupported) {
   EXPECT_CONTAINS(error_of(with(R"("optimizer": {"type": "Lamb"})")),
-                  "optimizer.type: expected one of \"Adam\", \"AdamW\", \"Adagrad\", got \"Lamb\"");
+                  "optimizer.type: expected one of \"Adam\", \"AdamW\", \"Adagrad\", \"Lion\", got \"Lamb\"");
   EXPECT_CONTAINS(error_of(with(R"("optimizer": {"params": {"lr": 0.1}})")),
                   "optimizer.type: required when 'optimizer' is given");
 }
@@ -638,6 +639,37 @@ TEST(Config, AdagradDefaultsAndParams) {
   c = parse(with(R"("optimizer": {"type": "Adam", "params": {"initial_accumulator_value": 0.1}})"));
   EXPECT_EQ(c.optimizer.initial_accumulator_value, 0.0f);
   EXPECT_CONTAINS(all_warnings(c), "it applies to Adagrad only");
+}
+
+// DeepSpeed's Lion (DeepSpeedCPULion, FusedLion): Adam's lr and betas by
+// default, decay always decoupled, one moment; Adam's other keys are noted
+// as ignored (DeepSpeed would pass eps to Lion's constructor and fail).
+TEST(Config, LionDefaultsAndParams) {
+  Config c = parse(with(R"("optimizer": {"type": "Lion"})"));
+  EXPECT_EQ(c.optimizer.lr, 1e-3f);
+  EXPECT_EQ(c.optimizer.beta1, 0.9f);
+  EXPECT_EQ(c.optimizer.beta2, 0.999f);
+  EXPECT_EQ(c.optimizer.weight_decay, 0.0f);
+  EXPECT_TRUE(c.optimizer.decoupled_weight_decay());
+  EXPECT_EQ(c.optimizer.moments(), 1);
+  EXPECT_TRUE(c.warnings.empty()) << all_warnings(c);
+  c = parse(with(R"("optimizer": {"type": "Lion", "params": {"lr": 1e-4, "betas": [0.95, 0.98],
+      "weight_decay": 0.1, "eps": 1e-8, "adam_w_mode": false, "bias_correction": false,
+      "initial_accumulator_value": 0.1}})"));
+  EXPECT_EQ(c.optimizer.lr, 1e-4f);
+  EXPECT_EQ(c.optimizer.beta1, 0.95f);
+  EXPECT_EQ(c.optimizer.beta2, 0.98f);
+  EXPECT_EQ(c.optimizer.weight_decay, 0.1f);
+  EXPECT_TRUE(c.optimizer.decoupled_weight_decay());
+  const std::string w = all_warnings(c);
+  EXPECT_CONTAINS(w, "'optimizer.params.eps' is ignored: Lion has no eps");
+  EXPECT_CONTAINS(w, "'optimizer.params.adam_w_mode' is ignored: it applies to Adam only; Lion always decouples");
+  EXPECT_CONTAINS(w, "'optimizer.params.bias_correction' is ignored");
+  EXPECT_CONTAINS(w, "'optimizer.params.initial_accumulator_value' is ignored");
+  EXPECT_CONTAINS(error_of(with(R"("optimizer": {"type": "Lion", "params": {"betas": [0.9, 1.5]}})")),
+                  "optimizer.params.betas[1]");
+  EXPECT_EQ(parse(with(R"("optimizer": {"type": "AdamW"})")).optimizer.moments(), 2);
+  EXPECT_EQ(parse(with(R"("optimizer": {"type": "Adagrad"})")).optimizer.moments(), 1);
 }
 
 TEST(Config, WarmupLRDefaults) {
@@ -729,6 +761,13 @@ TEST(Config, ToJsonRoundTrips) {
   EXPECT_TRUE(back.warnings.empty()) << all_warnings(back);
   c.warnings.clear();
   EXPECT_EQ(back, c);
+  // Lion (no eps written, its betas are).
+  c = parse(with(R"("optimizer": {"type": "Lion", "params": {"lr": 3e-4, "betas": [0.95, 0.98], "weight_decay": 0.1}})"));
+  back = parse_config(to_json(c).dump(), 1);
+  EXPECT_TRUE(back.warnings.empty()) << all_warnings(back);
+  c.warnings.clear();
+  EXPECT_EQ(back, c);
+  EXPECT_FALSE(to_json(c)["optimizer"]["params"].contains("eps"));
   // The NVMe tier's settings.
   c = parse(with(R"("zero_optimization": {"stage": 2, "sub_group_size": 777,
                        "offload_optimizer": {"device": "nvme", "nvme_path": "/n", "buffer_count": 5}},

@@ -122,6 +122,7 @@ struct ResumeCase {
   // the continuation then equals the unbroken run within rounding, not bit
   // for bit.
   float ratio = 1.0f, load_ratio = -1.0f;
+  const char* optimizer = nullptr;  // another optimizer.type than make_config's AdamW
 };
 
 // `rows` of the fixed global batch are trained on: a number every world size
@@ -143,6 +144,10 @@ config::Config case_config(const ResumeCase& c, int world, int rows = kGlobalBat
   if (c.adagrad) {
     cfg.optimizer.type = "Adagrad";
     cfg.optimizer.weight_decay = 0.0f;
+  }
+  if (c.optimizer != nullptr) {
+    cfg.optimizer.type = c.optimizer;
+    cfg.optimizer.weight_decay = 0.1f;
   }
   return cfg;
 }
@@ -226,6 +231,10 @@ INSTANTIATE_TEST_SUITE_P(
                       ResumeCase{"stage1_bf16", 1, false, false, true}, ResumeCase{"stage3", 3},
                       ResumeCase{"stage3_offload_dpu_async", 3, true, true, false, true, false, true},
                       ResumeCase{"stage2_adagrad_offload", 2, true, false, false, false, true},
+                      // Lion (one moment, not Adagrad's): stage 3 with the parameters in host
+                      // memory and its delayed update pending at an async save.
+                      ResumeCase{"stage3_lion_offload_dpu_async", 3, true, true, false, true, false, true, 1, false,
+                                 1.0f, -1.0f, "Lion"},
                       ResumeCase{"stage2_fp16_offload", 2, true, false, false, false, false, false, 1, true},
                       // A device share (offload_optimizer.ratio < 1), its update pending at the save,
                       // loaded into the same split and into another.
@@ -381,6 +390,47 @@ TEST(BadInput, DamagedTruncatedMissingShardsAreNamed) {
   // The good one still loads.
   expect_bitwise_equal(loaded_master(cfg, s.dir, "good"), s.master);
   on_rank0([&] { rm_tree(s.dir); });
+}
+
+// The state of another optimizer: Adagrad's sum and Lion's momentum are
+// one moment each, Adam's two; each is refused by the others, naming both.
+// AdamW and Adam keep the same state, and load into each other.
+TEST(BadInput, StateOfAnotherOptimizerIsRefused) {
+  comm::Communicator& comm = world_comm();
+  const int world = comm.world_size();
+  const fs::path dir = shared_temp_dir(comm, "other_optimizer");
+  auto cfg_of = [&](const char* type) {
+    config::Config cfg = make_config(2, true, false, world, kGlobalBatch / world, 1);
+    cfg.optimizer.type = type;
+    return cfg;
+  };
+  for (const char* type : {"AdamW", "Adagrad", "Lion"}) {
+    Trainer t{ModelKind::kUnitMlp, cfg_of(type)};
+    std::vector<float> losses;
+    t.steps(0, 1, losses);
+    t.engine->save_checkpoint(dir.string(), type);
+  }
+  for (const auto& [saved, loading] : std::vector<std::pair<std::string, std::string>>{
+           {"Adagrad", "Lion"}, {"Lion", "Adagrad"}, {"AdamW", "Lion"}, {"Lion", "AdamW"}}) {
+    SCOPED_TRACE(saved + " into " + loading);
+    Trainer t{ModelKind::kUnitMlp, cfg_of(loading.c_str())};
+    const std::vector<at::Tensor> before = t.engine->gather_master_params();
+    try {
+      t.engine->load_checkpoint(dir.string(), saved);
+      ADD_FAILURE() << "the load did not fail";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("holds the state of optimizer " + saved + ", this engine's is " + loading +
+                                           ": use the optimizer it was saved with"),
+                std::string::npos)
+          << e.what();
+    }
+    expect_bitwise_equal(t.engine->gather_master_params(), before);
+  }
+  {
+    Trainer t{ModelKind::kUnitMlp, cfg_of("Adam")};
+    EXPECT_NO_THROW(t.engine->load_checkpoint(dir.string(), "AdamW"));
+  }
+  on_rank0([&] { rm_tree(dir); });
 }
 
 TEST(BadInput, ManifestOfAnotherModelOrNewerFormatIsRefused) {

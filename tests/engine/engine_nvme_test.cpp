@@ -44,6 +44,7 @@ struct NvmeCase {
   std::int64_t sub_group = 100;  // elements per piece at most
   int buffers = 2;
   bool decay_rule = false;  // EngineOptions' rules: below 2-D no decay, twice the rate
+  const char* optimizer = nullptr;  // another optimizer.type than make_config's AdamW
 };
 
 config::Config make(const NvmeCase& c, int world, const std::string& device, const fs::path& dir) {
@@ -59,6 +60,10 @@ config::Config make(const NvmeCase& c, int world, const std::string& device, con
     cfg.optimizer.type = "Adagrad";
     cfg.optimizer.weight_decay = 0.0f;
     cfg.optimizer.initial_accumulator_value = 0.1f;  // (the swap file's initial sum is checked too)
+  }
+  if (c.optimizer != nullptr) {
+    cfg.optimizer.type = c.optimizer;
+    cfg.optimizer.weight_decay = 0.1f;
   }
   return cfg;
 }
@@ -123,7 +128,10 @@ INSTANTIATE_TEST_SUITE_P(
                     NvmeCase{"stage3_bf16_dpu", ModelKind::kUnitMlp, 3, true, true, false, 1, 1000000000, 2},
                     // Settings per parameter: runs of equal settings cut across the swapped pieces.
                     NvmeCase{"stage2_bf16_dpu_decay_rule", ModelKind::kTransformer, 2, true, true, false, 1, 64, 2,
-                             true}),
+                             true},
+                    // Lion: one moment per swapped piece, as Adagrad's, stepped by its own kernel.
+                    NvmeCase{"stage2_lion_bf16_dpu", ModelKind::kTransformer, 2, true, true, false, 1, 64, 2, true,
+                             "Lion"}),
     [](const testing::TestParamInfo<NvmeCase>& i) { return std::string(i.param.name); });
 
 // zero-estimate's plan for NVMe is what the engine holds, tier by tier.

@@ -1,5 +1,6 @@
 // 100-step trajectories of adam_step / adagrad_step against LibTorch's own
-// torch::optim::Adam, AdamW and Adagrad: weight decay on and off, a new lr
+// torch::optim::Adam, AdamW and Adagrad, and of lion_step against Lion in
+// LibTorch operations (tests/support/torch_lion.h; LibTorch has no Lion): weight decay on and off, a new lr
 // every step (set through param_groups()[0].options(), as a scheduler does),
 // grads in every dtype (LibTorch gets the same values widened to fp32).
 //
@@ -20,7 +21,9 @@
 #include "zero/core/half.h"
 #include "zero/optim/adagrad.h"
 #include "zero/optim/adam.h"
+#include "zero/optim/lion.h"
 #include "zero/optim/thread_pool.h"
+#include "../support/torch_lion.h"
 
 namespace zero::optim {
 namespace {
@@ -225,6 +228,53 @@ TEST(TorchParity, AdagradMatchesLibTorch) {
       auto& state =
           static_cast<torch::optim::AdagradParamState&>(*opt.state().at(tp.unsafeGetTensorImpl()));
       EXPECT_LE(max_rel_diff(sum.data(), state.sum()), kRel);
+    }
+  }
+}
+
+// Lion's update is +-lr per element: a parameter equals the reference's
+// exactly unless a sign differed (c within an ulp of zero, where LibTorch's
+// fused multiply-add and our rounding part ways), which would show as an
+// lr-sized difference far above kRel.
+TEST(TorchParity, LionMatchesTorchOperations) {
+  ThreadPool pool(2);
+  for (float wd : {0.0f, 0.5f}) {
+    for (DType gd : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+      SCOPED_TRACE(::testing::Message() << "wd=" << wd << " grads=" << dtype_name(gd));
+      std::mt19937 rng(9);
+      std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
+      std::vector<float> p(kN), m(kN, 0.0f);
+      for (float& x : p) x = uni(rng);
+      at::Tensor tp = at::from_blob(p.data(), {static_cast<long>(kN)}, at::kFloat).clone();
+      tp.set_requires_grad(true);
+      const float beta1 = 0.9f, beta2 = 0.99f, grad_scale = 0.5f;
+      test::TorchLion opt(std::vector<at::Tensor>{tp},
+                          test::TorchLionOptions(1e-4).beta1(beta1).beta2(beta2).weight_decay(wd));
+      for (int step = 1; step <= kSteps; ++step) {
+        const float lr = 1e-4f * (1.0f + 0.5f * std::sin(0.3f * static_cast<float>(step)));
+        StepGrads g = make_grads(rng, gd, grad_scale, step);
+        opt.param_groups()[0].options().set_lr(lr);
+        tp.mutable_grad() = at::from_blob(g.full.data(), {static_cast<long>(kN)}, at::kFloat).clone();
+        opt.step();
+        LionHyper h;
+        h.lr = lr;
+        h.beta1 = beta1;
+        h.beta2 = beta2;
+        h.weight_decay = wd;
+        LionBuffers b;
+        b.params = p.data();
+        b.grads = gd == DType::kFloat32 ? static_cast<const void*>(g.raw32.data())
+                                        : static_cast<const void*>(g.half.data());
+        b.grad_dtype = gd;
+        b.exp_avg = m.data();
+        b.n = kN;
+        b.grad_scale = grad_scale;
+        lion_step(h, b, &pool);
+        ASSERT_LE(max_rel_diff(p.data(), tp.detach()), kRel) << "params at step " << step;
+      }
+      auto& state = static_cast<test::TorchLionState&>(*opt.state().at(tp.unsafeGetTensorImpl()));
+      // As Adam's m: a running sum whose terms cancel, to 1e-6 of its scale.
+      EXPECT_LE(max_rel_diff(m.data(), state.exp_avg(), 1.0), kRel);
     }
   }
 }

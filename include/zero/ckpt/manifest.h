@@ -86,7 +86,7 @@ struct Manifest {
   int stage = 0;
   std::string dtype = "fp32";  // the training precision
   std::string optimizer;       // config optimizer.type
-  int moments = 2;             // Adam 2 (exp_avg, exp_avg_sq), Adagrad 1 (exp_avg: the sum)
+  int moments = 2;             // Adam 2 (exp_avg, exp_avg_sq), Adagrad 1 (exp_avg: the sum), Lion 1 (exp_avg)
   bool offload = false, delayed_update = false;
   // The layout.
   int shard_world = 1;

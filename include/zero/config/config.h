@@ -18,15 +18,16 @@ namespace zero::config {
 
 // "optimizer": {"type": ..., "params": {...}}.
 struct OptimizerConfig {
-  // Canonical spelling: "Adam", "AdamW" or "Adagrad" (the JSON value is
-  // matched case-insensitively, as DeepSpeed does).
+  // Canonical spelling: "Adam", "AdamW", "Adagrad" or "Lion" (the JSON value
+  // is matched case-insensitively, as DeepSpeed does).
   std::string type = "AdamW";
   float lr = 1e-3f;  // Adagrad without a given lr: 1e-2 (DeepSpeed's CPU Adagrad default)
   float beta1 = 0.9f, beta2 = 0.999f;
-  float eps = 1e-8f;  // Adagrad without a given eps: 1e-10
+  float eps = 1e-8f;  // Adagrad without a given eps: 1e-10; Lion has none
   float weight_decay = 0.0f;
   // Decoupled weight decay. "Adam" + adam_w_mode true (DeepSpeed's default)
-  // means AdamW; type "AdamW" forces true; false for Adagrad.
+  // means AdamW; type "AdamW" forces true; false for Adagrad and Lion (whose
+  // decay is always decoupled: see decoupled_weight_decay()).
   bool adam_w_mode = true;
   // Adam's bias corrections (1 - beta^t); false steps with the raw moments,
   // as DeepSpeed's bias_correction: false does.
@@ -35,9 +36,13 @@ struct OptimizerConfig {
 
   bool is_adam() const { return type == "Adam" || type == "AdamW"; }
   bool is_adagrad() const { return type == "Adagrad"; }
-  // True when the update is AdamW's (weight decay applied to the weights, not
-  // added to the gradient).
-  bool decoupled_weight_decay() const { return is_adam() && adam_w_mode; }
+  bool is_lion() const { return type == "Lion"; }
+  // True when weight decay is applied to the weights (AdamW's and Lion's
+  // p *= 1 - lr * wd), not added to the gradient (Adam's L2, Adagrad's).
+  bool decoupled_weight_decay() const { return (is_adam() && adam_w_mode) || is_lion(); }
+  // Optimizer state per parameter, in fp32 values: Adam's m and v; Adagrad's
+  // sum; Lion's m.
+  int moments() const { return is_adam() ? 2 : 1; }
   bool operator==(const OptimizerConfig&) const = default;
 };
 

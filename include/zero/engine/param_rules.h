@@ -33,8 +33,8 @@ using ParamRule = std::function<std::optional<float>(const std::string& name, co
 
 // A parameter's weight decay (std::nullopt: the config's
 // optimizer.params.weight_decay), applied as the optimizer applies the
-// config's: decoupled in AdamW, L2 in Adam with adam_w_mode false and in
-// Adagrad. A finite number >= 0.
+// config's: decoupled in AdamW and Lion, L2 in Adam with adam_w_mode false
+// and in Adagrad. A finite number >= 0.
 using WeightDecayRule = ParamRule;
 
 // A parameter's learning rate as a multiple of the engine's (std::nullopt:

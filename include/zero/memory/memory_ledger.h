@@ -23,7 +23,7 @@ enum class Kind : std::uint8_t {
   kHalfParams,   // the model's parameters in the training precision (bf16/fp16, or fp32 without mixed precision)
   kGrads,        // gradients (full or the rank's partition)
   kFp32Master,   // fp32 master weights (the rank's partition)
-  kMoments,      // optimizer state (Adam m and v, Adagrad sum)
+  kMoments,      // optimizer state (Adam m and v, Adagrad sum, Lion m)
   kBuckets,      // communication buckets (constant size, ZeRO-R)
   kPadding,      // padding that makes partitions equal and aligned
   kStaging,      // copy buffers between tiers (offload)

@@ -25,7 +25,7 @@ struct EstimateInput {
   double offload_ratio = 1.0;  // offload_optimizer.ratio: the offloaded share of the optimizer state
   bool on_gpu = false;      // the module on a GPU (offload keeps host gradients as they come down)
   int accumulation = 1;     // gradient_accumulation_steps
-  int moments = 2;          // optimizer state per parameter: Adam 2, Adagrad 1
+  int moments = 2;          // optimizer state per parameter: Adam 2, Adagrad and Lion 1
   int element_bytes = 2;    // training precision: 2 (bf16/fp16) or 4 (fp32)
   std::int64_t bucket_numel = 500'000'000;  // reduce_bucket_size
   // The parameters' sizes in the module's order (GptConfig::parameter_numels()):

@@ -37,7 +37,7 @@ struct PlanInput {
   bool on_gpu = false;   // the module is on a GPU (offload then keeps host gradients as they come down)
   int accumulation = 1;  // gradient_accumulation_steps
   int element_bytes = 2;  // training precision: 2 (bf16/fp16) or 4 (fp32)
-  int moments = 2;        // optimizer state per parameter: Adam 2, Adagrad 1
+  int moments = 2;        // optimizer state per parameter: Adam 2, Adagrad and Lion 1
   // Stage 3: each parameter's unit (-1: none, stays gathered), the same
   // length as numels; empty: no units (every parameter stays gathered).
   std::vector<int> groups;

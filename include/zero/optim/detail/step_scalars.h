@@ -10,6 +10,7 @@
 
 #include "zero/optim/adagrad.h"
 #include "zero/optim/adam.h"
+#include "zero/optim/lion.h"
 
 namespace zero::optim::detail {
 
@@ -33,8 +34,19 @@ struct AdagradScalars {
   float eps = 0.0f;
 };
 
+struct LionScalars {
+  float grad_scale = 1.0f;
+  float lr = 0.0f;
+  float decay = 1.0f;        // p *= decay = 1 - lr * wd
+  float beta1 = 0.0f;
+  float one_minus_beta1 = 0.0f;
+  float beta2 = 0.0f;
+  float one_minus_beta2 = 0.0f;
+};
+
 // Check the arguments (zero::Error naming the bad one) and derive the scalars.
 AdamScalars adam_scalars(const AdamHyper& hyper, const AdamBuffers& buffers);
 AdagradScalars adagrad_scalars(const AdagradHyper& hyper, const AdagradBuffers& buffers);
+LionScalars lion_scalars(const LionHyper& hyper, const LionBuffers& buffers);
 
 }  // namespace zero::optim::detail

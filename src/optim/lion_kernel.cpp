@@ -1,0 +1,134 @@
+// CPU Lion: the SIMD kernel, compiled once per target, and lion_step().
+// Same structure as adagrad_kernel.cpp (one pass with software prefetch, tail
+// on copies, no FMA contraction so every target equals lion_step_reference
+// bit for bit). Lion moves 4 bytes of state per element fewer than Adam, and
+// its arithmetic is a handful of multiplies and a sign: bandwidth-bound.
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "optim/lion_kernel.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+#include <hwy/cache_control.h>
+#include <hwy/highway.h>
+
+#include "optim/half_simd-inl.h"
+#include "zero/optim/detail/step_scalars.h"
+#include "zero/optim/lion.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace zero::optim::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// As in adam_kernel.cpp: prefetch 1 KiB of each fp32 stream ahead, once per line.
+constexpr std::size_t kPrefetchElements = 256;
+constexpr std::size_t kLineElements = 64 / sizeof(float);
+
+template <DType kGrad, bool kHalfOut, DType kHalf>
+void LionSpan(const detail::LionScalars& s, const LionBuffers& b, std::size_t begin, std::size_t end) {
+  const hn::ScalableTag<float> d;
+  const std::size_t lanes = hn::Lanes(d);
+  const auto grad_scale = hn::Set(d, s.grad_scale);
+  const auto lr = hn::Set(d, s.lr);
+  const auto decay = hn::Set(d, s.decay);
+  const auto beta1 = hn::Set(d, s.beta1);
+  const auto one_minus_beta1 = hn::Set(d, s.one_minus_beta1);
+  const auto beta2 = hn::Set(d, s.beta2);
+  const auto one_minus_beta2 = hn::Set(d, s.one_minus_beta2);
+  const auto zero = hn::Zero(d);
+  const auto one = hn::Set(d, 1.0f);
+  const auto nan = hn::Set(d, std::numeric_limits<float>::quiet_NaN());
+
+  const auto update = [&](float* HWY_RESTRICT params, const void* HWY_RESTRICT grads,
+                          float* HWY_RESTRICT exp_avg, void* HWY_RESTRICT half_out,
+                          std::size_t i) HWY_ATTR {
+    const auto g = hn::Mul(LoadWidened<kGrad>(d, grads, i), grad_scale);  // g = grad * grad_scale
+    const auto m = hn::LoadU(d, exp_avg + i);
+    const auto c = hn::Add(hn::Mul(beta1, m), hn::Mul(one_minus_beta1, g));  // c = b1*m + (1-b1)*g
+    // sign(c): 0 at +-0, NaN where c is not finite (see lion.h).
+    const auto sign = hn::IfThenElse(hn::IsFinite(c), hn::IfThenElseZero(hn::Ne(c, zero), hn::CopySign(one, c)), nan);
+    const auto p = hn::Sub(hn::Mul(hn::LoadU(d, params + i), decay), hn::Mul(lr, sign));  // p*decay - lr*sign
+    hn::StoreU(p, d, params + i);
+    hn::StoreU(hn::Add(hn::Mul(beta2, m), hn::Mul(one_minus_beta2, g)), d, exp_avg + i);  // m = b2*m + (1-b2)*g
+    if constexpr (kHalfOut) StoreNarrowed<kHalf>(d, p, half_out, i);
+  };
+
+  float* HWY_RESTRICT params = b.params;
+  const void* HWY_RESTRICT grads = b.grads;
+  float* HWY_RESTRICT exp_avg = b.exp_avg;
+  void* HWY_RESTRICT half_out = b.half_out;
+  const std::size_t last = b.n - 1;
+  const std::size_t grad_bytes = element_size(kGrad);
+  const std::size_t step = std::max(kLineElements, lanes);
+  std::size_t i = begin;
+  for (; i + step <= end; i += step) {
+    const std::size_t ahead = std::min(i + kPrefetchElements, last);
+    hwy::Prefetch(params + ahead);
+    hwy::Prefetch(static_cast<const unsigned char*>(grads) + ahead * grad_bytes);
+    hwy::Prefetch(exp_avg + ahead);
+    for (std::size_t j = i; j < i + step; j += lanes) update(params, grads, exp_avg, half_out, j);
+  }
+  for (; i + lanes <= end; i += lanes) update(params, grads, exp_avg, half_out, i);
+  if (i == end) return;
+
+  // Tail on zero-padded copies (their extra lanes are discarded).
+  constexpr std::size_t kMaxLanes = HWY_MAX_BYTES / sizeof(float);
+  const std::size_t r = end - i;
+  alignas(64) float p[kMaxLanes] = {};
+  alignas(64) float m[kMaxLanes] = {};
+  alignas(64) unsigned char g[kMaxLanes * sizeof(float)] = {};
+  alignas(64) std::uint16_t h[kMaxLanes] = {};
+  std::memcpy(p, params + i, r * sizeof(float));
+  std::memcpy(g, static_cast<const unsigned char*>(grads) + i * grad_bytes, r * grad_bytes);
+  std::memcpy(m, exp_avg + i, r * sizeof(float));
+  update(p, g, m, h, 0);
+  std::memcpy(params + i, p, r * sizeof(float));
+  std::memcpy(exp_avg + i, m, r * sizeof(float));
+  if constexpr (kHalfOut) {
+    std::memcpy(static_cast<std::uint16_t*>(half_out) + i, h, r * sizeof(std::uint16_t));
+  }
+}
+
+template <DType kGrad>
+void LionSpanOut(const detail::LionScalars& s, const LionBuffers& b, std::size_t begin, std::size_t end) {
+  if (b.half_out == nullptr) {
+    LionSpan<kGrad, false, DType::kBFloat16>(s, b, begin, end);
+  } else if (b.half_dtype == DType::kBFloat16) {
+    LionSpan<kGrad, true, DType::kBFloat16>(s, b, begin, end);
+  } else {
+    LionSpan<kGrad, true, DType::kFloat16>(s, b, begin, end);
+  }
+}
+
+void LionTile(const detail::LionScalars& s, const LionBuffers& b, std::size_t begin, std::size_t end) {
+  switch (b.grad_dtype) {
+    case DType::kFloat32: return LionSpanOut<DType::kFloat32>(s, b, begin, end);
+    case DType::kBFloat16: return LionSpanOut<DType::kBFloat16>(s, b, begin, end);
+    case DType::kFloat16: return LionSpanOut<DType::kFloat16>(s, b, begin, end);
+  }
+}
+
+}  // namespace zero::optim::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include "optim/simd_dispatch.h"
+#include "optim/tiled_run.h"
+
+namespace zero::optim {
+
+HWY_EXPORT(LionTile);
+
+void lion_step(const LionHyper& hyper, const LionBuffers& buffers, ThreadPool* pool) {
+  const detail::LionScalars s = detail::lion_scalars(hyper, buffers);
+  if (buffers.n == 0) return;
+  const auto tile_fn = detail::pick(HWY_DISPATCH_TABLE(LionTile));
+  detail::run_tiled(pool, buffers.n, kTileElements,
+                    [&](std::size_t begin, std::size_t end) { tile_fn(s, buffers, begin, end); });
+}
+
+}  // namespace zero::optim
+#endif  // HWY_ONCE
