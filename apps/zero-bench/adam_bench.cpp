@@ -1,5 +1,7 @@
 // zero-bench adam: CPU Adam (AdamW, fp32 master weights) in M params/s, for
-// each n and thread count asked, against
+// each n and thread count asked (or, with --optimizer lion, CPU Lion against
+// the same kinds of figure: its five-stream ceiling, Lion in LibTorch
+// operations, its scalar loop, DeepSpeedCPULion), against
 //   - the ceiling measured in the same run: an in-place kernel with the same
 //     seven streams (reads p, g, m, v; writes p, m, v) and trivial arithmetic,
 //     on the same threads and tiles (ceiling_kernel.h), run with software
@@ -56,6 +58,7 @@ using Json = nlohmann::ordered_json;
 // Bytes each variant moves per parameter (reads + writes), for GB/s.
 constexpr int kBytesFp32 = 4 * 4 + 3 * 4;          // read p g m v; write p m v
 constexpr int kBytesBf16 = 3 * 4 + 2 + 3 * 4 + 2;  // read p m v, g16; write p m v, half
+constexpr int kBytesLion = 3 * 4 + 2 * 4;          // read p g m; write p m
 // Software prefetch distances (elements) the ceiling kernels are run with.
 constexpr std::size_t kCeilingPrefetch[] = {0, 128, 256};
 
@@ -69,6 +72,8 @@ struct Options {
   bool torch = true;
   bool scalar = true;
   bool hugepages = true;
+  std::string optimizer = "adamw";  // adamw | lion
+  bool lion() const { return optimizer == "lion"; }
 };
 
 // "16M" -> 16 * 2^20, "512K", "1G", or a plain count.
@@ -175,6 +180,16 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[k] : 0.5 * (v[k - 1] + v[k]);
 }
 
+// Lion as its paper suggests it (betas 0.9, 0.99) with a weight decay: the
+// kernel's time does not depend on the values.
+optim::LionHyper lion_hyper() {
+  optim::LionHyper h;
+  h.lr = 1e-4f;
+  h.beta2 = 0.99f;
+  h.weight_decay = 0.1f;
+  return h;
+}
+
 optim::AdamHyper bench_hyper(std::int64_t step) {
   optim::AdamHyper h;  // AdamW: lr 1e-3, betas (0.9, 0.999), eps 1e-8
   h.weight_decay = 0.01f;
@@ -185,6 +200,22 @@ optim::AdamHyper bench_hyper(std::int64_t step) {
 // Our kernel on `target`, through `pool`, against the scalar reference on a
 // slice of the benchmark's own data, off vector alignment, 3 steps, with and
 // without the bf16 copy. Throws (and so stops the benchmark) on a mismatch.
+void validate_lion_target(const std::string& target, const float* p0, const float* g0, std::size_t n,
+                          optim::ThreadPool& pool) {
+  const std::size_t kSlice = std::min(n, 3 * optim::kTileElements + 7);
+  std::vector<float> p(p0, p0 + kSlice), m(kSlice, 0.0f), rp(p0, p0 + kSlice), rm(kSlice, 0.0f);
+  optim::force_simd_target(target);
+  for (int step = 1; step <= 3; ++step) {
+    optim::lion_step(lion_hyper(), optim::LionBuffers{p.data(), g0, DType::kFloat32, m.data(), kSlice}, &pool);
+    optim::lion_step_reference(lion_hyper(), optim::LionBuffers{rp.data(), g0, DType::kFloat32, rm.data(), kSlice});
+  }
+  optim::force_simd_target("");
+  for (std::size_t i = 0; i < kSlice; ++i) {
+    ZERO_CHECK(p[i] == rp[i] && m[i] == rm[i], "validation failed: target ", target, " (Lion) element ", i,
+               ": p/m ", p[i], "/", m[i], " vs reference ", rp[i], "/", rm[i]);
+  }
+}
+
 void validate_target(const std::string& target, const float* p0, const float* g0, std::size_t n,
                      optim::ThreadPool& pool) {
   const std::size_t kSlice = std::min(n, 3 * optim::kTileElements + 7);
@@ -259,7 +290,8 @@ std::string python_path() {
 }
 
 // Runs bench/deepspeed_cpu_adam.py and reads the JSON line it prints last.
-PeerResult run_deepspeed(std::size_t n, int threads, int iters, int warmup, bool hugepages) {
+PeerResult run_deepspeed(std::size_t n, int threads, int iters, int warmup, bool hugepages,
+                         const std::string& optimizer) {
   PeerResult r;
   const std::string script = std::string(ZERO_SOURCE_DIR) + "/bench/deepspeed_cpu_adam.py";
   const std::string python = python_path();
@@ -273,7 +305,7 @@ PeerResult run_deepspeed(std::size_t n, int threads, int iters, int warmup, bool
   cmd << "DS_ACCELERATOR=cpu OMP_NUM_THREADS=" << threads
       << (hugepages ? " THP_MEM_ALLOC_ENABLE=1" : "") << " '" << python << "' '" << script
       << "' --n " << n << " --threads " << threads << " --iters " << iters << " --warmup "
-      << warmup << " 2>&1";
+      << warmup << " --optimizer " << optimizer << " 2>&1";
   std::FILE* pipe = popen(cmd.str().c_str(), "r");
   if (pipe == nullptr) {
     r.error = "cannot start " + python;
@@ -327,6 +359,7 @@ std::string load_average() {
 }
 
 struct ConfigResult {
+  bool lion = false;
   std::size_t n = 0;
   int threads = 0;
   std::vector<Variant> variants;
@@ -348,6 +381,7 @@ double find_mps(const std::vector<Variant>& vs, const std::string& key) {
 
 ConfigResult run_config(const Options& o, std::size_t n, int threads) {
   ConfigResult res;
+  res.lion = o.lion();
   res.n = n;
   res.threads = threads;
   optim::ThreadPool pool(threads);
@@ -366,95 +400,134 @@ ConfigResult run_config(const Options& o, std::size_t n, int threads) {
   std::fill(half.data(), half.data() + n, std::uint16_t{0});
 
   const std::vector<std::string> targets = optim::available_simd_targets();
-  for (const std::string& t : targets) validate_target(t, p.data(), g.data(), n, pool);
-
   const std::string best = targets.front();
   const std::string ceiling_target = ceiling_simd_target();
   std::vector<Variant>& vs = res.variants;
-  // The ceilings, with and without software prefetch (our kernel prefetches
-  // 256 elements ahead; a ceiling without it can be slower than the kernel on
-  // one thread). The ceiling a variant is compared with is the best of its
-  // group, so prefetching never flatters the ratio.
-  for (std::size_t pd : kCeilingPrefetch) {
-    vs.push_back({"ceiling_prefetch" + std::to_string(pd),
-                  "ceiling, 7 streams, prefetch " + std::to_string(pd), ceiling_target,
-                  kBytesFp32, "", [&, pd](std::int64_t) {
-                    ceiling_step_fp32(p.data(), g.data(), m.data(), v.data(), n, &pool, pd);
-                  }});
-    vs.back().group = "ceiling";
-  }
-  for (const std::string& t : targets) {
-    vs.push_back({"zerocpp_" + t, "zerocpp AdamW, fp32 grads", t, kBytesFp32, "ceiling",
-                  [&, t](std::int64_t step) {
-                    optim::force_simd_target(t);
+  at::Tensor tp, tg, tm;
+  std::unique_ptr<torch::optim::AdamW> torch_opt;
+  if (o.lion()) {
+    for (const std::string& t : targets) validate_lion_target(t, p.data(), g.data(), n, pool);
+    for (std::size_t pd : kCeilingPrefetch) {
+      vs.push_back({"ceiling_prefetch" + std::to_string(pd), "ceiling, 5 streams, prefetch " + std::to_string(pd),
+                    ceiling_target, kBytesLion, "", [&, pd](std::int64_t) {
+                      ceiling_step_lion(p.data(), g.data(), m.data(), n, &pool, pd);
+                    }});
+      vs.back().group = "ceiling";
+    }
+    for (const std::string& t : targets) {
+      vs.push_back({"zerocpp_" + t, "zerocpp Lion, fp32 grads", t, kBytesLion, "ceiling", [&, t](std::int64_t) {
+                      optim::force_simd_target(t);
+                      optim::lion_step(lion_hyper(), optim::LionBuffers{p.data(), g.data(), DType::kFloat32, m.data(), n},
+                                       &pool);
+                    }});
+    }
+    if (o.torch) {
+      // Lion as PyTorch users write it (lucidrains/lion-pytorch): four
+      // LibTorch operations over one flat tensor, at::set_num_threads above.
+      tp = at::from_blob(p.data(), {static_cast<std::int64_t>(n)}, at::kFloat).clone();
+      tg = at::from_blob(g.data(), {static_cast<std::int64_t>(n)}, at::kFloat).clone();
+      tm = at::zeros_like(tp);
+      vs.push_back({"torch", "Lion in LibTorch operations", "aten", kBytesLion, "ceiling", [&](std::int64_t) {
+                      const optim::LionHyper h = lion_hyper();
+                      tp.mul_(1.0 - static_cast<double>(h.lr) * h.weight_decay);
+                      tp.add_((tm * h.beta1).add_(tg, 1.0 - h.beta1).sign_(), -static_cast<double>(h.lr));
+                      tm.mul_(h.beta2).add_(tg, 1.0 - h.beta2);
+                    }});
+    }
+    if (o.scalar) {
+      vs.push_back({"scalar", "scalar reference loop", "none", kBytesLion, "ceiling", [&](std::int64_t) {
+                      pool.parallel_for(n, optim::kTileElements, [&](std::size_t b0, std::size_t b1) {
+                        optim::lion_step_reference(
+                            lion_hyper(), optim::LionBuffers{p.data() + b0, g.data() + b0, DType::kFloat32, m.data() + b0,
+                                                             b1 - b0});
+                      });
+                    }});
+    }
+  } else {
+    for (const std::string& t : targets) validate_target(t, p.data(), g.data(), n, pool);
+    // The ceilings, with and without software prefetch (our kernel prefetches
+    // 256 elements ahead; a ceiling without it can be slower than the kernel on
+    // one thread). The ceiling a variant is compared with is the best of its
+    // group, so prefetching never flatters the ratio.
+    for (std::size_t pd : kCeilingPrefetch) {
+      vs.push_back({"ceiling_prefetch" + std::to_string(pd),
+                    "ceiling, 7 streams, prefetch " + std::to_string(pd), ceiling_target,
+                    kBytesFp32, "", [&, pd](std::int64_t) {
+                      ceiling_step_fp32(p.data(), g.data(), m.data(), v.data(), n, &pool, pd);
+                    }});
+      vs.back().group = "ceiling";
+    }
+    for (const std::string& t : targets) {
+      vs.push_back({"zerocpp_" + t, "zerocpp AdamW, fp32 grads", t, kBytesFp32, "ceiling",
+                    [&, t](std::int64_t step) {
+                      optim::force_simd_target(t);
+                      optim::AdamBuffers b;
+                      b.params = p.data();
+                      b.grads = g.data();
+                      b.exp_avg = m.data();
+                      b.exp_avg_sq = v.data();
+                      b.n = n;
+                      optim::adam_step(bench_hyper(step), b, &pool);
+                    }});
+    }
+    for (std::size_t pd : kCeilingPrefetch) {
+      vs.push_back({"bf16_ceiling_prefetch" + std::to_string(pd),
+                    "bf16 ceiling, prefetch " + std::to_string(pd), ceiling_target,
+                    kBytesBf16, "", [&, pd](std::int64_t) {
+                      ceiling_step_bf16(p.data(), g16.data(), m.data(), v.data(), half.data(), n,
+                                        &pool, pd);
+                    }});
+      vs.back().group = "bf16_ceiling";
+    }
+    vs.push_back({"zerocpp_bf16_copyout", "zerocpp AdamW, bf16 grads + bf16 copy", best, kBytesBf16,
+                  "bf16_ceiling", [&](std::int64_t step) {
+                    optim::force_simd_target(best);
                     optim::AdamBuffers b;
                     b.params = p.data();
-                    b.grads = g.data();
+                    b.grads = g16.data();
+                    b.grad_dtype = DType::kBFloat16;
                     b.exp_avg = m.data();
                     b.exp_avg_sq = v.data();
                     b.n = n;
+                    b.half_out = half.data();
+                    b.half_dtype = DType::kBFloat16;
                     optim::adam_step(bench_hyper(step), b, &pool);
                   }});
-  }
-  for (std::size_t pd : kCeilingPrefetch) {
-    vs.push_back({"bf16_ceiling_prefetch" + std::to_string(pd),
-                  "bf16 ceiling, prefetch " + std::to_string(pd), ceiling_target,
-                  kBytesBf16, "", [&, pd](std::int64_t) {
-                    ceiling_step_bf16(p.data(), g16.data(), m.data(), v.data(), half.data(), n,
-                                      &pool, pd);
-                  }});
-    vs.back().group = "bf16_ceiling";
-  }
-  vs.push_back({"zerocpp_bf16_copyout", "zerocpp AdamW, bf16 grads + bf16 copy", best, kBytesBf16,
-                "bf16_ceiling", [&](std::int64_t step) {
-                  optim::force_simd_target(best);
-                  optim::AdamBuffers b;
-                  b.params = p.data();
-                  b.grads = g16.data();
-                  b.grad_dtype = DType::kBFloat16;
-                  b.exp_avg = m.data();
-                  b.exp_avg_sq = v.data();
-                  b.n = n;
-                  b.half_out = half.data();
-                  b.half_dtype = DType::kBFloat16;
-                  optim::adam_step(bench_hyper(step), b, &pool);
-                }});
 
-  // LibTorch's AdamW on its own flat tensor of n (its state is created on the
-  // first, warm-up, step).
-  at::Tensor tp, tg;
-  std::unique_ptr<torch::optim::AdamW> torch_opt;
-  if (o.torch) {
-    tp = at::from_blob(p.data(), {static_cast<std::int64_t>(n)}, at::kFloat).clone();
-    tg = at::from_blob(g.data(), {static_cast<std::int64_t>(n)}, at::kFloat).clone();
-    tp.set_requires_grad(true);
-    tp.mutable_grad() = tg;
-    torch_opt = std::make_unique<torch::optim::AdamW>(
-        std::vector<at::Tensor>{tp}, torch::optim::AdamWOptions(1e-3).weight_decay(0.01));
-    vs.push_back({"torch", "torch::optim::AdamW (LibTorch)", "aten", kBytesFp32, "ceiling",
-                  [&](std::int64_t) { torch_opt->step(); }});
-  }
-  if (o.scalar) {
-    vs.push_back({"scalar", "scalar reference loop", "none", kBytesFp32, "ceiling",
-                  [&](std::int64_t step) {
-                    const optim::AdamHyper h = bench_hyper(step);
-                    pool.parallel_for(n, optim::kTileElements, [&](std::size_t b0, std::size_t b1) {
-                      optim::AdamBuffers b;
-                      b.params = p.data() + b0;
-                      b.grads = g.data() + b0;
-                      b.exp_avg = m.data() + b0;
-                      b.exp_avg_sq = v.data() + b0;
-                      b.n = b1 - b0;
-                      optim::adam_step_reference(h, b);
-                    });
-                  }});
+    // LibTorch's AdamW on its own flat tensor of n (its state is created on the
+    // first, warm-up, step).
+    if (o.torch) {
+      tp = at::from_blob(p.data(), {static_cast<std::int64_t>(n)}, at::kFloat).clone();
+      tg = at::from_blob(g.data(), {static_cast<std::int64_t>(n)}, at::kFloat).clone();
+      tp.set_requires_grad(true);
+      tp.mutable_grad() = tg;
+      torch_opt = std::make_unique<torch::optim::AdamW>(
+          std::vector<at::Tensor>{tp}, torch::optim::AdamWOptions(1e-3).weight_decay(0.01));
+      vs.push_back({"torch", "torch::optim::AdamW (LibTorch)", "aten", kBytesFp32, "ceiling",
+                    [&](std::int64_t) { torch_opt->step(); }});
+    }
+    if (o.scalar) {
+      vs.push_back({"scalar", "scalar reference loop", "none", kBytesFp32, "ceiling",
+                    [&](std::int64_t step) {
+                      const optim::AdamHyper h = bench_hyper(step);
+                      pool.parallel_for(n, optim::kTileElements, [&](std::size_t b0, std::size_t b1) {
+                        optim::AdamBuffers b;
+                        b.params = p.data() + b0;
+                        b.grads = g.data() + b0;
+                        b.exp_avg = m.data() + b0;
+                        b.exp_avg_sq = v.data() + b0;
+                        b.n = b1 - b0;
+                        optim::adam_step_reference(h, b);
+                      });
+                    }});
+    }
   }
 
   // DeepSpeed runs in its own process, so it cannot be interleaved with the
   // rounds; it runs once before and once after them, and the better of the
   // two is reported (a change of machine load then cannot flatter our ratio).
   PeerResult ds_before;
-  if (o.deepspeed != "off") ds_before = run_deepspeed(n, threads, o.iters, o.warmup, o.hugepages);
+  if (o.deepspeed != "off") ds_before = run_deepspeed(n, threads, o.iters, o.warmup, o.hugepages, o.optimizer);
 
   // Interleaved rounds: every variant steps once per round.
   for (int round = 0; round < o.warmup + o.iters; ++round) {
@@ -470,10 +543,11 @@ ConfigResult run_config(const Options& o, std::size_t n, int threads) {
   torch_opt.reset();
   tp = at::Tensor();
   tg = at::Tensor();
+  tm = at::Tensor();
 
   if (o.deepspeed != "off") {
     res.deepspeed_ran = true;
-    const PeerResult after = run_deepspeed(n, threads, o.iters, o.warmup, o.hugepages);
+    const PeerResult after = run_deepspeed(n, threads, o.iters, o.warmup, o.hugepages, o.optimizer);
     const bool before_ok = ds_before.error.empty(), after_ok = after.error.empty();
     res.deepspeed = !after_ok || (before_ok && ds_before.mps >= after.mps) ? ds_before : after;
     if (before_ok && after_ok) {
@@ -503,8 +577,9 @@ void print_config(const ConfigResult& r) {
   }
   if (r.deepspeed_ran) {
     if (r.deepspeed.error.empty()) {
-      row("DeepSpeedCPUAdam " + r.deepspeed.version + " (AdamW, fp32)", "-", r.deepspeed.mps,
-          kBytesFp32, find_mps(r.variants, "ceiling"));
+      row((r.lion ? "DeepSpeedCPULion " : "DeepSpeedCPUAdam ") + r.deepspeed.version +
+              (r.lion ? " (fp32)" : " (AdamW, fp32)"),
+          "-", r.deepspeed.mps, r.lion ? kBytesLion : kBytesFp32, find_mps(r.variants, "ceiling"));
       if (r.deepspeed_runs.size() == 2) {
         std::printf("  (DeepSpeed in its own process, before and after the rounds: %.1f and %.1f; "
                     "the better is shown)\n",
@@ -513,7 +588,8 @@ void print_config(const ConfigResult& r) {
       const double ours = find_mps(r.variants, "zerocpp_" + optim::available_simd_targets().front());
       std::printf("  zerocpp (fp32 grads, best target) / DeepSpeed = %.3fx\n", ours / r.deepspeed.mps);
     } else {
-      std::printf("  DeepSpeedCPUAdam: not measured: %s\n", r.deepspeed.error.c_str());
+      std::printf("  %s: not measured: %s\n", r.lion ? "DeepSpeedCPULion" : "DeepSpeedCPUAdam",
+                  r.deepspeed.error.c_str());
     }
   }
 }
@@ -531,16 +607,20 @@ void run_adam_bench(const Options& o) {
   std::string target_list;
   for (const std::string& t : targets) target_list += (target_list.empty() ? "" : " ") + t;
   const std::string load_before = load_average();
-  std::printf("zero-bench adam: AdamW step (lr 1e-3, wd 0.01) on fp32 master weights; "
+  std::printf("zero-bench adam: %s step on fp32 master weights; "
               "median of %d steps after %d warm-up, variants interleaved\n",
-              o.iters, o.warmup);
+              o.lion() ? "Lion (lr 1e-4, betas 0.9 0.99, wd 0.1)" : "AdamW (lr 1e-3, wd 0.01)", o.iters, o.warmup);
   std::printf("machine: %s, %u hardware threads; SIMD targets: %s; ceiling kernels on %s; "
               "huge pages: %s\n",
               cpu_model().c_str(), std::thread::hardware_concurrency(), target_list.c_str(),
               ceiling_simd_target(), o.hugepages ? "madvise" : "off");
-  std::printf("bytes per param: fp32 grads %d (read p g m v, write p m v); bf16 grads + bf16 "
-              "copy %d (read p m v + 2, write p m v + 2)\n",
-              kBytesFp32, kBytesBf16);
+  if (o.lion()) {
+    std::printf("bytes per param: %d (read p g m, write p m)\n", kBytesLion);
+  } else {
+    std::printf("bytes per param: fp32 grads %d (read p g m v, write p m v); bf16 grads + bf16 "
+                "copy %d (read p m v + 2, write p m v + 2)\n",
+                kBytesFp32, kBytesBf16);
+  }
   std::printf("load average at start: %s\n", load_before.c_str());
   std::fflush(stdout);
 
@@ -575,7 +655,12 @@ void run_adam_bench(const Options& o) {
                                                                         : Json(nullptr);
     if (r.deepspeed_ran && !r.deepspeed.error.empty()) out["deepspeed_error"] = r.deepspeed.error;
   }
-  out["bytes_per_param"] = {{"fp32_grads", kBytesFp32}, {"bf16_grads_bf16_copyout", kBytesBf16}};
+  out["optimizer"] = o.optimizer;
+  if (o.lion()) {
+    out["bytes_per_param"] = {{"fp32_grads", kBytesLion}};
+  } else {
+    out["bytes_per_param"] = {{"fp32_grads", kBytesFp32}, {"bf16_grads_bf16_copyout", kBytesBf16}};
+  }
   out["machine"] = {{"cpu", cpu_model()}, {"hardware_threads", std::thread::hardware_concurrency()}};
   out["load_average"] = {{"start", load_before}, {"end", load_after}};
   out["iters"] = o.iters;
@@ -603,7 +688,7 @@ void run_adam_bench(const Options& o) {
 void add_adam_command(CLI::App& app) {
   auto opts = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand(
-      "adam", "CPU Adam (AdamW) in M params/s against its in-place memory-bandwidth ceiling, "
+      "adam", "CPU Adam (AdamW), or Lion, in M params/s against its in-place memory-bandwidth ceiling, "
               "LibTorch, a scalar loop and DeepSpeed");
   cmd->add_option("--n", opts->sizes,
                   "parameter counts, e.g. 16M 64M or 1000 (K/M/G are powers of 1024; default: 16M 64M)")
@@ -620,7 +705,12 @@ void add_adam_command(CLI::App& app) {
                   "auto: run DeepSpeedCPUAdam through bench/deepspeed_cpu_adam.py when it can; off")
       ->check(CLI::IsMember({"auto", "off"}))
       ->capture_default_str();
-  cmd->add_flag("!--no-torch", opts->torch, "skip LibTorch's AdamW");
+  cmd->add_option("--optimizer", opts->optimizer,
+                  "adamw, or lion: Lion against its 5-stream ceiling, Lion in LibTorch operations and "
+                  "DeepSpeedCPULion")
+      ->check(CLI::IsMember({"adamw", "lion"}))
+      ->capture_default_str();
+  cmd->add_flag("!--no-torch", opts->torch, "skip LibTorch's AdamW (with --optimizer lion: its Lion)");
   cmd->add_flag("!--no-scalar", opts->scalar, "skip the scalar reference loop");
   cmd->add_flag("!--no-hugepages", opts->hugepages, "do not ask for transparent huge pages");
   cmd->callback([opts] {

@@ -64,6 +64,32 @@ void CeilingFp32(float* p, const float* g, float* m, float* v, std::size_t begin
   }
 }
 
+void CeilingLion(float* p, const float* g, float* m, std::size_t begin, std::size_t end, std::size_t n,
+                 std::size_t prefetch) {
+  const hn::ScalableTag<float> d;
+  const std::size_t lanes = hn::Lanes(d);
+  struct Body {
+    float *p, *m;
+    const float* g;
+    hn::ScalableTag<float> d;
+    HWY_INLINE void prefetch(std::size_t a) const {
+      hwy::Prefetch(p + a);
+      hwy::Prefetch(g + a);
+      hwy::Prefetch(m + a);
+    }
+    HWY_INLINE void operator()(std::size_t i) const {
+      const auto gv = hn::LoadU(d, g + i);
+      hn::StoreU(hn::Add(hn::LoadU(d, p + i), gv), d, p + i);   // p += g
+      hn::StoreU(hn::Add(hn::LoadU(d, m + i), gv), d, m + i);   // m += g
+    }
+  } body{p, m, g, d};
+  ForEachVector(begin, end, lanes, prefetch, n - 1, body);
+  for (std::size_t i = begin + (end - begin) / lanes * lanes; i < end; ++i) {
+    p[i] += g[i];
+    m[i] += g[i];
+  }
+}
+
 void CeilingBf16(float* p, const std::uint16_t* g, float* m, float* v, std::uint16_t* half_out,
                  std::size_t begin, std::size_t end, std::size_t n, std::size_t prefetch) {
   const hn::ScalableTag<float> d;
@@ -121,6 +147,7 @@ namespace zero::bench {
 
 HWY_EXPORT(CeilingFp32);
 HWY_EXPORT(CeilingBf16);
+HWY_EXPORT(CeilingLion);
 HWY_EXPORT(TargetName);
 
 namespace {
@@ -146,6 +173,13 @@ void ceiling_step_bf16(float* p, const std::uint16_t* g, float* m, float* v,
                        std::size_t prefetch) {
   run(pool, n, [&](std::size_t begin, std::size_t end) {
     HWY_DYNAMIC_DISPATCH(CeilingBf16)(p, g, m, v, half_out, begin, end, n, prefetch);
+  });
+}
+
+void ceiling_step_lion(float* p, const float* g, float* m, std::size_t n, optim::ThreadPool* pool,
+                       std::size_t prefetch) {
+  run(pool, n, [&](std::size_t begin, std::size_t end) {
+    HWY_DYNAMIC_DISPATCH(CeilingLion)(p, g, m, begin, end, n, prefetch);
   });
 }
 

@@ -26,8 +26,13 @@ void ceiling_step_bf16(float* p, const std::uint16_t* g, float* m, float* v,
                        std::uint16_t* half_out, std::size_t n, optim::ThreadPool* pool,
                        std::size_t prefetch);
 
+// Lion, fp32 grads: reads p, g, m; writes p, m (20 bytes per element).
+//   p += g; m += g
+void ceiling_step_lion(float* p, const float* g, float* m, std::size_t n, optim::ThreadPool* pool,
+                       std::size_t prefetch);
+
 // `prefetch`: software prefetch distance in elements, as the Adam kernel
-// issues it (0: none). Both run over `pool` in tiles of optim::kTileElements.
+// issues it (0: none). All run over `pool` in tiles of optim::kTileElements.
 //
 // The Highway target the ceiling kernels run on (the best one).
 const char* ceiling_simd_target();
