@@ -3,25 +3,9 @@
 #include "zero/optim/detail/step_scalars.h"  // optim's own derivation of the per-step scalars
 #include "cuda_check.h"
 #include "fused_adam_kernel.h"
+#include "kernel_dtype_of.h"
 
 namespace zero::cuda {
-namespace {
-
-detail::GradKind grad_kind(DType t) {
-  switch (t) {
-    case DType::kFloat32: return detail::GradKind::kFloat32;
-    case DType::kBFloat16: return detail::GradKind::kBFloat16;
-    case DType::kFloat16: return detail::GradKind::kFloat16;
-  }
-  return detail::GradKind::kFloat32;
-}
-
-detail::HalfOutKind half_kind(const void* half_out, DType t) {
-  if (half_out == nullptr) return detail::HalfOutKind::kNone;
-  return t == DType::kFloat16 ? detail::HalfOutKind::kFloat16 : detail::HalfOutKind::kBFloat16;
-}
-
-}  // namespace
 
 void fused_adam_device(const optim::AdamHyper& hyper, float* params, const void* grads,
                        DType grad_dtype, float* exp_avg, float* exp_avg_sq, std::size_t n,
@@ -44,12 +28,12 @@ void fused_adam_device(const optim::AdamHyper& hyper, float* params, const void*
   detail::FusedAdamArgs a;
   a.params = params;
   a.grads = grads;
-  a.grad_kind = grad_kind(grad_dtype);
+  a.grad_kind = detail::grad_kind(grad_dtype);
   a.exp_avg = exp_avg;
   a.exp_avg_sq = exp_avg_sq;
   a.n = n;
   a.half_out = half_out;
-  a.half_kind = half_kind(half_out, half_dtype);
+  a.half_kind = detail::half_kind(half_out, half_dtype);
   a.grad_scale = s.grad_scale;
   a.l2 = s.l2;
   a.decay = s.decay;

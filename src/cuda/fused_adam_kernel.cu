@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "fused_adam_kernel.h"
+#include "half_device.cuh"
 
 namespace zero::cuda::detail {
 namespace {
@@ -21,68 +22,6 @@ constexpr int kThreads = 256;
 // A grid-stride loop past this: more blocks than an H100 holds at once
 // (132 SMs x 8 blocks of 256) many times over; the cap only bounds gridDim.
 constexpr std::size_t kMaxBlocks = 1u << 16;
-
-// Ports of zero/core/half.h, exact to the bit (NaN payloads included).
-__device__ __forceinline__ float bf16_to_float(std::uint16_t h) {
-  return __uint_as_float(static_cast<std::uint32_t>(h) << 16);
-}
-
-__device__ __forceinline__ std::uint16_t float_to_bf16(float f) {
-  std::uint32_t u = __float_as_uint(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) {
-    return static_cast<std::uint16_t>((u >> 16) | 0x0040u);  // quiet the NaN
-  }
-  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest, ties to even
-  return static_cast<std::uint16_t>(u >> 16);
-}
-
-__device__ __forceinline__ float fp16_to_float(std::uint16_t h) {
-  const std::uint32_t w = static_cast<std::uint32_t>(h) << 16;
-  const std::uint32_t sign = w & 0x80000000u;
-  const std::uint32_t two_w = w + w;
-  const std::uint32_t exp_offset = 0xE0u << 23;
-  const float normalized = __fmul_rn(__uint_as_float((two_w >> 4) + exp_offset), 0x1.0p-112f);
-  const float denormalized = __fsub_rn(__uint_as_float((two_w >> 17) | (126u << 23)), 0.5f);
-  const std::uint32_t denormalized_cutoff = 1u << 27;
-  return __uint_as_float(sign | (two_w < denormalized_cutoff ? __float_as_uint(denormalized)
-                                                             : __float_as_uint(normalized)));
-}
-
-__device__ __forceinline__ std::uint16_t float_to_fp16(float f) {
-  // The float unit rounds (to nearest even) in the __fadd_rn below.
-  float base = __fmul_rn(__fmul_rn(fabsf(f), 0x1.0p+112f), 0x1.0p-110f);
-  const std::uint32_t w = __float_as_uint(f);
-  const std::uint32_t shl1_w = w + w;
-  const std::uint32_t sign = w & 0x80000000u;
-  std::uint32_t bias = shl1_w & 0xFF000000u;
-  if (bias < 0x71000000u) bias = 0x71000000u;
-  base = __fadd_rn(__uint_as_float((bias >> 1) + 0x07800000u), base);
-  const std::uint32_t bits = __float_as_uint(base);
-  const std::uint32_t exp_bits = (bits >> 13) & 0x00007C00u;
-  const std::uint32_t mantissa_bits = bits & 0x00000FFFu;
-  const std::uint32_t nonsign = exp_bits + mantissa_bits;
-  return static_cast<std::uint16_t>((sign >> 16) | (shl1_w > 0xFF000000u ? 0x7E00u : nonsign));
-}
-
-template <GradKind kGrad>
-__device__ __forceinline__ float load_grad(const void* grads, std::size_t i) {
-  if constexpr (kGrad == GradKind::kFloat32) {
-    return static_cast<const float*>(grads)[i];
-  } else if constexpr (kGrad == GradKind::kBFloat16) {
-    return bf16_to_float(static_cast<const std::uint16_t*>(grads)[i]);
-  } else {
-    return fp16_to_float(static_cast<const std::uint16_t*>(grads)[i]);
-  }
-}
-
-template <HalfOutKind kHalf>
-__device__ __forceinline__ void store_half(void* out, std::size_t i, float p) {
-  if constexpr (kHalf == HalfOutKind::kBFloat16) {
-    static_cast<std::uint16_t*>(out)[i] = float_to_bf16(p);
-  } else if constexpr (kHalf == HalfOutKind::kFloat16) {
-    static_cast<std::uint16_t*>(out)[i] = float_to_fp16(p);
-  }
-}
 
 template <GradKind kGrad, HalfOutKind kHalf>
 __global__ void __launch_bounds__(kThreads) fused_adam_kernel(const FusedAdamArgs a) {

@@ -9,10 +9,9 @@
 
 #include <cstddef>
 
-namespace zero::cuda::detail {
+#include "kernel_dtypes.h"
 
-enum class GradKind : int { kFloat32 = 0, kBFloat16 = 1, kFloat16 = 2 };
-enum class HalfOutKind : int { kNone = 0, kBFloat16 = 1, kFloat16 = 2 };
+namespace zero::cuda::detail {
 
 struct FusedAdamArgs {
   float* params = nullptr;

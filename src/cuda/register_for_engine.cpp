@@ -1,5 +1,5 @@
-// Registers what the engine needs from zero_cuda on a GPU: the fused Adam
-// kernel as its device optimizer step (zero/optim/device_adam_registry.h) and
+// Registers what the engine needs from zero_cuda on a GPU: the fused Adam and
+// Lion kernels as its device optimizer steps (zero/optim/device_kernel_registry.h) and
 // exact-size pinned host memory for its offload buffers
 // (zero/core/pinned_host_allocator.h). zero_cuda's link interface names the
 // symbol below as undefined (CMakeLists.txt), so every program that links
@@ -10,7 +10,8 @@
 #include "cuda_check.h"
 #include "zero/core/pinned_host_allocator.h"
 #include "zero/cuda/device_adam.h"
-#include "zero/optim/device_adam_registry.h"
+#include "zero/cuda/device_lion.h"
+#include "zero/optim/device_kernel_registry.h"
 
 namespace zero::cuda {
 namespace {
@@ -37,6 +38,7 @@ void pinned_release(void* p) {
 
 const bool registered = [] {
   optim::register_device_adam(&device_adam_step);
+  optim::register_device_lion(&fused_lion_device);
   register_pinned_host_allocator({&pinned_allocate, &pinned_release});
   return true;
 }();

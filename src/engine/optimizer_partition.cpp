@@ -29,13 +29,17 @@ OptimizerPartition::OptimizerPartition(const config::Config& config, const Memor
   split_ = plan.offload_split;
   const bool device_share = split_ < layout_.partition_numel();
   if (ctx_.on_accelerator() && (!o_.offload || device_share)) {
-    device_adam_ = optim::device_adam();
-    ZERO_CHECK(device_adam_ != nullptr, "the module is on ", ctx_.device.str(),
-               " but no device Adam is linked into this program: link zero_cuda (the zerocpp "
-               "target does), or offload the optimizer, all of it (offload_optimizer.device=\"cpu\", ratio 1).");
-    ZERO_CHECK(opt_.is_adam(), "optimizer ", opt_.type, " has no kernel on ", ctx_.device.str(),
-               ": use Adam/AdamW there, or offload the optimizer to the CPU, all of it "
+    ZERO_CHECK(!opt_.is_adagrad(), "optimizer ", opt_.type, " has no kernel on ", ctx_.device.str(),
+               ": use Adam/AdamW or Lion there, or offload the optimizer to the CPU, all of it "
                "(offload_optimizer.device=\"cpu\", ratio 1), where ", opt_.type, " runs.");
+    if (opt_.is_lion()) {
+      device_lion_ = optim::device_lion();
+    } else {
+      device_adam_ = optim::device_adam();
+    }
+    ZERO_CHECK(device_adam_ != nullptr || device_lion_ != nullptr, "the module is on ", ctx_.device.str(),
+               " but no device ", opt_.type, " is linked into this program: link zero_cuda (the zerocpp "
+               "target does), or offload the optimizer, all of it (offload_optimizer.device=\"cpu\", ratio 1).");
   }
   // On a GPU the CPU step leaves one core to the thread that feeds the GPU
   // (a fully busy CPU slowed the GPU's steps by up to 40% on the H100
@@ -187,7 +191,7 @@ void OptimizerPartition::step(Share share, const GradsFn& grads, const HalfOutFn
   float* m2 = moments() == 1 ? nullptr : (dev ? dev_exp_avg_sq_ : exp_avg_sq_).data_ptr<float>();
   // The device Adam where the share's state is on a GPU: the whole
   // partition without offload, the device share with it.
-  const bool on_device = device_adam_ != nullptr && (dev || !o_.offload);
+  const bool on_device = (device_adam_ != nullptr || device_lion_ != nullptr) && (dev || !o_.offload);
   for (const Piece& pc : pieces(share)) {
     const at::Tensor g = grads(pc);
     void* half = o_.dtype != at::kFloat ? half_out(pc, g) : nullptr;
@@ -239,7 +243,12 @@ void OptimizerPartition::step_run(float* master, float* m1, float* m2, const voi
     h.beta2 = opt_.beta2;
     h.weight_decay = weight_decay;
     optim::LionBuffers buf{master, grads, grad_dtype, m1, n, grad_scale, half, to_dtype(o_.dtype)};
-    optim::lion_step(h, buf, pool);
+    if (on_device) {
+      const c10::DeviceGuard on_device_guard(ctx_.device);
+      device_lion_(h, buf, ctx_.native_stream());
+    } else {
+      optim::lion_step(h, buf, pool);
+    }
     return;
   }
   if (opt_.is_adagrad()) {

@@ -2,7 +2,7 @@
 // and the moments (on the device, or on the host with offload), the staging
 // buffer the CPU step writes the updated training-precision parameters to,
 // the CPU thread pool, and the step itself: the CPU Adam/Adagrad/Lion kernels on
-// host memory, the registered device Adam (zero/optim/device_adam_registry.h)
+// host memory, the registered device Adam or Lion (zero/optim/device_kernel_registry.h)
 // on a GPU. No collectives in here: the DPU worker runs step().
 //
 // Offload with offload_optimizer.ratio < 1 (DeepSpeed's Twin-Flow) splits
@@ -39,7 +39,7 @@
 #include "zero/memory/memory_ledger.h"
 #include "zero/offload/swap_file.h"
 #include "zero/offload/swap_stream.h"
-#include "zero/optim/device_adam_registry.h"
+#include "zero/optim/device_kernel_registry.h"
 #include "zero/optim/thread_pool.h"
 #include "zero/zero/flat_layout.h"
 #include "zero/zero/memory_plan.h"
@@ -197,7 +197,10 @@ class OptimizerPartition {
   const DeviceContext& ctx_;
   Options o_;
   memory::MemoryLedger& ledger_;
+  // The registered device kernel of the optimizer, where its state is on a
+  // GPU (nullptr otherwise: the CPU kernels step it).
   optim::DeviceAdamFn device_adam_ = nullptr;
+  optim::DeviceLionFn device_lion_ = nullptr;
   at::Tensor master_, exp_avg_, exp_avg_sq_, staging_;
   at::Tensor dev_master_, dev_exp_avg_, dev_exp_avg_sq_, dev_staging_;  // the device share
   std::size_t split_ = 0;

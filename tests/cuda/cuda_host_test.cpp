@@ -7,7 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "zero/core/pinned_host_allocator.h"
-#include "zero/optim/device_adam_registry.h"
+#include "zero/optim/device_kernel_registry.h"
 
 #include "zero/core/error.h"
 #include "zero/cuda/device_adam.h"
@@ -27,6 +27,7 @@ namespace {
 // option of zero_cuda): without them the engine refuses a GPU module.
 TEST(CudaHost, LinkingZeroCudaRegistersWhatTheEngineNeeds) {
   EXPECT_NE(zero::optim::device_adam(), nullptr);
+  EXPECT_NE(zero::optim::device_lion(), nullptr);
   ASSERT_NE(zero::pinned_host_allocator(), nullptr);
   EXPECT_NE(zero::pinned_host_allocator()->allocate, nullptr);
   EXPECT_NE(zero::pinned_host_allocator()->release, nullptr);

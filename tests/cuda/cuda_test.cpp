@@ -18,6 +18,7 @@
 #include "zero/core/dtype.h"
 #include "zero/core/half.h"
 #include "zero/cuda/device_adam.h"
+#include "zero/cuda/device_lion.h"
 #include "zero/cuda/device_buffer.h"
 #include "zero/cuda/pinned_buffer.h"
 #include "zero/cuda/stream.h"
@@ -186,6 +187,94 @@ TEST_P(FusedAdamDevice, MatchesCpuReferenceOver20Steps) {
 
 // 1: a grid of one thread; 1000003: a prime, so the last block is partial.
 INSTANTIATE_TEST_SUITE_P(Sizes, FusedAdamDevice, ::testing::Values(1u, 1000003u));
+
+// 20 steps of fused_lion_device and of optim::lion_step_reference from the
+// same start and grads (a zero among them, so that some c are 0), bit for
+// bit: params, m and the half copy.
+void run_lion_case(std::size_t n, DType grad_dtype, std::optional<DType> half) {
+  SCOPED_TRACE(::testing::Message() << "Lion n=" << n << " grads=" << dtype_name(grad_dtype)
+                                    << " half=" << (half ? dtype_name(*half) : "none"));
+  const std::size_t ge = element_size(grad_dtype);
+  std::mt19937 rng(static_cast<unsigned>(n * 5 + static_cast<unsigned>(grad_dtype)));
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> p(n), m(n, 0.0f);
+  for (float& x : p) x = normal(rng);
+  std::vector<float> rp = p, rm = m;
+  std::vector<std::uint16_t> rhalf(n), dhalf_host(n);
+  std::vector<unsigned char> g(n * ge);
+  CudaStream stream;
+  DeviceBuffer dp(n * 4), dm(n * 4), dg(n * ge), dhalf(half ? n * 2 : 0);
+  upload(dp, p, stream.handle());
+  upload(dm, m, stream.handle());
+  for (int step = 1; step <= 20; ++step) {
+    for (std::size_t i = 0; i < n; ++i) {
+      const float x = i % 13 == 4 ? 0.0f : std::ldexp(normal(rng), step % 5 - 2);
+      if (grad_dtype == DType::kFloat32) {
+        std::memcpy(&g[i * 4], &x, 4);
+      } else {
+        const std::uint16_t h = grad_dtype == DType::kBFloat16 ? float_to_bf16(x) : float_to_fp16(x);
+        std::memcpy(&g[i * 2], &h, 2);
+      }
+    }
+    optim::LionHyper h;
+    h.lr = 1e-4f * (1.0f + 0.01f * static_cast<float>(step));
+    h.beta2 = 0.99f;
+    h.weight_decay = 0.1f;
+    const DType half_dtype = half.value_or(DType::kBFloat16);
+    copy_async(dg.data(), g.data(), g.size(), stream.handle());
+    fused_lion_device(h, optim::LionBuffers{dp.as<float>(), dg.data(), grad_dtype, dm.as<float>(), n, 0.5f,
+                                            half ? dhalf.data() : nullptr, half_dtype},
+                      stream.handle());
+    stream.synchronize();
+    optim::lion_step_reference(h, optim::LionBuffers{rp.data(), g.data(), grad_dtype, rm.data(), n, 0.5f,
+                                                     half ? rhalf.data() : nullptr, half_dtype});
+  }
+  download(p, dp, stream.handle());
+  download(m, dm, stream.handle());
+  if (half) download(dhalf_host, dhalf, stream.handle());
+  stream.synchronize();
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (p[i] != rp[i] || m[i] != rm[i] || (half && dhalf_host[i] != rhalf[i])) {
+      if (bad++ < 5) ADD_FAILURE() << "element " << i << ": p " << p[i] << " vs " << rp[i] << ", m " << m[i] << " vs " << rm[i];
+    }
+  }
+  EXPECT_EQ(bad, 0u) << "of " << n << " elements differ from the CPU reference";
+}
+
+class FusedLionDevice : public ::testing::TestWithParam<std::size_t> {};
+
+TEST_P(FusedLionDevice, MatchesCpuReferenceBitForBitOver20Steps) {
+  ZERO_SKIP_WITHOUT_CUDA_DEVICE();
+  for (DType g : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+    for (std::optional<DType> half :
+         {std::optional<DType>{}, std::optional<DType>{DType::kBFloat16}, std::optional<DType>{DType::kFloat16}}) {
+      run_lion_case(GetParam(), g, half);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, FusedLionDevice, ::testing::Values(1u, 1000003u));
+
+TEST(FusedLionDeviceArgs, NonFiniteAndZeroSigns) {
+  ZERO_SKIP_WITHOUT_CUDA_DEVICE();
+  // c = 0.1 g here (m = 0): NaN and inf make their parameter NaN, a zero
+  // gradient leaves its parameter where it was (no decay).
+  std::vector<float> p{1.0f, 2.0f, 3.0f, 4.0f}, z(4, 0.0f), g{0.5f, NAN, 0.0f, INFINITY};
+  DeviceBuffer dp(16), dm(16), dg(16);
+  upload(dp, p, nullptr);
+  upload(dm, z, nullptr);
+  upload(dg, g, nullptr);
+  optim::LionHyper h;
+  h.lr = 0.25f;
+  fused_lion_device(h, optim::LionBuffers{dp.as<float>(), dg.data(), DType::kFloat32, dm.as<float>(), 4}, nullptr);
+  download(p, dp, nullptr);
+  stream_synchronize(nullptr);
+  EXPECT_EQ(p[0], 0.75f);
+  EXPECT_TRUE(std::isnan(p[1]));
+  EXPECT_EQ(p[2], 3.0f);
+  EXPECT_TRUE(std::isnan(p[3]));
+}
 
 TEST(FusedAdamDeviceArgs, NonFiniteGradPoisonsOnlyItsElement) {
   ZERO_SKIP_WITHOUT_CUDA_DEVICE();

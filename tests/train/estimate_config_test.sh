@@ -29,6 +29,9 @@ same stage3_param '{"train_micro_batch_size_per_gpu": 2, "fp16": {"enabled": tru
   "offload_optimizer": {"device": "cpu", "ratio": 0.5}, "offload_param": {"device": "cpu"}}}' \
   --stage 3 --offload --offload-ratio 0.5 --offload-param --precision fp16 --micro 2 --prefetch 1000 \
   --persistence-threshold 10 --cpu-checkpointing
+same lion_offload '{"train_micro_batch_size_per_gpu": 2, "bf16": {"enabled": true}, "optimizer": {"type": "lion", "params": {"lr": 1e-4, "betas": [0.9, 0.99]}},
+  "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}}' \
+  --stage 3 --offload --precision bf16 --optimizer Lion --micro 2
 same fp32_default '{"train_batch_size": 8, "zero_optimization": {"stage": 1}}' --stage 1 --precision fp32 --micro 4
 grep -q "^config .*fp32_default.json: stage 1, fp32, AdamW, micro-batch 4" "$work/fp32_default.cfg.out" \
   || { cat "$work/fp32_default.cfg.out"; fail "the config's line does not say what it set"; }

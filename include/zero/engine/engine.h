@@ -40,8 +40,8 @@
 //    device, and the module is built elsewhere (on the CPU, or on the meta
 //    device with an init function). On a GPU the flat buffers and
 //    (without offload) the optimizer partition are there, the optimizer step
-//    is zero_cuda's fused device Adam (link zero_cuda; Adagrad and Lion only with
-//    whole offload), and the communicator must be NCCL
+//    is zero_cuda's fused device Adam or Lion (link zero_cuda; Adagrad only
+//    with whole offload), and the communicator must be NCCL
 //    (zero::cuda::make_nccl_communicator) or, for one process, the
 //    single-process one. Offloaded host buffers are then pinned. docs/gpu.md.
 //  - Gradients are released as soon as autograd hands them over
