@@ -1,9 +1,10 @@
 // The fused Lion kernel: one pass over params, grads and m (and the optional
 // half copy), one element per thread in a grid-stride loop.
 //
-// Bit-for-bit the CPU reference (src/optim/lion_reference.cpp): the same
-// operations in the same order, each an explicitly rounded intrinsic that
-// nvcc never contracts into an FMA (see fused_adam_kernel.cu).
+// Bit-for-bit the CPU reference (src/optim/lion_reference.cpp), NaN payloads
+// aside (the device writes its own NaN): the same operations in the same
+// order, each an explicitly rounded intrinsic that nvcc never contracts into
+// an FMA (see fused_adam_kernel.cu).
 #include <cuda_runtime.h>
 
 #include <cstdint>

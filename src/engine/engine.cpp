@@ -252,6 +252,12 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
     m.stage = z.stage;
     ZERO_CHECK(m.stage >= 0 && m.stage <= 3, "zero_optimization.stage=", m.stage,
                " does not exist: ZeRO stages are 0, 1, 2 and 3");
+    // (The JSON parser canonicalises the type; a config built in code gets
+    // the spelling checked here.)
+    const auto& opt = config_.optimizer;
+    ZERO_CHECK(opt.is_adam() || opt.is_adagrad() || opt.is_lion(), "optimizer.type=\"", opt.type,
+               "\" is not an optimizer zerocpp has: set it to \"Adam\", \"AdamW\", \"Adagrad\" or \"Lion\", "
+               "spelt so (config::parse_config also takes other cases)");
     // "nvme" is an offload whose optimizer state lives in a swap file
     // (the CPU steps it all the same).
     const bool nvme = z.offload_optimizer.device == "nvme";

@@ -1681,6 +1681,28 @@ TEST(Config, BatchSizesForAnotherWorldSizeAreRefused) {
   }
 }
 
+// A config built in code with an optimizer type zerocpp has not (or spelt
+// otherwise than the parser writes it) is refused at construction, not
+// stepped as some other optimizer.
+TEST(Config, AnOptimizerTypeBuiltInCodeIsChecked) {
+  comm::Communicator& comm = world_comm();
+  for (const char* type : {"adamw", "Lamb", ""}) {
+    config::Config cfg = make_config(2, true, false, comm.world_size(), 2, 1);
+    cfg.optimizer.type = type;
+    try {
+      auto model = make_model(ModelKind::kMlp);
+      Engine engine(model, cfg, comm);
+      ADD_FAILURE() << "optimizer type '" << type << "' was accepted";
+    } catch (const ::zero::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("optimizer.type=\"") + type +
+                                           "\" is not an optimizer zerocpp has: set it to \"Adam\", \"AdamW\", "
+                                           "\"Adagrad\" or \"Lion\""),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 // Settings the engine does not act on are named once, with what it does instead.
 TEST(Config, IgnoredSettingsAreNamedAtConstruction) {
   comm::Communicator& comm = world_comm();

@@ -221,7 +221,7 @@ TEST(Estimate, OffloadOnAGpuHoldsSixteenHostBytesPerParameterWithTheDelayedUpdat
 }
 
 // The device and host peaks, construction and a step included, for Adam,
-// Adagrad and Lion (one moment each), fp32 and bf16: the estimate (the engine's memory
+// and Adagrad and Lion (one moment each), fp32 and bf16: the estimate (the engine's memory
 // plan summed) within 5% of what the ledger saw.
 TEST(Estimate, PeaksIncludingConstructionMatchTheLedger) {
   auto comm = comm::make_communicator();

@@ -4,8 +4,8 @@
 // The maths, the per-step scalars and the buffer contract are
 // optim::lion_step_reference's (zero/optim/lion.h), every floating-point
 // operation an explicitly rounded one in the reference's order: meant to be
-// bit-identical to the CPU reference on the same inputs (tests/cuda checks
-// it). Every buffer in device (or managed) memory, aligned to its element
+// bit-identical to the CPU reference on the same inputs, NaN payloads aside
+// (tests/cuda checks it). Every buffer in device (or managed) memory, aligned to its element
 // size; half_out may be grads itself, as on the CPU.
 //
 // Asynchronous, as fused_adam_device (device_adam.h): enqueued on
