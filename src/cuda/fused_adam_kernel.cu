@@ -18,13 +18,8 @@
 namespace zero::cuda::detail {
 namespace {
 
-constexpr int kThreads = 256;
-// A grid-stride loop past this: more blocks than an H100 holds at once
-// (132 SMs x 8 blocks of 256) many times over; the cap only bounds gridDim.
-constexpr std::size_t kMaxBlocks = 1u << 16;
-
 template <GradKind kGrad, HalfOutKind kHalf>
-__global__ void __launch_bounds__(kThreads) fused_adam_kernel(const FusedAdamArgs a) {
+__global__ void __launch_bounds__(kFusedThreads) fused_adam_kernel(const FusedAdamArgs a) {
   const bool l2 = a.l2 != 0.0f;  // torch.optim.Adam adds wd * p only when wd != 0
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
   for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < a.n;
@@ -48,32 +43,13 @@ __global__ void __launch_bounds__(kThreads) fused_adam_kernel(const FusedAdamArg
   }
 }
 
-template <GradKind kGrad, HalfOutKind kHalf>
-void launch(const FusedAdamArgs& args, cudaStream_t stream) {
-  std::size_t blocks = (args.n + kThreads - 1) / kThreads;
-  if (blocks > kMaxBlocks) blocks = kMaxBlocks;
-  fused_adam_kernel<kGrad, kHalf>
-      <<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(args);
-}
-
-template <GradKind kGrad>
-void launch_for_grad(const FusedAdamArgs& args, cudaStream_t stream) {
-  switch (args.half_kind) {
-    case HalfOutKind::kNone: return launch<kGrad, HalfOutKind::kNone>(args, stream);
-    case HalfOutKind::kBFloat16: return launch<kGrad, HalfOutKind::kBFloat16>(args, stream);
-    case HalfOutKind::kFloat16: return launch<kGrad, HalfOutKind::kFloat16>(args, stream);
-  }
-}
-
 }  // namespace
 
 int launch_fused_adam(const FusedAdamArgs& args, void* stream_handle) {
   const auto stream = static_cast<cudaStream_t>(stream_handle);
-  switch (args.grad_kind) {
-    case GradKind::kFloat32: launch_for_grad<GradKind::kFloat32>(args, stream); break;
-    case GradKind::kBFloat16: launch_for_grad<GradKind::kBFloat16>(args, stream); break;
-    case GradKind::kFloat16: launch_for_grad<GradKind::kFloat16>(args, stream); break;
-  }
+  dispatch_kinds(args.grad_kind, args.half_kind, [&](auto grad, auto half) {
+    fused_adam_kernel<decltype(grad)::value, decltype(half)::value><<<fused_blocks(args.n), kFusedThreads, 0, stream>>>(args);
+  });
   // A launch reports its configuration errors here, not by a return value.
   return static_cast<int>(cudaGetLastError());
 }

@@ -15,9 +15,6 @@
 namespace zero::cuda::detail {
 namespace {
 
-constexpr int kThreads = 256;
-constexpr std::size_t kMaxBlocks = 1u << 16;  // as fused_adam_kernel.cu: bounds gridDim only
-
 // sign(c) as lion.h defines it: 0 at +-0, NaN where c is not finite.
 __device__ __forceinline__ float lion_sign(float c) {
   if (!isfinite(c)) return __int_as_float(0x7fc00000);
@@ -25,7 +22,7 @@ __device__ __forceinline__ float lion_sign(float c) {
 }
 
 template <GradKind kGrad, HalfOutKind kHalf>
-__global__ void __launch_bounds__(kThreads) fused_lion_kernel(const FusedLionArgs a) {
+__global__ void __launch_bounds__(kFusedThreads) fused_lion_kernel(const FusedLionArgs a) {
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
   for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < a.n;
        i += stride) {
@@ -39,31 +36,14 @@ __global__ void __launch_bounds__(kThreads) fused_lion_kernel(const FusedLionArg
   }
 }
 
-template <GradKind kGrad, HalfOutKind kHalf>
-void launch(const FusedLionArgs& args, cudaStream_t stream) {
-  std::size_t blocks = (args.n + kThreads - 1) / kThreads;
-  if (blocks > kMaxBlocks) blocks = kMaxBlocks;
-  fused_lion_kernel<kGrad, kHalf><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(args);
-}
-
-template <GradKind kGrad>
-void launch_for_grad(const FusedLionArgs& args, cudaStream_t stream) {
-  switch (args.half_kind) {
-    case HalfOutKind::kNone: return launch<kGrad, HalfOutKind::kNone>(args, stream);
-    case HalfOutKind::kBFloat16: return launch<kGrad, HalfOutKind::kBFloat16>(args, stream);
-    case HalfOutKind::kFloat16: return launch<kGrad, HalfOutKind::kFloat16>(args, stream);
-  }
-}
-
 }  // namespace
 
 int launch_fused_lion(const FusedLionArgs& args, void* stream_handle) {
   const auto stream = static_cast<cudaStream_t>(stream_handle);
-  switch (args.grad_kind) {
-    case GradKind::kFloat32: launch_for_grad<GradKind::kFloat32>(args, stream); break;
-    case GradKind::kBFloat16: launch_for_grad<GradKind::kBFloat16>(args, stream); break;
-    case GradKind::kFloat16: launch_for_grad<GradKind::kFloat16>(args, stream); break;
-  }
+  dispatch_kinds(args.grad_kind, args.half_kind, [&](auto grad, auto half) {
+    fused_lion_kernel<decltype(grad)::value, decltype(half)::value><<<fused_blocks(args.n), kFusedThreads, 0, stream>>>(args);
+  });
+  // A launch reports its configuration errors here, not by a return value.
   return static_cast<int>(cudaGetLastError());
 }
 

@@ -1,12 +1,14 @@
-// Device-side reads of a gradient of any GradKind as fp32, and rounded
-// writes of the half copy: the fused kernels' shared element conversions
-// (included by fused_adam_kernel.cu and fused_lion_kernel.cu only).
+// What the fused optimizer kernels share (included by fused_adam_kernel.cu
+// and fused_lion_kernel.cu only): device-side reads of a gradient of any
+// GradKind as fp32 and rounded writes of the half copy, their grid, and the
+// dispatch from the run-time kinds to a kernel's template.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernel_dtypes.h"
 
@@ -71,6 +73,36 @@ __device__ __forceinline__ void store_half(void* out, std::size_t i, float p) {
     static_cast<std::uint16_t*>(out)[i] = float_to_bf16(p);
   } else if constexpr (kHalf == HalfOutKind::kFloat16) {
     static_cast<std::uint16_t*>(out)[i] = float_to_fp16(p);
+  }
+}
+
+// One element per thread in a grid-stride loop, kFusedThreads to a block;
+// past kFusedMaxBlocks (more than an H100 holds at once, 132 SMs x 8 blocks
+// of 256, many times over) the loop strides: the cap only bounds gridDim.
+constexpr int kFusedThreads = 256;
+constexpr std::size_t kFusedMaxBlocks = 1u << 16;
+
+inline unsigned fused_blocks(std::size_t n) {
+  const std::size_t blocks = (n + kFusedThreads - 1) / kFusedThreads;
+  return static_cast<unsigned>(blocks < kFusedMaxBlocks ? blocks : kFusedMaxBlocks);
+}
+
+// Calls launch(grad, half) with the run-time kinds as
+// std::integral_constant<GradKind, ...> and std::integral_constant<HalfOutKind, ...>,
+// so that it can name the kernel's template for them.
+template <class Launch>
+void dispatch_kinds(GradKind grad, HalfOutKind half, Launch&& launch) {
+  const auto with_half = [&](auto g) {
+    switch (half) {
+      case HalfOutKind::kNone: return launch(g, std::integral_constant<HalfOutKind, HalfOutKind::kNone>{});
+      case HalfOutKind::kBFloat16: return launch(g, std::integral_constant<HalfOutKind, HalfOutKind::kBFloat16>{});
+      case HalfOutKind::kFloat16: return launch(g, std::integral_constant<HalfOutKind, HalfOutKind::kFloat16>{});
+    }
+  };
+  switch (grad) {
+    case GradKind::kFloat32: return with_half(std::integral_constant<GradKind, GradKind::kFloat32>{});
+    case GradKind::kBFloat16: return with_half(std::integral_constant<GradKind, GradKind::kBFloat16>{});
+    case GradKind::kFloat16: return with_half(std::integral_constant<GradKind, GradKind::kFloat16>{});
   }
 }
 
