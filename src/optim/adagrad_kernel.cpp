@@ -36,8 +36,11 @@ void AdagradSpan(const detail::AdagradScalars& s, const AdagradBuffers& b, std::
   const auto clr = hn::Set(d, s.clr);
   const auto eps = hn::Set(d, s.eps);
 
-  const auto update = [&](float* HWY_RESTRICT params, const void* HWY_RESTRICT grads,
-                          float* HWY_RESTRICT state_sum, void* HWY_RESTRICT half_out,
+  // grads and half_out are not restrict: half_out may be grads itself (as
+  // in adam.h); each vector's grads are read before its half values are
+  // stored.
+  const auto update = [&](float* HWY_RESTRICT params, const void* grads,
+                          float* HWY_RESTRICT state_sum, void* half_out,
                           std::size_t i) HWY_ATTR {
     auto p = hn::LoadU(d, params + i);
     auto g = hn::Mul(LoadWidened<kGrad>(d, grads, i), grad_scale);   // g = grad * grad_scale
@@ -53,9 +56,9 @@ void AdagradSpan(const detail::AdagradScalars& s, const AdagradBuffers& b, std::
   // Local pointer copies (stores cannot alias `b`, so they stay in
   // registers), and software prefetch as in adam_kernel.cpp.
   float* HWY_RESTRICT params = b.params;
-  const void* HWY_RESTRICT grads = b.grads;
+  const void* grads = b.grads;
   float* HWY_RESTRICT state_sum = b.state_sum;
-  void* HWY_RESTRICT half_out = b.half_out;
+  void* half_out = b.half_out;
   const std::size_t last = b.n - 1;
   const std::size_t grad_bytes = element_size(kGrad);
   const std::size_t step = std::max(kLineElements, lanes);

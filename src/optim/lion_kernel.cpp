@@ -42,8 +42,11 @@ void LionSpan(const detail::LionScalars& s, const LionBuffers& b, std::size_t be
   const auto one = hn::Set(d, 1.0f);
   const auto nan = hn::Set(d, std::numeric_limits<float>::quiet_NaN());
 
-  const auto update = [&](float* HWY_RESTRICT params, const void* HWY_RESTRICT grads,
-                          float* HWY_RESTRICT exp_avg, void* HWY_RESTRICT half_out,
+  // grads and half_out are not restrict: half_out may be grads itself (as
+  // in adam.h); each vector's grads are read before its half values are
+  // stored.
+  const auto update = [&](float* HWY_RESTRICT params, const void* grads,
+                          float* HWY_RESTRICT exp_avg, void* half_out,
                           std::size_t i) HWY_ATTR {
     const auto g = hn::Mul(LoadWidened<kGrad>(d, grads, i), grad_scale);  // g = grad * grad_scale
     const auto m = hn::LoadU(d, exp_avg + i);
@@ -57,9 +60,9 @@ void LionSpan(const detail::LionScalars& s, const LionBuffers& b, std::size_t be
   };
 
   float* HWY_RESTRICT params = b.params;
-  const void* HWY_RESTRICT grads = b.grads;
+  const void* grads = b.grads;
   float* HWY_RESTRICT exp_avg = b.exp_avg;
-  void* HWY_RESTRICT half_out = b.half_out;
+  void* half_out = b.half_out;
   const std::size_t last = b.n - 1;
   const std::size_t grad_bytes = element_size(kGrad);
   const std::size_t step = std::max(kLineElements, lanes);
