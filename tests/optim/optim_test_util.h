@@ -82,6 +82,39 @@ inline std::size_t count_mismatches(const float* got, const float* want, std::si
   return bad;
 }
 
+// half_out == grads (the one overlap the buffer contracts allow, which the
+// engine's GPU offload uses), for a one-state optimizer: `step(step_number,
+// params, grads, dtype, state, n, half_out)` stepped on separate buffers and
+// in place from the same start must give the same bits, with each gradient
+// replaced by its updated parameter; on the tail, across tiles and threads.
+template <typename StepFn>
+void expect_half_out_may_be_the_grads(float state_init, StepFn&& step) {
+  for (DType dt : {DType::kBFloat16, DType::kFloat16}) {
+    for (std::size_t n : {1, 17, 100003, 300001}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " n=" + std::to_string(n));
+      std::mt19937 rng(static_cast<unsigned>(n));
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      std::vector<float> p1(n), s1(n, state_init);
+      std::vector<std::uint16_t> g1(n), half1(n);
+      for (std::size_t i = 0; i < n; ++i) {
+        p1[i] = normal(rng);
+        const float g = normal(rng);
+        g1[i] = dt == DType::kBFloat16 ? float_to_bf16(g) : float_to_fp16(g);
+      }
+      std::vector<float> p2 = p1, s2 = s1;
+      std::vector<std::uint16_t> g2 = g1;
+      for (int k = 1; k <= 3; ++k) {
+        step(k, p1.data(), g1.data(), dt, s1.data(), n, half1.data());
+        step(k, p2.data(), g2.data(), dt, s2.data(), n, g2.data());
+        ASSERT_EQ(p1, p2) << "step " << k;
+        ASSERT_EQ(s1, s2) << "step " << k;
+        ASSERT_EQ(half1, g2) << "step " << k << ": the grads were not replaced by the updated parameters";
+        g2 = g1;  // the next step's gradients, the same for both
+      }
+    }
+  }
+}
+
 inline std::string target_label(const std::string& name) { return name; }
 
 }  // namespace zero::optim::test
