@@ -1,21 +1,20 @@
 // CPU Lion: the SIMD kernel, compiled once per target, and lion_step().
-// Same structure as adagrad_kernel.cpp (one pass with software prefetch, tail
-// on copies, no FMA contraction so every target equals lion_step_reference
-// bit for bit). Lion moves 4 bytes of state per element fewer than Adam, and
-// its arithmetic is a handful of multiplies and a sign: bandwidth-bound.
+// The loop of one_state_span-inl.h, shared with Adagrad (one pass with
+// software prefetch, the tail on copies), no FMA contraction so every target
+// equals lion_step_reference bit for bit. Lion moves 4 bytes of state per
+// element fewer than Adam, and its arithmetic is a handful of multiplies and
+// a sign: bandwidth-bound.
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "optim/lion_kernel.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 
-#include <algorithm>
-#include <cstring>
 #include <limits>
 
-#include <hwy/cache_control.h>
 #include <hwy/highway.h>
 
 #include "optim/half_simd-inl.h"
+#include "optim/one_state_span-inl.h"
 #include "zero/optim/detail/step_scalars.h"
 #include "zero/optim/lion.h"
 
@@ -23,14 +22,9 @@ HWY_BEFORE_NAMESPACE();
 namespace zero::optim::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// As in adam_kernel.cpp: prefetch 1 KiB of each fp32 stream ahead, once per line.
-constexpr std::size_t kPrefetchElements = 256;
-constexpr std::size_t kLineElements = 64 / sizeof(float);
-
 template <DType kGrad, bool kHalfOut, DType kHalf>
 void LionSpan(const detail::LionScalars& s, const LionBuffers& b, std::size_t begin, std::size_t end) {
   const hn::ScalableTag<float> d;
-  const std::size_t lanes = hn::Lanes(d);
   const auto grad_scale = hn::Set(d, s.grad_scale);
   const auto lr = hn::Set(d, s.lr);
   const auto decay = hn::Set(d, s.decay);
@@ -42,9 +36,8 @@ void LionSpan(const detail::LionScalars& s, const LionBuffers& b, std::size_t be
   const auto one = hn::Set(d, 1.0f);
   const auto nan = hn::Set(d, std::numeric_limits<float>::quiet_NaN());
 
-  // grads and half_out are not restrict: half_out may be grads itself (as
-  // in adam.h); each vector's grads are read before its half values are
-  // stored.
+  // One vector at element i (grads and half_out may be one buffer: see
+  // one_state_span-inl.h).
   const auto update = [&](float* HWY_RESTRICT params, const void* grads,
                           float* HWY_RESTRICT exp_avg, void* half_out,
                           std::size_t i) HWY_ATTR {
@@ -59,40 +52,7 @@ void LionSpan(const detail::LionScalars& s, const LionBuffers& b, std::size_t be
     if constexpr (kHalfOut) StoreNarrowed<kHalf>(d, p, half_out, i);
   };
 
-  float* HWY_RESTRICT params = b.params;
-  const void* grads = b.grads;
-  float* HWY_RESTRICT exp_avg = b.exp_avg;
-  void* half_out = b.half_out;
-  const std::size_t last = b.n - 1;
-  const std::size_t grad_bytes = element_size(kGrad);
-  const std::size_t step = std::max(kLineElements, lanes);
-  std::size_t i = begin;
-  for (; i + step <= end; i += step) {
-    const std::size_t ahead = std::min(i + kPrefetchElements, last);
-    hwy::Prefetch(params + ahead);
-    hwy::Prefetch(static_cast<const unsigned char*>(grads) + ahead * grad_bytes);
-    hwy::Prefetch(exp_avg + ahead);
-    for (std::size_t j = i; j < i + step; j += lanes) update(params, grads, exp_avg, half_out, j);
-  }
-  for (; i + lanes <= end; i += lanes) update(params, grads, exp_avg, half_out, i);
-  if (i == end) return;
-
-  // Tail on zero-padded copies (their extra lanes are discarded).
-  constexpr std::size_t kMaxLanes = HWY_MAX_BYTES / sizeof(float);
-  const std::size_t r = end - i;
-  alignas(64) float p[kMaxLanes] = {};
-  alignas(64) float m[kMaxLanes] = {};
-  alignas(64) unsigned char g[kMaxLanes * sizeof(float)] = {};
-  alignas(64) std::uint16_t h[kMaxLanes] = {};
-  std::memcpy(p, params + i, r * sizeof(float));
-  std::memcpy(g, static_cast<const unsigned char*>(grads) + i * grad_bytes, r * grad_bytes);
-  std::memcpy(m, exp_avg + i, r * sizeof(float));
-  update(p, g, m, h, 0);
-  std::memcpy(params + i, p, r * sizeof(float));
-  std::memcpy(exp_avg + i, m, r * sizeof(float));
-  if constexpr (kHalfOut) {
-    std::memcpy(static_cast<std::uint16_t*>(half_out) + i, h, r * sizeof(std::uint16_t));
-  }
+  OneStateSpan<kGrad, kHalfOut>(b.params, b.grads, b.exp_avg, b.half_out, b.n, begin, end, update);
 }
 
 template <DType kGrad>
