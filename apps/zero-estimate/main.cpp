@@ -73,6 +73,7 @@ std::string format_count(std::int64_t n) {
 
 int main(int argc, char** argv) {
   std::string config_path, model = "gpt2", params_text, device_mem_text, host_mem_text, precision = "bf16", stage_text, optimizer = "AdamW";
+  config::OptimizerConfig optimizer_kind;  // --optimizer's type, for its moments
   int world = 1, stage = -1;
   bool offload = false, dpu = false, json = false, checkpoint = false, cpu_checkpoint = false, on_gpu = false;
   bool offload_param = false, nvme = false, param_nvme = false;
@@ -231,7 +232,8 @@ int main(int argc, char** argv) {
       }
       ZERO_CHECK(precision == "bf16" || precision == "fp16" || precision == "fp32",
                  "--precision must be bf16, fp16 or fp32, got '", precision, "'");
-      ZERO_CHECK(optimizer == "AdamW" || optimizer == "Adam" || optimizer == "Adagrad" || optimizer == "Lion",
+      optimizer_kind.type = optimizer;
+      ZERO_CHECK(optimizer_kind.is_adam() || optimizer_kind.is_adagrad() || optimizer_kind.is_lion(),
                  "--optimizer must be AdamW, Adam, Adagrad or Lion, got '", optimizer, "'");
       if (!params_text.empty()) parse_count(params_text);
       if (!device_mem_text.empty()) parse_bytes("--device-mem", device_mem_text);
@@ -244,7 +246,7 @@ int main(int argc, char** argv) {
     in.world = world;
     in.bucket_numel = std::max<std::int64_t>(bucket, 1);  // 0: a bucket per parameter (DeepSpeed's meaning)
     in.element_bytes = precision == "fp32" ? 4 : 2;
-    in.moments = optimizer == "Adam" || optimizer == "AdamW" ? 2 : 1;
+    in.moments = optimizer_kind.moments();
     in.on_gpu = on_gpu;
     in.prefetch_elements = prefetch;
     in.persistence_threshold = persistence;
