@@ -5,9 +5,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "batch_size.h"
 #include "section_reader.h"
@@ -141,22 +143,90 @@ void read_optimizer(SectionReader& top, OptimizerConfig& opt) {
   }
 }
 
-void read_scheduler(SectionReader& top, const OptimizerConfig& opt, SchedulerConfig& sched) {
-  const Json* section = top.read_object(
-      "scheduler", "{\"type\": \"WarmupLR\", \"params\": {\"warmup_num_steps\": 1000}}");
-  if (!section) return;
-  SectionReader r(top.context(), "scheduler", section);
-  auto type = r.read_choice("type", {"WarmupLR", "WarmupDecayLR", "WarmupCosineLR"});
-  if (!type) {
-    r.fail("type", "required when 'scheduler' is given: one of \"WarmupLR\", \"WarmupDecayLR\", "
-                   "\"WarmupCosineLR\"");
+// The keys of each family of DeepSpeed's schedulers: a key of another
+// family than the config's type is ignored, with a note (DeepSpeed would
+// stop on it with a TypeError).
+struct SchedulerKeys {
+  std::vector<std::string_view> types;
+  std::string_view family;
+  std::vector<std::string_view> keys;
+};
+const SchedulerKeys kSchedulerFamilies[] = {
+    {{"WarmupLR", "WarmupDecayLR", "WarmupCosineLR"},
+     "the warm-up schedulers (WarmupLR, WarmupDecayLR, WarmupCosineLR)",
+     {"warmup_num_steps", "warmup_type", "warmup_min_lr", "warmup_max_lr", "warmup_min_ratio", "cos_min_ratio",
+      "total_num_steps"}},
+    {{"OneCycle"},
+     "OneCycle",
+     {"cycle_min_lr", "cycle_max_lr", "decay_lr_rate", "cycle_first_step_size", "cycle_second_step_size",
+      "cycle_first_stair_count", "cycle_second_stair_count", "decay_step_size", "cycle_momentum", "cycle_min_mom",
+      "cycle_max_mom", "decay_mom_rate"}},
+    {{"LRRangeTest"},
+     "LRRangeTest",
+     {"lr_range_test_min_lr", "lr_range_test_step_size", "lr_range_test_step_rate", "lr_range_test_staircase"}},
+};
+
+void note_keys_of_other_schedulers(SectionReader& p, const std::string& type) {
+  for (const SchedulerKeys& f : kSchedulerFamilies) {
+    if (std::find(f.types.begin(), f.types.end(), type) != f.types.end()) continue;
+    for (std::string_view key : f.keys) {
+      if (p.given(key)) p.note_ignored(key, "it applies to " + std::string(f.family) + ", not " + type);
+    }
   }
-  sched.type = *type;
+}
+
+std::string short_number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+void read_one_cycle(SectionReader& p, const OptimizerConfig& opt, OneCycleConfig& c) {
+  auto required = [&](const char* key) {
+    auto v = p.read_float(key, kNonNegativeReal);
+    if (!v) {
+      p.fail(key, std::string(p.is_auto(key) ? "is \"auto\", and it is " : "") +
+                      "required by OneCycle (DeepSpeed has no default): the rate at the cycle's " +
+                      (std::string_view(key) == "cycle_min_lr" ? "start and end" : "peak") + ", a number >= 0");
+    }
+    return *v;
+  };
+  c.cycle_min_lr = required("cycle_min_lr");
+  c.cycle_max_lr = required("cycle_max_lr");
+  if (auto v = p.read_float("decay_lr_rate", kNonNegativeReal)) c.decay_lr_rate = *v;
+  if (auto v = p.read_int("cycle_first_step_size", kPositive)) c.cycle_first_step_size = *v;
+  c.cycle_second_step_size = p.read_int("cycle_second_step_size", kNonNegative).value_or(c.cycle_first_step_size);
+  if (auto v = p.read_int("cycle_first_stair_count", kNonNegative)) c.cycle_first_stair_count = *v;
+  c.cycle_second_stair_count =
+      p.read_int("cycle_second_stair_count", kNonNegative).value_or(c.cycle_first_stair_count);
+  if (auto v = p.read_int("decay_step_size", kNonNegative)) c.decay_step_size = *v;
+  if (auto v = p.read_bool("cycle_momentum")) c.cycle_momentum = *v;
+  if (auto v = p.read_float("cycle_min_mom", kBetaRange)) c.cycle_min_mom = *v;
+  if (auto v = p.read_float("cycle_max_mom", kBetaRange)) c.cycle_max_mom = *v;
+  if (auto v = p.read_float("decay_mom_rate", kNonNegativeReal)) c.decay_mom_rate = *v;
+  if (!c.cycle_momentum) return;
+  if (opt.is_adagrad()) {
+    // DeepSpeed: "cycle_momentum is disabled because optimizer ... does not
+    // support momentum".
+    p.context().warn("'scheduler.params.cycle_momentum' is off: Adagrad has no momentum (betas) to cycle.");
+    c.cycle_momentum = false;
+  } else if (opt.beta2 != 0.99f) {
+    p.context().warn("OneCycle's momentum cycle steps " + opt.type + " with betas [momentum, 0.99], as DeepSpeed's "
+                     "does: 'optimizer.params.betas' [" + short_number(opt.beta1) + ", " +
+                     short_number(opt.beta2) + "] is not used; \"cycle_momentum\": false keeps it.");
+  }
+}
+
+void read_range_test(SectionReader& p, LrRangeTestConfig& c) {
+  if (auto v = p.read_float("lr_range_test_min_lr", kNonNegativeReal)) c.min_lr = *v;
+  if (auto v = p.read_int("lr_range_test_step_size", kPositive)) c.step_size = *v;
+  if (auto v = p.read_float("lr_range_test_step_rate", kNonNegativeReal)) c.step_rate = *v;
+  if (auto v = p.read_bool("lr_range_test_staircase")) c.staircase = *v;
+}
+
+void read_warmup_schedule(SectionReader& top, SectionReader& p, const OptimizerConfig& opt, SchedulerConfig& sched) {
   const bool cosine = sched.type == "WarmupCosineLR";
   const bool decays = sched.type != "WarmupLR";
-  SectionReader p(top.context(), "scheduler.params",
-                  r.read_object("params", "{\"warmup_num_steps\": 1000}"));
-
   // Defaults are DeepSpeed's, except warmup_max_lr: the optimizer's lr rather
   // than a fixed 0.001, so that changing lr alone does what is meant.
   sched.warmup_num_steps = p.read_int("warmup_num_steps", kNonNegative).value_or(1000);
@@ -201,6 +271,32 @@ void read_scheduler(SectionReader& top, const OptimizerConfig& opt, SchedulerCon
   } else if (total) {
     p.note_ignored("total_num_steps", "WarmupLR keeps the rate constant after warmup");
   }
+}
+
+void read_scheduler(SectionReader& top, const OptimizerConfig& opt, SchedulerConfig& sched) {
+  const Json* section = top.read_object(
+      "scheduler", "{\"type\": \"WarmupLR\", \"params\": {\"warmup_num_steps\": 1000}}");
+  if (!section) return;
+  SectionReader r(top.context(), "scheduler", section);
+  auto type = r.read_choice("type", {"WarmupLR", "WarmupDecayLR", "WarmupCosineLR", "OneCycle", "LRRangeTest"});
+  if (!type) {
+    r.fail("type", "required when 'scheduler' is given: one of \"WarmupLR\", \"WarmupDecayLR\", "
+                   "\"WarmupCosineLR\", \"OneCycle\", \"LRRangeTest\"");
+  }
+  sched.type = *type;
+  const std::string_view example = sched.type == "OneCycle"
+                                       ? "{\"cycle_min_lr\": 1e-4, \"cycle_max_lr\": 1e-3}"
+                                       : sched.type == "LRRangeTest" ? "{\"lr_range_test_min_lr\": 1e-5}"
+                                                                     : "{\"warmup_num_steps\": 1000}";
+  SectionReader p(top.context(), "scheduler.params", r.read_object("params", example));
+  if (sched.type == "OneCycle") {
+    read_one_cycle(p, opt, sched.one_cycle);
+  } else if (sched.type == "LRRangeTest") {
+    read_range_test(p, sched.range_test);
+  } else {
+    read_warmup_schedule(top, p, opt, sched);
+  }
+  note_keys_of_other_schedulers(p, sched.type);
 }
 
 void read_offload_optimizer(SectionReader& zero, OffloadOptimizerConfig& off) {

@@ -37,6 +37,32 @@ json optimizer_json(const OptimizerConfig& o) {
 }
 
 json scheduler_json(const SchedulerConfig& s) {
+  if (s.type == "OneCycle") {
+    const OneCycleConfig& c = s.one_cycle;
+    return {{"type", s.type},
+            {"params",
+             {{"cycle_min_lr", shown(c.cycle_min_lr)},
+              {"cycle_max_lr", shown(c.cycle_max_lr)},
+              {"decay_lr_rate", shown(c.decay_lr_rate)},
+              {"cycle_first_step_size", c.cycle_first_step_size},
+              {"cycle_second_step_size", c.cycle_second_step_size},
+              {"cycle_first_stair_count", c.cycle_first_stair_count},
+              {"cycle_second_stair_count", c.cycle_second_stair_count},
+              {"decay_step_size", c.decay_step_size},
+              {"cycle_momentum", c.cycle_momentum},
+              {"cycle_min_mom", shown(c.cycle_min_mom)},
+              {"cycle_max_mom", shown(c.cycle_max_mom)},
+              {"decay_mom_rate", shown(c.decay_mom_rate)}}}};
+  }
+  if (s.type == "LRRangeTest") {
+    const LrRangeTestConfig& c = s.range_test;
+    return {{"type", s.type},
+            {"params",
+             {{"lr_range_test_min_lr", shown(c.min_lr)},
+              {"lr_range_test_step_size", c.step_size},
+              {"lr_range_test_step_rate", shown(c.step_rate)},
+              {"lr_range_test_staircase", c.staircase}}}};
+  }
   json params = {{"warmup_num_steps", s.warmup_num_steps},
                  {"warmup_min_lr", shown(s.warmup_min_lr)},
                  {"warmup_max_lr", shown(s.warmup_max_lr)},

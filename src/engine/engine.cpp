@@ -118,7 +118,7 @@ std::string first_line(const char* what) {
 
 }  // namespace
 
-void Engine::Impl::run_optimizer(int buf, float grad_scale, float lr, std::int64_t step,
+void Engine::Impl::run_optimizer(int buf, float grad_scale, const detail::StepRates& rates, std::int64_t step,
                                  const std::function<void(const Piece&)>& after_piece, Share share) {
   const bool main = share == Share::kMain;
   if (optimizer->pieces(share).empty()) return;
@@ -145,7 +145,7 @@ void Engine::Impl::run_optimizer(int buf, float grad_scale, float lr, std::int64
   };
   if (!main) {
     detail::StepTimeline::on_stream(&timeline, ctx.current_stream(), "device step", "share", 0, [&] {
-      optimizer->step(share, grad_of, half_of, grad_scale, lr, step, after_piece);
+      optimizer->step(share, grad_of, half_of, grad_scale, rates, step, after_piece);
     });
     return;
   }
@@ -158,7 +158,7 @@ void Engine::Impl::run_optimizer(int buf, float grad_scale, float lr, std::int64
     }
     if (after_piece) after_piece(pc);
   };
-  optimizer->step(share, grad_of, half_of, grad_scale, lr, step, done);
+  optimizer->step(share, grad_of, half_of, grad_scale, rates, step, done);
 }
 
 detail::ParamStore::UpdateSource Engine::Impl::update_source(int buf, Share share) const {
@@ -708,6 +708,12 @@ bool Engine::step_at_boundary() {
     report_skipped_step();
     return false;
   }
+  const auto [beta1, beta2] = betas();
+  ZERO_CHECK(beta1 < 1.0f, "OneCycle's momentum cycle gives beta1 ", beta1, " for optimizer step ", m.optimizer_step + 1,
+             ": Adam and Lion need beta1 < 1 (decay_mom_rate ", config_.scheduler.one_cycle.decay_mom_rate,
+             " raises it past cycle_max_mom after the cycle); lower scheduler.params.decay_mom_rate or set "
+             "cycle_momentum false");
+  const detail::StepRates rates{lr, beta1, beta2};
   stats_.consecutive_skipped = 0;
   // From here the master weights, the moments and the parameters change: a
   // failure part-way (out of memory in the optimizer, a failed publish)
@@ -727,10 +733,10 @@ bool Engine::step_at_boundary() {
   // The device share (offload_optimizer.ratio < 1) first, on the main
   // thread: on a GPU its kernels are queued on the compute stream before the
   // next backward's, and their update waits in its staging for the publish.
-  m.run_optimizer(buf, grad_scale, lr, opt_step, {}, Impl::Share::kDevice);
+  m.run_optimizer(buf, grad_scale, rates, opt_step, {}, Impl::Share::kDevice);
   if (m.delayed->should_delay(stats_.step)) {
-    m.delayed->submit([impl = impl_.get(), buf, grad_scale, lr, opt_step] {
-      impl->run_optimizer(buf, grad_scale, lr, opt_step, [impl](const Impl::Piece&) { impl->delayed->advance(); });
+    m.delayed->submit([impl = impl_.get(), buf, grad_scale, rates, opt_step] {
+      impl->run_optimizer(buf, grad_scale, rates, opt_step, [impl](const Impl::Piece&) { impl->delayed->advance(); });
     }, stats_.step + 1);
     m.grads->flip();  // the next step's gradients go to the other buffer
     m.grads->zero(m.grads->current());
@@ -740,11 +746,11 @@ bool Engine::step_at_boundary() {
       // the device share's, which the copy stream waits for on the device).
       m.params->begin_publish(/*offloaded=*/true, m.ctx);
       for (const Impl::Piece& pc : m.optimizer->pieces(Impl::Share::kDevice)) m.publish_piece(pc, buf, "share");
-      m.run_optimizer(buf, grad_scale, lr, opt_step,
+      m.run_optimizer(buf, grad_scale, rates, opt_step,
                       [&](const Impl::Piece& pc) { m.publish_piece(pc, buf, "piece"); });
       m.params->end_publish(comm_);
     } else {
-      m.run_optimizer(buf, grad_scale, lr, opt_step);
+      m.run_optimizer(buf, grad_scale, rates, opt_step);
       m.apply_update(buf, comm_);
     }
     m.grads->zero(buf);
@@ -761,12 +767,22 @@ float Engine::lr() const {
   return m.schedule ? m.schedule->applied(m.optimizer_step) : lr_;
 }
 
+std::pair<float, float> Engine::betas() const {
+  const Impl& m = *impl_;
+  std::optional<LrSchedule::Betas> b = m.schedule ? m.schedule->applied_betas(m.optimizer_step) : m.held_betas;
+  if (!b) b = LrSchedule::Betas{config_.optimizer.beta1, config_.optimizer.beta2};
+  return {b->beta1, b->beta2};
+}
+
 void Engine::set_lr(float lr) {
   Impl& m = *impl_;
   if (m.schedule && m.rank == 0) {
     std::fprintf(stderr, "zerocpp: set_lr() sets the learning rate from now on; the config's scheduler (%s) is "
-                 "off\n", config_.scheduler.type.c_str());
+                 "off%s\n", config_.scheduler.type.c_str(),
+                 m.schedule->applied_betas(m.optimizer_step) ? " (its betas stay where it left them)" : "");
   }
+  // As in DeepSpeed, where OneCycle wrote the betas into the optimizer.
+  if (m.schedule) m.held_betas = m.schedule->applied_betas(m.optimizer_step);
   m.schedule.reset();
   lr_ = lr;
 }

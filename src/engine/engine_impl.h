@@ -57,6 +57,8 @@ struct Engine::Impl {
   std::int64_t optimizer_step = 0;  // the optimizer's own step count (bias correction)
   // The config's scheduler, until set_lr() takes over.
   std::optional<LrSchedule> schedule;
+  // The betas a OneCycle scheduler left when set_lr() turned it off.
+  std::optional<LrSchedule::Betas> held_betas;
   comm::CommStats comm_at_step_start;
   // Declared last, so destroyed first: the hooks go before what they call,
   // and the module gets its own tensors back while the flat buffer is alive.
@@ -100,7 +102,7 @@ struct Engine::Impl {
   // up at once).
   using Piece = detail::OptimizerPartition::Piece;
   using Share = detail::OptimizerPartition::Share;
-  void run_optimizer(int buf, float grad_scale, float lr, std::int64_t step,
+  void run_optimizer(int buf, float grad_scale, const detail::StepRates& rates, std::int64_t step,
                      const std::function<void(const Piece&)>& after_piece = {}, Share share = Share::kMain);
   // Where the updated training-precision values of a share (of gradient
   // buffer `buf`) are read from for the model (values undefined: the

@@ -24,8 +24,62 @@ float LrSchedule::warmup(std::int64_t step) const {
 float LrSchedule::applied(std::int64_t taken) const {
   if (taken > 0 || s_.type.empty()) return lr(taken - 1);
   // Before DeepSpeed's scheduler has stepped: WarmupLR's get_lr() returns
-  // min_lrs there (WarmupDecayLR inherits it), WarmupCosineLR's 0.
+  // min_lrs there (WarmupDecayLR inherits it), WarmupCosineLR's 0; OneCycle
+  // and LRRangeTest set their minimum at construction.
+  if (s_.type == "OneCycle") return s_.one_cycle.cycle_min_lr;
+  if (s_.type == "LRRangeTest") return s_.range_test.min_lr;
   return s_.type == "WarmupCosineLR" ? 0.0f : s_.warmup_min_lr;
+}
+
+std::int64_t LrSchedule::cycle_steps() const {
+  return s_.one_cycle.cycle_first_step_size + s_.one_cycle.cycle_second_step_size;
+}
+
+// DeepSpeed's OneCycle._get_scale_factor, in the same double arithmetic.
+double LrSchedule::cycle_scale(std::int64_t step) const {
+  const config::OneCycleConfig& c = s_.one_cycle;
+  const double first = static_cast<double>(c.cycle_first_step_size);
+  const double second = static_cast<double>(c.cycle_second_step_size);
+  const double total = first + second, step_ratio = first / total;
+  const double b = static_cast<double>(step + 1);
+  const double x = 1.0 + b / total - std::floor(1.0 + b / total);
+  double scale = 0.0;
+  std::int64_t stairs = 0;
+  if (x <= step_ratio) {
+    scale = x / step_ratio;
+    stairs = c.cycle_first_stair_count;
+  } else {
+    scale = (x - 1.0) / (step_ratio - 1.0);
+    stairs = c.cycle_second_stair_count;
+  }
+  if (stairs > 0) {
+    // From the step within the cycle, not from the scale (a scale a hair
+    // under an exact stair would drop a whole stair), as DeepSpeed does.
+    const double at = std::fmod(b, total);
+    const double position = at <= first ? at * static_cast<double>(stairs) / first
+                                        : (total - at) * static_cast<double>(stairs) / second;
+    scale = std::floor(position) / static_cast<double>(stairs);
+  }
+  return scale;
+}
+
+std::optional<LrSchedule::Betas> LrSchedule::betas(std::int64_t step) const {
+  const config::OneCycleConfig& c = s_.one_cycle;
+  if (s_.type != "OneCycle" || !c.cycle_momentum) return std::nullopt;
+  constexpr float kBeta2 = 0.99f;  // DeepSpeed's OneCycle sets (momentum, 0.99)
+  const double max_mom = c.cycle_max_mom, min_mom = c.cycle_min_mom;
+  if (step < cycle_steps()) {
+    return Betas{static_cast<float>(max_mom - (max_mom - min_mom) * cycle_scale(step)), kBeta2};
+  }
+  if (c.decay_step_size == 0 || c.decay_mom_rate == 0.0f) return Betas{c.cycle_max_mom, kBeta2};
+  const double interval = static_cast<double>(step - cycle_steps() + 1) / static_cast<double>(c.decay_step_size);
+  return Betas{static_cast<float>(max_mom * (1.0 + c.decay_mom_rate * interval)), kBeta2};
+}
+
+std::optional<LrSchedule::Betas> LrSchedule::applied_betas(std::int64_t taken) const {
+  if (taken > 0) return betas(taken - 1);
+  if (s_.type != "OneCycle" || !s_.one_cycle.cycle_momentum) return std::nullopt;
+  return Betas{s_.one_cycle.cycle_min_mom, 0.99f};
 }
 
 std::string LrSchedule::describe() const {
@@ -35,6 +89,31 @@ std::string LrSchedule::describe() const {
     return std::string(buf);
   };
   if (s_.type.empty()) return "constant " + num(base_lr_);
+  if (s_.type == "LRRangeTest") {
+    const config::LrRangeTestConfig& r = s_.range_test;
+    return "range test from " + num(r.min_lr) + ", growing by " + num(static_cast<double>(r.min_lr) * r.step_rate) +
+           " every " + std::to_string(r.step_size) + " steps" + (r.staircase ? " (in stairs)" : "");
+  }
+  if (s_.type == "OneCycle") {
+    const config::OneCycleConfig& c = s_.one_cycle;
+    auto stairs = [](std::int64_t n) { return n > 0 ? " in " + std::to_string(n) + " stairs" : std::string(); };
+    std::string text = "one cycle from " + num(c.cycle_min_lr) + " to " + num(c.cycle_max_lr) + " over " +
+                       std::to_string(c.cycle_first_step_size) + " steps" + stairs(c.cycle_first_stair_count) +
+                       " and back over " + std::to_string(c.cycle_second_step_size) +
+                       stairs(c.cycle_second_stair_count) + ", then ";
+    text += c.decay_step_size == 0 || c.decay_lr_rate == 0.0f
+                ? "constant " + num(c.cycle_min_lr)
+                : num(c.cycle_min_lr) + " / (1 + " + num(c.decay_lr_rate) + " per " +
+                      std::to_string(c.decay_step_size) + " steps)";
+    if (c.cycle_momentum) {
+      text += "; beta1 from " + num(c.cycle_max_mom) + " to " + num(c.cycle_min_mom) + " and back, beta2 0.99";
+      if (c.decay_step_size != 0 && c.decay_mom_rate != 0.0f) {
+        text += ", then beta1 " + num(c.cycle_max_mom) + " * (1 + " + num(c.decay_mom_rate) + " per " +
+                std::to_string(c.decay_step_size) + " steps)";
+      }
+    }
+    return text;
+  }
   const bool flat_after = s_.type == "WarmupLR" || (s_.type == "WarmupCosineLR" && s_.cos_min_ratio >= 1.0f) ||
                           (s_.type == "WarmupDecayLR" && s_.warmup_min_lr == s_.warmup_max_lr);
   if (flat_after && s_.warmup_min_lr == s_.warmup_max_lr) return "constant " + num(s_.warmup_max_lr);
@@ -53,6 +132,20 @@ std::string LrSchedule::describe() const {
 
 float LrSchedule::lr(std::int64_t step) const {
   if (s_.type.empty()) return base_lr_;
+  if (s_.type == "LRRangeTest") {
+    const config::LrRangeTestConfig& r = s_.range_test;
+    double interval = static_cast<double>(step + 1) / static_cast<double>(r.step_size);
+    if (r.staircase) interval = std::floor(interval);
+    return static_cast<float>(r.min_lr * (1.0 + r.step_rate * interval));
+  }
+  if (s_.type == "OneCycle") {
+    const config::OneCycleConfig& c = s_.one_cycle;
+    const double min_lr = c.cycle_min_lr, max_lr = c.cycle_max_lr;
+    if (step < cycle_steps()) return static_cast<float>(min_lr + (max_lr - min_lr) * cycle_scale(step));
+    if (c.decay_step_size == 0 || c.decay_lr_rate == 0.0f) return c.cycle_min_lr;
+    const double interval = static_cast<double>(step - cycle_steps() + 1) / static_cast<double>(c.decay_step_size);
+    return static_cast<float>(min_lr / (1.0 + c.decay_lr_rate * interval));
+  }
   const std::int64_t w = warmup_steps();
   if (step < w) return warmup(step);
   const double max_lr = s_.warmup_max_lr, min_lr = s_.warmup_min_lr;

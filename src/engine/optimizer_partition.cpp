@@ -177,11 +177,11 @@ void OptimizerPartition::allocate_moments() {
 }
 
 void OptimizerPartition::step(Share share, const GradsFn& grads, const HalfOutFn& half_out, float grad_scale,
-                              float lr, std::int64_t step, const PieceDoneFn& after_piece) {
+                              const StepRates& rates, std::int64_t step, const PieceDoneFn& after_piece) {
   if (pieces(share).empty()) return;
   const bool dev = share == Share::kDevice;
   if (!dev && swapped()) {
-    step_swapped(grads, half_out, grad_scale, lr, step, after_piece);
+    step_swapped(grads, half_out, grad_scale, rates, step, after_piece);
     return;
   }
   // Where the share's state is, indexed from the share's start.
@@ -196,13 +196,14 @@ void OptimizerPartition::step(Share share, const GradsFn& grads, const HalfOutFn
     const at::Tensor g = grads(pc);
     void* half = o_.dtype != at::kFloat ? half_out(pc, g) : nullptr;
     const std::size_t po = pc.at() - base;
-    step_piece(pc, master + po, m1 + po, m2 == nullptr ? nullptr : m2 + po, g, half, grad_scale, lr, step, on_device);
+    step_piece(pc, master + po, m1 + po, m2 == nullptr ? nullptr : m2 + po, g, half, grad_scale, rates, step, on_device);
     if (after_piece) after_piece(pc);
   }
 }
 
 void OptimizerPartition::step_piece(const Piece& pc, float* master, float* m1, float* m2, const at::Tensor& g,
-                                    void* half, float grad_scale, float lr, std::int64_t step, bool on_device) {
+                                    void* half, float grad_scale, const StepRates& rates, std::int64_t step,
+                                    bool on_device) {
   // One kernel call per run of equal settings (one for the whole piece
   // unless EngineOptions' rules give parameters settings of their own).
   const std::size_t grad_bytes = g.element_size(), half_bytes = c10::elementSize(o_.dtype);
@@ -210,15 +211,15 @@ void OptimizerPartition::step_piece(const Piece& pc, float* master, float* m1, f
     const void* grads = static_cast<const char*>(g.data_ptr()) + k * grad_bytes;
     void* half_k = half == nullptr ? nullptr : static_cast<char*>(half) + k * half_bytes;
     step_run(master + k, m1 + k, m2 == nullptr ? nullptr : m2 + k, grads, to_dtype(g.scalar_type()), half_k, n,
-             weight_decay, grad_scale, run_lr, step, on_device, pool);
+             weight_decay, grad_scale, StepRates{run_lr, rates.beta1, rates.beta2}, step, on_device, pool);
   };
   if (runs_.empty()) {
-    run(0, pc.n, opt_.weight_decay, lr, pool_.get());
+    run(0, pc.n, opt_.weight_decay, rates.lr, pool_.get());
     return;
   }
   auto run_part = [&](const PartitionRun& r, optim::ThreadPool* pool) {
     const ParamHyper& h = o_.hypers.classes[static_cast<std::size_t>(r.value)];
-    run(r.begin - pc.at(), r.end - r.begin, h.weight_decay, lr * h.lr_scale, pool);
+    run(r.begin - pc.at(), r.end - r.begin, h.weight_decay, rates.lr * h.lr_scale, pool);
   };
   const std::vector<PartitionRun> runs = runs_.within(pc.at(), pc.n);
   if (on_device || runs.size() == 1) {
@@ -234,13 +235,14 @@ void OptimizerPartition::step_piece(const Piece& pc, float* master, float* m1, f
 }
 
 void OptimizerPartition::step_run(float* master, float* m1, float* m2, const void* grads, DType grad_dtype,
-                                  void* half, std::size_t n, float weight_decay, float grad_scale, float lr,
+                                  void* half, std::size_t n, float weight_decay, float grad_scale,
+                                  const StepRates& rates,
                                   std::int64_t step, bool on_device, optim::ThreadPool* pool) {
   if (opt_.is_lion()) {
     optim::LionHyper h;
-    h.lr = lr;
-    h.beta1 = opt_.beta1;
-    h.beta2 = opt_.beta2;
+    h.lr = rates.lr;
+    h.beta1 = rates.beta1;
+    h.beta2 = rates.beta2;
     h.weight_decay = weight_decay;
     optim::LionBuffers buf{master, grads, grad_dtype, m1, n, grad_scale, half, to_dtype(o_.dtype)};
     if (on_device) {
@@ -253,7 +255,7 @@ void OptimizerPartition::step_run(float* master, float* m1, float* m2, const voi
   }
   if (opt_.is_adagrad()) {
     optim::AdagradHyper h;
-    h.lr = lr;
+    h.lr = rates.lr;
     h.eps = opt_.eps;
     h.weight_decay = weight_decay;
     h.step = step;
@@ -262,9 +264,9 @@ void OptimizerPartition::step_run(float* master, float* m1, float* m2, const voi
     return;
   }
   optim::AdamHyper h;
-  h.lr = lr;
-  h.beta1 = opt_.beta1;
-  h.beta2 = opt_.beta2;
+  h.lr = rates.lr;
+  h.beta1 = rates.beta1;
+  h.beta2 = rates.beta2;
   h.eps = opt_.eps;
   h.weight_decay = weight_decay;
   h.decoupled_weight_decay = opt_.decoupled_weight_decay();
@@ -332,8 +334,8 @@ char* OptimizerPartition::swap_buffer(std::size_t k) const {
 // that piece's write is done. The last writes are waited for before the
 // step returns, so that the file holds the finished step (one that fails
 // part-way leaves pieces of both; the engine then refuses to train on).
-void OptimizerPartition::step_swapped(const GradsFn& grads, const HalfOutFn& half_out, float grad_scale, float lr,
-                                      std::int64_t step, const PieceDoneFn& after_piece) {
+void OptimizerPartition::step_swapped(const GradsFn& grads, const HalfOutFn& half_out, float grad_scale,
+                                      const StepRates& rates, std::int64_t step, const PieceDoneFn& after_piece) {
   const std::size_t count = pieces_.size(), k = swap_buffer_count_;
   std::vector<offload::SwapFile::Ticket> reads(count, 0), writes(count, 0);
   auto slot_bytes = [&](const Piece& pc) { return swap_region_bytes(pc.n) * static_cast<std::size_t>(1 + moments()); };
@@ -361,7 +363,7 @@ void OptimizerPartition::step_swapped(const GradsFn& grads, const HalfOutFn& hal
       auto* m2 = moments() == 1 ? nullptr : reinterpret_cast<float*>(buf + 2 * region);
       const at::Tensor g = grads(pc);
       void* half = o_.dtype != at::kFloat ? half_out(pc, g) : nullptr;
-      step_piece(pc, master, m1, m2, g, half, grad_scale, lr, step, /*on_device=*/false);
+      step_piece(pc, master, m1, m2, g, half, grad_scale, rates, step, /*on_device=*/false);
       if (o_.dtype == at::kFloat) {  // fp32 publishes from the staging copy
         std::memcpy(staging_.data_ptr<float>() + pc.at(), master, pc.n * sizeof(float));
       }

@@ -47,6 +47,13 @@
 
 namespace zero::detail {
 
+// What a step's schedule sets: the learning rate, and Adam's and Lion's
+// betas (the config's, or OneCycle's momentum cycle).
+struct StepRates {
+  float lr;
+  float beta1, beta2;
+};
+
 class OptimizerPartition {
  public:
   struct Options {
@@ -109,7 +116,7 @@ class OptimizerPartition {
   using GradsFn = std::function<at::Tensor(const Piece&)>;
   using HalfOutFn = std::function<void*(const Piece&, const at::Tensor& grad)>;
   using PieceDoneFn = std::function<void(const Piece&)>;
-  void step(Share share, const GradsFn& grads, const HalfOutFn& half_out, float grad_scale, float lr,
+  void step(Share share, const GradsFn& grads, const HalfOutFn& half_out, float grad_scale, const StepRates& rates,
             std::int64_t step, const PieceDoneFn& after_piece = {});
 
   // The main share's fp32 master weights (the whole partition without a
@@ -176,14 +183,14 @@ class OptimizerPartition {
     std::size_t pos, n;
   };
   StateRun state_run(State s, std::uint64_t offset, std::size_t n) const;
-  void step_swapped(const GradsFn& grads, const HalfOutFn& half_out, float grad_scale, float lr, std::int64_t step,
-                    const PieceDoneFn& after_piece);
+  void step_swapped(const GradsFn& grads, const HalfOutFn& half_out, float grad_scale, const StepRates& rates,
+                    std::int64_t step, const PieceDoneFn& after_piece);
   void step_piece(const Piece& pc, float* master, float* m1, float* m2, const at::Tensor& g, void* half,
-                  float grad_scale, float lr, std::int64_t step, bool on_device);
+                  float grad_scale, const StepRates& rates, std::int64_t step, bool on_device);
   // One kernel call over n elements with one weight decay and rate (on the
   // CPU spread over `pool`; nullptr: on the calling thread).
   void step_run(float* master, float* m1, float* m2, const void* grads, DType grad_dtype, void* half, std::size_t n,
-                float weight_decay, float grad_scale, float lr, std::int64_t step, bool on_device,
+                float weight_decay, float grad_scale, const StepRates& rates, std::int64_t step, bool on_device,
                 optim::ThreadPool* pool);
   static std::vector<at::Tensor> parts(const at::Tensor& main, const at::Tensor& dev) {
     std::vector<at::Tensor> v{main};

@@ -712,11 +712,77 @@ TEST(Config, WarmupCosineLRTakesRatios) {
 }
 
 TEST(Config, UnsupportedSchedulerListsTheSupported) {
-  EXPECT_CONTAINS(error_of(with(R"("scheduler": {"type": "OneCycle"})")),
+  EXPECT_CONTAINS(error_of(with(R"("scheduler": {"type": "OneCycleLR"})")),
                   "scheduler.type: expected one of \"WarmupLR\", \"WarmupDecayLR\", "
-                  "\"WarmupCosineLR\", got \"OneCycle\"");
+                  "\"WarmupCosineLR\", \"OneCycle\", \"LRRangeTest\", got \"OneCycleLR\"");
   EXPECT_CONTAINS(error_of(with(R"("scheduler": {"type": "WarmupLR", "params": {"warmup_type": "cubic"}})")),
                   "scheduler.params.warmup_type: expected one of \"log\", \"linear\", got \"cubic\"");
+}
+
+// DeepSpeed's OneCycle: its defaults, its two required rates, the stair
+// count and second half that default to the first's, Adagrad (no betas to
+// cycle), the betas it replaces, and keys of another scheduler named.
+TEST(Config, OneCycleReadsDeepSpeedsParams) {
+  Config c = parse(with(R"("optimizer": {"type": "AdamW", "params": {"betas": [0.9, 0.99]}},
+                           "scheduler": {"type": "onecycle", "params": {"cycle_min_lr": 1e-4, "cycle_max_lr": 1e-3,
+                                                                      "cycle_first_stair_count": 4}})"));
+  const zero::config::OneCycleConfig& o = c.scheduler.one_cycle;
+  EXPECT_EQ(c.scheduler.type, "OneCycle");
+  EXPECT_EQ(o.cycle_min_lr, 1e-4f);
+  EXPECT_EQ(o.cycle_max_lr, 1e-3f);
+  EXPECT_EQ(o.cycle_first_step_size, 2000);
+  EXPECT_EQ(o.cycle_second_step_size, 2000);
+  EXPECT_EQ(o.cycle_first_stair_count, 4);
+  EXPECT_EQ(o.cycle_second_stair_count, 4);
+  EXPECT_EQ(o.decay_step_size, 0);
+  EXPECT_TRUE(o.cycle_momentum);
+  EXPECT_EQ(o.cycle_min_mom, 0.8f);
+  EXPECT_EQ(o.cycle_max_mom, 0.9f);
+  EXPECT_TRUE(c.warnings.empty()) << all_warnings(c);  // beta2 is OneCycle's 0.99 already
+
+  EXPECT_CONTAINS(error_of(with(R"("scheduler": {"type": "OneCycle", "params": {"cycle_max_lr": 1e-3}})")),
+                  "scheduler.params.cycle_min_lr: required by OneCycle");
+  EXPECT_CONTAINS(error_of(with(R"("scheduler": {"type": "OneCycle", "params": {"cycle_min_lr": 1e-3}})")),
+                  "scheduler.params.cycle_max_lr: required by OneCycle");
+  EXPECT_CONTAINS(error_of(with(R"("scheduler": {"type": "OneCycle", "params": {"cycle_min_lr": 0, "cycle_max_lr": 1,
+                                                                           "cycle_first_step_size": 0}})")),
+                  "scheduler.params.cycle_first_step_size: expected a positive integer, got 0");
+  EXPECT_CONTAINS(error_of(with(R"("scheduler": {"type": "OneCycle", "params": {"cycle_min_lr": 0, "cycle_max_lr": 1,
+                                                                           "cycle_max_mom": 1}})")),
+                  "scheduler.params.cycle_max_mom: expected a number in [0, 1), got 1");
+
+  c = parse(with(R"("scheduler": {"type": "OneCycle", "params": {"cycle_min_lr": 0, "cycle_max_lr": 1}})"));
+  EXPECT_CONTAINS(all_warnings(c), "OneCycle's momentum cycle steps AdamW with betas [momentum, 0.99], as "
+                                   "DeepSpeed's does: 'optimizer.params.betas' [0.9, 0.999] is not used");
+  c = parse(with(R"("optimizer": {"type": "Adagrad"},
+                    "scheduler": {"type": "OneCycle", "params": {"cycle_min_lr": 0, "cycle_max_lr": 1}})"));
+  EXPECT_FALSE(c.scheduler.one_cycle.cycle_momentum);
+  EXPECT_CONTAINS(all_warnings(c), "'scheduler.params.cycle_momentum' is off: Adagrad has no momentum");
+  c = parse(with(R"("scheduler": {"type": "OneCycle", "params": {"cycle_min_lr": 0, "cycle_max_lr": 1,
+                    "cycle_momentum": false, "warmup_num_steps": 10, "lr_range_test_step_size": 5}})"));
+  EXPECT_CONTAINS(all_warnings(c), "'scheduler.params.warmup_num_steps' is ignored: it applies to the warm-up "
+                                   "schedulers (WarmupLR, WarmupDecayLR, WarmupCosineLR), not OneCycle");
+  EXPECT_CONTAINS(all_warnings(c), "'scheduler.params.lr_range_test_step_size' is ignored: it applies to "
+                                   "LRRangeTest, not OneCycle");
+  c = parse(with(R"("scheduler": {"type": "WarmupLR", "params": {"cycle_min_lr": 0.1}})"));
+  EXPECT_CONTAINS(all_warnings(c), "'scheduler.params.cycle_min_lr' is ignored: it applies to OneCycle, not WarmupLR");
+}
+
+TEST(Config, LRRangeTestReadsDeepSpeedsParams) {
+  Config c = parse(with(R"("scheduler": {"type": "LRRangeTest"})"));
+  EXPECT_EQ(c.scheduler.type, "LRRangeTest");
+  EXPECT_EQ(c.scheduler.range_test, zero::config::LrRangeTestConfig{});  // DeepSpeed's defaults
+  EXPECT_EQ(c.scheduler.range_test.min_lr, 1e-3f);
+  EXPECT_EQ(c.scheduler.range_test.step_size, 2000);
+  EXPECT_TRUE(c.warnings.empty()) << all_warnings(c);
+  c = parse(with(R"("scheduler": {"type": "LRRangeTest", "params": {"lr_range_test_min_lr": 1e-5,
+      "lr_range_test_step_size": 7, "lr_range_test_step_rate": 3, "lr_range_test_staircase": true}})"));
+  EXPECT_EQ(c.scheduler.range_test.min_lr, 1e-5f);
+  EXPECT_EQ(c.scheduler.range_test.step_size, 7);
+  EXPECT_EQ(c.scheduler.range_test.step_rate, 3.0f);
+  EXPECT_TRUE(c.scheduler.range_test.staircase);
+  EXPECT_CONTAINS(error_of(with(R"("scheduler": {"type": "LRRangeTest", "params": {"lr_range_test_step_size": 0}})")),
+                  "scheduler.params.lr_range_test_step_size: expected a positive integer, got 0");
 }
 
 // --- Round trip and files -----------------------------------------------------
@@ -768,6 +834,22 @@ TEST(Config, ToJsonRoundTrips) {
   c.warnings.clear();
   EXPECT_EQ(back, c);
   EXPECT_FALSE(to_json(c)["optimizer"]["params"].contains("eps"));
+  // OneCycle (every param given) and LRRangeTest.
+  c = parse(with(R"("optimizer": {"type": "Lion", "params": {"betas": [0.9, 0.99]}},
+                    "scheduler": {"type": "OneCycle", "params": {"cycle_min_lr": 1e-5, "cycle_max_lr": 3e-4,
+                      "decay_lr_rate": 0.25, "cycle_first_step_size": 11, "cycle_second_step_size": 13,
+                      "cycle_first_stair_count": 2, "cycle_second_stair_count": 3, "decay_step_size": 5,
+                      "cycle_momentum": true, "cycle_min_mom": 0.85, "cycle_max_mom": 0.95, "decay_mom_rate": 0.001}})"));
+  back = parse_config(to_json(c).dump(), 1);
+  EXPECT_TRUE(back.warnings.empty()) << all_warnings(back);
+  c.warnings.clear();
+  EXPECT_EQ(back, c) << to_json(c).dump(2);
+  c = parse(with(R"("scheduler": {"type": "LRRangeTest", "params": {"lr_range_test_min_lr": 2e-5,
+                    "lr_range_test_step_size": 9, "lr_range_test_step_rate": 0.5, "lr_range_test_staircase": true}})"));
+  back = parse_config(to_json(c).dump(), 1);
+  EXPECT_TRUE(back.warnings.empty()) << all_warnings(back);
+  c.warnings.clear();
+  EXPECT_EQ(back, c) << to_json(c).dump(2);
   // The NVMe tier's settings.
   c = parse(with(R"("zero_optimization": {"stage": 2, "sub_group_size": 777,
                        "offload_optimizer": {"device": "nvme", "nvme_path": "/n", "buffer_count": 5}},

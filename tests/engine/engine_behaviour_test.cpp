@@ -526,6 +526,68 @@ TEST(Schedule, TheConfigsSchedulerIsSteppedAfterEachStepTaken) {
   EXPECT_FLOAT_EQ(engine.lr(), 3e-3f);
 }
 
+// One micro-batch of the MLP through the engine: backward, then step().
+bool mlp_step(Engine& engine, torch::nn::Module& model, comm::Communicator& comm, int step) {
+  const int micro = kGlobalBatch / comm.world_size();
+  GlobalBatch gb = global_batch(ModelKind::kMlp, step);
+  engine.backward(micro_loss(ModelKind::kMlp, model, gb.x.narrow(0, comm.rank() * micro, micro),
+                             gb.y.narrow(0, comm.rank() * micro, micro), engine.dtype()));
+  return engine.step();
+}
+
+// A OneCycle scheduler's betas: (cycle_min_mom, 0.99) before the first step
+// (DeepSpeed sets them at construction), kept where the cycle left them
+// once set_lr() takes the rate over (DeepSpeed's param groups keep them),
+// and a momentum decay that would take beta1 to 1 or past it stops the run
+// at that step with the fix named, before anything is stepped.
+TEST(Schedule, OneCycleBetasAreHeldAfterSetLrAndKeptBelowOne) {
+  comm::Communicator& comm = world_comm();
+  const int world = comm.world_size();
+  config::Config cfg = make_config(2, false, false, world, kGlobalBatch / world, 1);
+  cfg.scheduler.type = "OneCycle";
+  config::OneCycleConfig& c = cfg.scheduler.one_cycle;
+  c.cycle_min_lr = 1e-3f;
+  c.cycle_max_lr = 1e-2f;
+  c.cycle_first_step_size = c.cycle_second_step_size = 2;
+  c.cycle_min_mom = 0.9f;
+  c.cycle_max_mom = 0.95f;
+  c.decay_step_size = 1;
+  c.decay_mom_rate = 0.03f;  // beta1 0.95 * (1 + 0.03 k) after the cycle: past 1 at k = 2
+  {
+    auto model = make_model(ModelKind::kMlp);
+    Engine engine(model, cfg, comm);
+    EXPECT_FLOAT_EQ(engine.betas().first, 0.9f);
+    EXPECT_FLOAT_EQ(engine.betas().second, 0.99f);
+    EXPECT_FLOAT_EQ(engine.lr(), 1e-3f);
+    ASSERT_TRUE(mlp_step(engine, *model, comm, 0));
+    ASSERT_TRUE(mlp_step(engine, *model, comm, 1));
+    const std::pair<float, float> left = engine.betas();
+    EXPECT_FLOAT_EQ(left.first, 0.9f);  // the peak of the rate: beta1 at cycle_min_mom
+    EXPECT_NE(engine.lr(), 2e-3f);
+    engine.set_lr(2e-3f);
+    EXPECT_EQ(engine.betas(), left);
+    ASSERT_TRUE(mlp_step(engine, *model, comm, 2));
+    EXPECT_EQ(engine.betas(), left);
+    EXPECT_FLOAT_EQ(engine.lr(), 2e-3f);
+  }
+  auto model = make_model(ModelKind::kMlp);
+  Engine engine(model, cfg, comm);
+  for (int step = 0; step < 5; ++step) ASSERT_TRUE(mlp_step(engine, *model, comm, step)) << step;
+  EXPECT_NEAR(engine.betas().first, 0.95 * 1.03, 1e-6);
+  ASSERT_TRUE(mlp_step(engine, *model, comm, 5));
+  const std::vector<at::Tensor> before = engine.gather_master_params();
+  try {
+    mlp_step(engine, *model, comm, 6);
+    FAIL() << "beta1 " << engine.betas().first << " was stepped";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("OneCycle's momentum cycle gives beta1 1.007 for optimizer step 7: Adam "
+                                         "and Lion need beta1 < 1"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("lower scheduler.params.decay_mom_rate"), std::string::npos) << e.what();
+  }
+  const std::vector<at::Tensor> after = engine.gather_master_params();
+  for (std::size_t i = 0; i < after.size(); ++i) EXPECT_TRUE(after[i].equal(before[i])) << "parameter " << i;
+}
+
 // Skipped steps are numbered as windows (DeepSpeed's global_steps): a step
 // taken, then two skipped in a row, are steps 1, 2, 3 in the messages (not
 // "step 2 skipped" twice), and the summary counts the optimizer steps apart.

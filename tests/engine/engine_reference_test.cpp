@@ -28,6 +28,7 @@
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
 
+#include "../support/deepspeed_lr_schedules.h"
 #include "../support/torch_lion.h"
 #include "train_loop.h"
 #include "zero/comm/communicator.h"
@@ -185,15 +186,25 @@ const Trace& reference(ModelKind kind, const config::Config& cfg, Opt which = Op
 enum class Precision { kFp32, kBf16, kFp16Dynamic, kFp16Static };
 
 // The engine on the same batches: each rank takes its slice of every micro-batch.
+// With `scheduled`, the config's scheduler sets the rates (no set_lr), and
+// the engine's lr() and betas() before each step are checked against it.
 Trace train_engine(ModelKind kind, const config::Config& cfg, comm::Communicator& comm,
-                   std::int64_t* skipped, EngineOptions options = {}) {
+                   std::int64_t* skipped, EngineOptions options = {},
+                   const std::vector<deepspeed_schedules::Row>* scheduled = nullptr) {
   auto model = make_model(kind);
   Engine engine(model, cfg, comm, std::move(options));
   const int world = comm.world_size(), rank = comm.rank();
   const int micro = static_cast<int>(cfg.train_micro_batch_size_per_gpu);
   Trace t;
   for (int step = 0; step < kSteps; ++step) {
-    engine.set_lr(lr_at(step));
+    if (scheduled) {
+      const deepspeed_schedules::Row& want = scheduled->at(static_cast<std::size_t>(step));
+      EXPECT_NEAR(engine.lr(), want.lr, 1e-6 * want.lr) << "step " << step;
+      EXPECT_NEAR(engine.betas().first, want.beta1, 1e-6) << "step " << step;
+      EXPECT_NEAR(engine.betas().second, want.beta2, 1e-6) << "step " << step;
+    } else {
+      engine.set_lr(lr_at(step));
+    }
     GlobalBatch gb = batch_at(kind, step);
     float loss_sum = 0.0f;
     for (int j = 0; j < kAccumulation; ++j) {
@@ -406,6 +417,91 @@ INSTANTIATE_TEST_SUITE_P(Options, ReferenceOptions,
                                           testing::Values(Opt::kAdamL2, Opt::kAdagrad, Opt::kAdamW, Opt::kLion),
                                           testing::Values(0, 2, 4, 7)),
                          option_case_name);
+
+// A OneCycle scheduler in the config, stepped by the engine (no set_lr),
+// against the LibTorch loop given each step's rate and betas from
+// DeepSpeed's own OneCycle (tests/support/deepspeed_lr_schedules.h,
+// kOneCycleDecay: the rate rising, falling, then decaying; beta1 the other
+// way, then growing; beta2 0.99 in place of the config's). Adam's bias
+// correction takes each step's beta1, as torch's and DeepSpeed's do. An
+// engine that kept the config's betas moves the weights far past the fp32
+// bound; one off by a step in the schedule too. At stage 0, 2 + offload
+// with the delayed update (the betas travel with the deferred step), 3, and
+// 3 + offload.
+using CycleCase = std::tuple<Opt, int /*index into kLayouts*/>;
+class ReferenceOneCycle : public testing::TestWithParam<CycleCase> {};
+
+void set_betas(torch::optim::Optimizer& opt, Opt which, double beta1, double beta2) {
+  for (auto& g : opt.param_groups()) {
+    if (which == Opt::kLion) {
+      static_cast<TorchLionOptions&>(g.options()).beta1(beta1).beta2(beta2);
+    } else if (which == Opt::kAdamW) {
+      static_cast<torch::optim::AdamWOptions&>(g.options()).betas({beta1, beta2});
+    } else {
+      static_cast<torch::optim::AdamOptions&>(g.options()).betas({beta1, beta2});
+    }
+  }
+}
+
+TEST_P(ReferenceOneCycle, RatesAndBetasReachTheOptimizer) {
+  auto [which, layout] = GetParam();
+  namespace ds = deepspeed_schedules;
+  const std::vector<ds::Row>& rows = ds::kOneCycleDecay.rows;
+  ASSERT_GE(rows.size(), static_cast<std::size_t>(kSteps));
+  comm::Communicator& comm = world_comm();
+  config::Config cfg = layout_config(layout, false, comm);
+  use_optimizer(cfg, which);
+  if (kLayouts[layout].offload) cfg.zero_optimization.offload_optimizer.delayed_param_update = true;
+  cfg.scheduler = config::parse_config(std::string(R"({"train_batch_size": 1, "scheduler": )") +
+                                           ds::kOneCycleDecay.scheduler_json + "}",
+                                       1)
+                      .scheduler;
+  ASSERT_EQ(cfg.scheduler.type, "OneCycle");
+
+  const ModelKind kind = ModelKind::kMlp;
+  auto model = make_model(kind);
+  std::vector<at::Tensor> params;
+  for (const at::Tensor& p : model->parameters()) params.push_back(p);
+  auto opt = libtorch_optimizer(which, params, cfg);
+  Trace ref;
+  for (int step = 0; step < kSteps; ++step) {
+    const ds::Row& r = rows[static_cast<std::size_t>(step)];
+    set_rate(*opt, static_cast<float>(r.lr));
+    set_betas(*opt, which, r.beta1, r.beta2);
+    opt->zero_grad();
+    ref.losses.push_back(accumulate_reference_grads(kind, *model, batch_at(kind, step), kAccumulation));
+    torch::nn::utils::clip_grad_norm_(params, cfg.gradient_clipping);
+    opt->step();
+  }
+
+  std::int64_t skipped = -1;
+  const Trace got = train_engine(kind, cfg, comm, &skipped, {}, &rows);
+  EXPECT_EQ(skipped, 0);
+  for (std::size_t i = 0; i < ref.losses.size(); ++i) {
+    EXPECT_NEAR(got.losses[i], ref.losses[i], 1e-5 * std::abs(ref.losses[i])) << "loss of step " << i;
+  }
+  ASSERT_EQ(got.params.size(), params.size());
+  double max_diff = 0;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const at::Tensor diff = (got.params[i] - params[i].detach()).abs();
+    max_diff = std::max(max_diff, diff.max().item<double>());
+    const at::Tensor bound = params[i].detach().abs() * 1e-5 + 1e-5;
+    EXPECT_TRUE((diff <= bound).all().item<bool>())
+        << "parameter " << i << ": max abs diff " << diff.max().item<double>();
+  }
+  std::printf("[ measured ] %s: params max %.3g\n", testing::UnitTest::GetInstance()->current_test_info()->name(),
+              max_diff);
+}
+
+std::string cycle_case_name(const testing::TestParamInfo<CycleCase>& info) {
+  static const char* names[] = {"adamw", "adam_l2", "adagrad", "lion"};
+  return names[static_cast<int>(std::get<0>(info.param))] + layout_name(kLayouts[std::get<1>(info.param)]);
+}
+
+INSTANTIATE_TEST_SUITE_P(OneCycle, ReferenceOneCycle,
+                         testing::Combine(testing::Values(Opt::kAdamW, Opt::kAdamL2, Opt::kLion),
+                                          testing::Values(0, 4, 5, 6)),
+                         cycle_case_name);
 
 // Per-parameter settings (EngineOptions::weight_decay and lr_scale) against
 // LibTorch's optimizers with two param groups: the matrices, and the biases

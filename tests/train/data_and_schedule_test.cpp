@@ -11,7 +11,9 @@
 
 #include <gtest/gtest.h>
 
+#include "../support/deepspeed_lr_schedules.h"
 #include "zero/ckpt/checkpoint_dir.h"
+#include "zero/config/config.h"
 #include "zero/core/error.h"
 #include "zero/data/batch_sampler.h"
 #include "zero/data/byte_tokenizer.h"
@@ -309,6 +311,37 @@ TEST(LrSchedule, AppliedRateIsDeepSpeedsAfterEachStepTaken) {
   EXPECT_FLOAT_EQ(LrSchedule(s, 2e-3f).applied(0), 2e-3f);
 }
 
+// OneCycle and LRRangeTest, read from the "scheduler" section DeepSpeed
+// read: the rate and betas of the step after n taken are DeepSpeed 0.19.8's
+// own (tests/support/deepspeed_lr_schedules.h, printed by its
+// lr_schedules.py: the cycle rising and falling, in stairs, the decay after
+// it, momentum the other way with beta2 0.99, the range test's growth).
+TEST(LrSchedule, OneCycleAndRangeTestFollowDeepSpeed) {
+  namespace ds = test::deepspeed_schedules;
+  const std::pair<const char*, const ds::Case*> cases[] = {{"OneCycle with decay", &ds::kOneCycleDecay},
+                                                           {"OneCycle in stairs", &ds::kOneCycleStairs},
+                                                           {"OneCycle without momentum", &ds::kOneCycleNoMomentum},
+                                                           {"LRRangeTest", &ds::kRangeTest},
+                                                           {"LRRangeTest in stairs", &ds::kRangeTestStairs}};
+  for (const auto& [name, c] : cases) {
+    // The optimizer the reference stepped: torch's Adam, lr 0.123, betas (0.9, 0.999).
+    const config::Config cfg = config::parse_config(
+        std::string(R"({"train_batch_size": 1, "optimizer": {"type": "Adam", "params": {"lr": 0.123}}, "scheduler": )") +
+            c->scheduler_json + "}",
+        1);
+    const LrSchedule sched(cfg.scheduler, cfg.optimizer.lr);
+    for (std::size_t n = 0; n < c->rows.size(); ++n) {
+      const ds::Row& want = c->rows[n];
+      const auto taken = static_cast<std::int64_t>(n);
+      EXPECT_NEAR(sched.applied(taken), want.lr, 1e-6 * want.lr) << name << ", after " << n << " steps";
+      const std::optional<LrSchedule::Betas> b = sched.applied_betas(taken);
+      const float beta1 = b ? b->beta1 : cfg.optimizer.beta1, beta2 = b ? b->beta2 : cfg.optimizer.beta2;
+      EXPECT_NEAR(beta1, want.beta1, 1e-6) << name << ", after " << n << " steps";
+      EXPECT_NEAR(beta2, want.beta2, 1e-6) << name << ", after " << n << " steps";
+    }
+  }
+}
+
 // zero-train prints the schedule it trains with: the numbers of lr().
 TEST(LrSchedule, DescribesItselfInWords) {
   config::SchedulerConfig s;
@@ -339,6 +372,27 @@ TEST(LrSchedule, DescribesItselfInWords) {
   s.total_num_steps = 5000;
   EXPECT_EQ(LrSchedule(s, 1e-3f).describe(),
             "log warm-up from 1e-05 to 0.001 over 1000 steps, then linear decay to 1e-05 at step 5000");
+  s = config::SchedulerConfig{};
+  s.type = "OneCycle";
+  s.one_cycle.cycle_min_lr = 1e-4f;
+  s.one_cycle.cycle_max_lr = 1e-3f;
+  s.one_cycle.cycle_first_step_size = 100;
+  s.one_cycle.cycle_second_step_size = 50;
+  s.one_cycle.cycle_second_stair_count = 5;
+  EXPECT_EQ(LrSchedule(s, 1e-3f).describe(),
+            "one cycle from 0.0001 to 0.001 over 100 steps and back over 50 in 5 stairs, then constant 0.0001; "
+            "beta1 from 0.9 to 0.8 and back, beta2 0.99");
+  s.one_cycle.cycle_momentum = false;
+  s.one_cycle.decay_step_size = 10;
+  s.one_cycle.decay_lr_rate = 0.5f;
+  EXPECT_EQ(LrSchedule(s, 1e-3f).describe(),
+            "one cycle from 0.0001 to 0.001 over 100 steps and back over 50 in 5 stairs, then 0.0001 / (1 + 0.5 per "
+            "10 steps)");
+  s.type = "LRRangeTest";
+  s.range_test.min_lr = 1e-5f;
+  s.range_test.step_size = 100;
+  s.range_test.step_rate = 2.0f;
+  EXPECT_EQ(LrSchedule(s, 1e-3f).describe(), "range test from 1e-05, growing by 2e-05 every 100 steps");
 }
 
 }  // namespace

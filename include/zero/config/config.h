@@ -46,15 +46,53 @@ struct OptimizerConfig {
   bool operator==(const OptimizerConfig&) const = default;
 };
 
+// "scheduler.params" of DeepSpeed's OneCycle (its names; 1Cycle of Smith,
+// arXiv:1803.09820): the rate rises from cycle_min_lr to cycle_max_lr over
+// cycle_first_step_size steps and falls back over cycle_second_step_size,
+// then divides by 1 + decay_lr_rate * (steps past the cycle) /
+// decay_step_size. With cycle_momentum, Adam's and Lion's beta1 runs the
+// other way between cycle_max_mom and cycle_min_mom (then multiplies by
+// 1 + decay_mom_rate * ...), and beta2 is 0.99, as DeepSpeed sets them.
+struct OneCycleConfig {
+  float cycle_min_lr = 0.0f;  // required
+  float cycle_max_lr = 0.0f;  // required
+  float decay_lr_rate = 0.0f;
+  std::int64_t cycle_first_step_size = 2000;
+  std::int64_t cycle_second_step_size = 2000;  // cycle_first_step_size when not given
+  std::int64_t cycle_first_stair_count = 0;    // 0: continuous
+  std::int64_t cycle_second_stair_count = 0;  // cycle_first_stair_count when not given
+  std::int64_t decay_step_size = 0;           // 0: no decay after the cycle
+  bool cycle_momentum = true;                 // false for an optimizer without betas (Adagrad)
+  float cycle_min_mom = 0.8f;
+  float cycle_max_mom = 0.9f;
+  float decay_mom_rate = 0.0f;
+  bool operator==(const OneCycleConfig&) const = default;
+};
+
+// "scheduler.params" of DeepSpeed's LRRangeTest: the rate grows from
+// lr_range_test_min_lr by lr_range_test_step_rate times the minimum every
+// lr_range_test_step_size steps (continuously, or in stairs).
+struct LrRangeTestConfig {
+  float min_lr = 1e-3f;
+  std::int64_t step_size = 2000;
+  float step_rate = 1.0f;
+  bool staircase = false;
+  bool operator==(const LrRangeTestConfig&) const = default;
+};
+
 // "scheduler": {"type": ..., "params": {...}}. Learning rate per step:
 //   WarmupLR:       warmup from warmup_min_lr to warmup_max_lr over
 //                   warmup_num_steps, then constant.
 //   WarmupDecayLR:  the same warmup, then linear decay to 0 at total_num_steps.
 //   WarmupCosineLR: the same warmup, then cosine decay to
 //                   cos_min_ratio * warmup_max_lr at total_num_steps.
+//   OneCycle:       one_cycle (above).
+//   LRRangeTest:    range_test (above).
 // Parsing fills in every value, so the engine never sees a "0 = default".
 struct SchedulerConfig {
-  std::string type;  // "" (none), "WarmupLR", "WarmupCosineLR" or "WarmupDecayLR"
+  // "" (none), "WarmupLR", "WarmupCosineLR", "WarmupDecayLR", "OneCycle" or
+  // "LRRangeTest". The warmup_* fields belong to the first three.
+  std::string type;
   std::int64_t warmup_num_steps = 0;  // 1000 when a scheduler is given without it
   std::int64_t total_num_steps = 0;   // required by WarmupDecayLR and WarmupCosineLR
   float warmup_min_lr = 0.0f;
@@ -62,6 +100,8 @@ struct SchedulerConfig {
   float cos_min_ratio = 0.0f;  // WarmupCosineLR; 1e-4 when not given (DeepSpeed's default)
   // Warmup curve: "log" (DeepSpeed's default) or "linear".
   std::string warmup_type = "log";
+  OneCycleConfig one_cycle;
+  LrRangeTestConfig range_test;
   bool operator==(const SchedulerConfig&) const = default;
 };
 

@@ -83,6 +83,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <ATen/Tensor.h>
@@ -207,6 +208,10 @@ class Engine {
   // schedules; a note says so once).
   float lr() const;
   void set_lr(float lr);
+  // Adam's and Lion's (beta1, beta2) for the next optimizer step: the
+  // config's, or a OneCycle scheduler's momentum cycle (beta2 0.99, as
+  // DeepSpeed's); after set_lr(), where that cycle left them.
+  std::pair<float, float> betas() const;
   c10::ScalarType dtype() const;
   const config::Config& config() const { return config_; }
   comm::Communicator& communicator() { return comm_; }
