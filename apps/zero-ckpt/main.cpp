@@ -95,9 +95,11 @@ int inspect(const ckpt::OpenCheckpoint& c, bool verify) {
               m.params.size(), static_cast<unsigned long long>(m.numel()), m.module_tensors.size());
   std::printf("  layout: %zu bucket(s), %llu padded elements, partition %llu per rank\n", m.buckets.size(),
               static_cast<unsigned long long>(m.padded_numel), static_cast<unsigned long long>(m.partition_numel));
-  std::printf("  step %lld (optimizer step %lld), %lld skipped, lr %g, loss scale %g%s\n",
+  char betas[64] = "";
+  if (m.engine.betas) std::snprintf(betas, sizeof betas, ", betas [%g, %g]", m.engine.betas->first, m.engine.betas->second);
+  std::printf("  step %lld (optimizer step %lld), %lld skipped, lr %g%s, loss scale %g%s\n",
               static_cast<long long>(m.engine.steps), static_cast<long long>(m.engine.optimizer_step),
-              static_cast<long long>(m.engine.skipped), m.engine.lr, m.engine.scaler.scale,
+              static_cast<long long>(m.engine.skipped), m.engine.lr, betas, m.engine.scaler.scale,
               m.engine.update_pending ? ", a delayed update pending" : "");
   if (!m.client_state.empty()) std::printf("  client state: %s\n", m.client_state.dump().c_str());
   // The optimizer settings per parameter (the engine's weight_decay and

@@ -324,6 +324,14 @@ Manifest parse_manifest(std::string_view text, const std::string& where) {
   m.engine.optimizer_step = static_cast<std::int64_t>(r.count(E, "optimizer_step", "engine"));
   m.engine.skipped = static_cast<std::int64_t>(r.count(E, "skipped", "engine"));
   m.engine.lr = r.number(E, "lr", "engine");
+  if (E.contains("betas")) {  // (older checkpoints have none: the config's betas)
+    const json& b = E.at("betas");
+    if (!b.is_array() || b.size() != 2 || !b[0].is_number() || !b[1].is_number() || !(b[0].get<double>() >= 0.0) ||
+        !(b[0].get<double>() < 1.0) || !(b[1].get<double>() >= 0.0) || !(b[1].get<double>() < 1.0)) {
+      r.fail("engine.betas", "is not two numbers in [0, 1)");
+    }
+    m.engine.betas = std::pair{b[0].get<double>(), b[1].get<double>()};
+  }
   m.engine.update_pending = r.boolean(E, "update_pending", "engine");
   const json& S = r.at(E, "loss_scaler", "engine");
   m.engine.scaler.scale = r.number(S, "scale", "engine.loss_scaler");
@@ -406,6 +414,7 @@ std::string manifest_to_json(const Manifest& m) {
                  {"skipped", m.engine.skipped}, {"lr", m.engine.lr}, {"update_pending", m.engine.update_pending},
                  {"loss_scaler", {{"scale", s.scale}, {"hysteresis_left", s.hysteresis_left}, {"iter", s.iter},
                                   {"last_overflow_iter", s.last_overflow_iter}, {"skipped", s.skipped}}}};
+  if (m.engine.betas) j["engine"]["betas"] = {m.engine.betas->first, m.engine.betas->second};
   json files = json::array();
   for (const FileRecord& f : m.files) files.push_back(file_record_to_json(f));
   j["files"] = files;

@@ -181,7 +181,23 @@ std::string short_number(double v) {
   return buf;
 }
 
-void read_one_cycle(SectionReader& p, const OptimizerConfig& opt, OneCycleConfig& c) {
+// The optimizer step (counted from 1) at which OneCycle's momentum decay
+// takes beta1 to 1, as Engine::betas() computes it; 0 when it never does.
+std::int64_t step_where_beta1_reaches_one(const OneCycleConfig& c) {
+  if (!c.cycle_momentum || c.decay_step_size == 0 || c.decay_mom_rate == 0.0f || c.cycle_max_mom <= 0.0f) return 0;
+  auto beta1 = [&](std::int64_t j) {  // j steps into the decay, from 1
+    return static_cast<float>(static_cast<double>(c.cycle_max_mom) *
+                              (1.0 + c.decay_mom_rate * static_cast<double>(j) / static_cast<double>(c.decay_step_size)));
+  };
+  const double estimate = static_cast<double>(c.decay_step_size) * (1.0 / c.cycle_max_mom - 1.0) / c.decay_mom_rate;
+  if (!(estimate < 1e15)) return 0;
+  std::int64_t j = std::max<std::int64_t>(1, static_cast<std::int64_t>(estimate) - 1);
+  while (beta1(j) < 1.0f) ++j;
+  // betas(k) with k = F + S + j - 1 is the rate of the step after k + 1 taken.
+  return c.cycle_first_step_size + c.cycle_second_step_size + j + 1;
+}
+
+void read_one_cycle(SectionReader& p, const OptimizerConfig& opt, bool betas_given, OneCycleConfig& c) {
   auto required = [&](const char* key) {
     auto v = p.read_float(key, kNonNegativeReal);
     if (!v) {
@@ -196,9 +212,10 @@ void read_one_cycle(SectionReader& p, const OptimizerConfig& opt, OneCycleConfig
   if (auto v = p.read_float("decay_lr_rate", kNonNegativeReal)) c.decay_lr_rate = *v;
   if (auto v = p.read_int("cycle_first_step_size", kPositive)) c.cycle_first_step_size = *v;
   c.cycle_second_step_size = p.read_int("cycle_second_step_size", kNonNegative).value_or(c.cycle_first_step_size);
-  if (auto v = p.read_int("cycle_first_stair_count", kNonNegative)) c.cycle_first_stair_count = *v;
-  c.cycle_second_stair_count =
-      p.read_int("cycle_second_stair_count", kNonNegative).value_or(c.cycle_first_stair_count);
+  // (DeepSpeed steps in stairs for a count > 0 only: its own command-line
+  // defaults write -1.)
+  if (auto v = p.read_int("cycle_first_stair_count", IntRange{})) c.cycle_first_stair_count = *v;
+  c.cycle_second_stair_count = p.read_int("cycle_second_stair_count", IntRange{}).value_or(c.cycle_first_stair_count);
   if (auto v = p.read_int("decay_step_size", kNonNegative)) c.decay_step_size = *v;
   if (auto v = p.read_bool("cycle_momentum")) c.cycle_momentum = *v;
   if (auto v = p.read_float("cycle_min_mom", kBetaRange)) c.cycle_min_mom = *v;
@@ -210,10 +227,17 @@ void read_one_cycle(SectionReader& p, const OptimizerConfig& opt, OneCycleConfig
     // support momentum".
     p.context().warn("'scheduler.params.cycle_momentum' is off: Adagrad has no momentum (betas) to cycle.");
     c.cycle_momentum = false;
-  } else if (opt.beta2 != 0.99f) {
+    return;
+  }
+  if (betas_given) {
     p.context().warn("OneCycle's momentum cycle steps " + opt.type + " with betas [momentum, 0.99], as DeepSpeed's "
                      "does: 'optimizer.params.betas' [" + short_number(opt.beta1) + ", " +
                      short_number(opt.beta2) + "] is not used; \"cycle_momentum\": false keeps it.");
+  }
+  if (const std::int64_t at = step_where_beta1_reaches_one(c)) {
+    p.context().warn("'scheduler.params.decay_mom_rate' (" + short_number(c.decay_mom_rate) + ") takes beta1 from " +
+                     short_number(c.cycle_max_mom) + " to 1 at optimizer step " + std::to_string(at) +
+                     ": a run that long stops there (Adam and Lion need beta1 < 1).");
   }
 }
 
@@ -290,7 +314,12 @@ void read_scheduler(SectionReader& top, const OptimizerConfig& opt, SchedulerCon
                                                                      : "{\"warmup_num_steps\": 1000}";
   SectionReader p(top.context(), "scheduler.params", r.read_object("params", example));
   if (sched.type == "OneCycle") {
-    read_one_cycle(p, opt, sched.one_cycle);
+    // Whether the user wrote betas (not "auto", which Hugging Face fills in).
+    const Json* o = top.find("optimizer");
+    const Json* params = o && o->is_object() && o->contains("params") ? &o->at("params") : nullptr;
+    const bool betas_given = params && params->is_object() && params->contains("betas") &&
+                             params->at("betas").is_array();
+    read_one_cycle(p, opt, betas_given, sched.one_cycle);
   } else if (sched.type == "LRRangeTest") {
     read_range_test(p, sched.range_test);
   } else {

@@ -182,6 +182,9 @@ void Engine::save_checkpoint(const std::string& dir, const std::string& tag, con
   man.engine.optimizer_step = m.optimizer_step;
   man.engine.skipped = stats_.skipped;
   man.engine.lr = lr();  // the rate of the next step (the config's scheduler's, or set_lr's)
+  if (const std::optional<LrSchedule::Betas> b = m.schedule ? m.schedule->applied_betas(m.optimizer_step) : m.held_betas) {
+    man.engine.betas = std::pair<double, double>{b->beta1, b->beta2};
+  }
   man.engine.update_pending = m.delayed->pending();
   const LossScaler::State ss = m.precision.scaler().state();
   man.engine.scaler = {ss.scale, ss.hysteresis_left, ss.iter, ss.last_overflow_iter, ss.skipped};
@@ -741,6 +744,13 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
   m.backward_done = false;
   lr_ = static_cast<float>(man.engine.lr);
   stats_.lr = lr();  // (the config's scheduler: from the restored optimizer step)
+  // Betas a scheduler set, as the rate: an engine without the scheduler
+  // resumes with them, one with it from the restored step.
+  m.held_betas.reset();
+  if (man.engine.betas) {
+    m.held_betas = LrSchedule::Betas{static_cast<float>(man.engine.betas->first),
+                                     static_cast<float>(man.engine.betas->second)};
+  }
   const ckpt::LossScalerRecord& s = man.engine.scaler;
   m.precision.scaler().restore({static_cast<float>(s.scale), s.hysteresis_left, s.iter, s.last_overflow_iter,
                                 s.skipped});

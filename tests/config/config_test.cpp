@@ -723,8 +723,7 @@ TEST(Config, UnsupportedSchedulerListsTheSupported) {
 // count and second half that default to the first's, Adagrad (no betas to
 // cycle), the betas it replaces, and keys of another scheduler named.
 TEST(Config, OneCycleReadsDeepSpeedsParams) {
-  Config c = parse(with(R"("optimizer": {"type": "AdamW", "params": {"betas": [0.9, 0.99]}},
-                           "scheduler": {"type": "onecycle", "params": {"cycle_min_lr": 1e-4, "cycle_max_lr": 1e-3,
+  Config c = parse(with(R"("scheduler": {"type": "onecycle", "params": {"cycle_min_lr": 1e-4, "cycle_max_lr": 1e-3,
                                                                       "cycle_first_stair_count": 4}})"));
   const zero::config::OneCycleConfig& o = c.scheduler.one_cycle;
   EXPECT_EQ(c.scheduler.type, "OneCycle");
@@ -738,7 +737,11 @@ TEST(Config, OneCycleReadsDeepSpeedsParams) {
   EXPECT_TRUE(o.cycle_momentum);
   EXPECT_EQ(o.cycle_min_mom, 0.8f);
   EXPECT_EQ(o.cycle_max_mom, 0.9f);
-  EXPECT_TRUE(c.warnings.empty()) << all_warnings(c);  // beta2 is OneCycle's 0.99 already
+  EXPECT_TRUE(c.warnings.empty()) << all_warnings(c);  // no betas written: nothing of the user's replaced
+  // DeepSpeed's command-line defaults write a stair count of -1: no stairs.
+  c = parse(with(R"("scheduler": {"type": "OneCycle", "params": {"cycle_min_lr": 0, "cycle_max_lr": 1,
+                                                               "cycle_first_stair_count": -1}})"));
+  EXPECT_EQ(c.scheduler.one_cycle.cycle_second_stair_count, -1);
 
   EXPECT_CONTAINS(error_of(with(R"("scheduler": {"type": "OneCycle", "params": {"cycle_max_lr": 1e-3}})")),
                   "scheduler.params.cycle_min_lr: required by OneCycle");
@@ -751,9 +754,21 @@ TEST(Config, OneCycleReadsDeepSpeedsParams) {
                                                                            "cycle_max_mom": 1}})")),
                   "scheduler.params.cycle_max_mom: expected a number in [0, 1), got 1");
 
-  c = parse(with(R"("scheduler": {"type": "OneCycle", "params": {"cycle_min_lr": 0, "cycle_max_lr": 1}})"));
+  c = parse(with(R"("optimizer": {"type": "AdamW", "params": {"betas": [0.5, 0.99]}},
+                    "scheduler": {"type": "OneCycle", "params": {"cycle_min_lr": 0, "cycle_max_lr": 1}})"));
   EXPECT_CONTAINS(all_warnings(c), "OneCycle's momentum cycle steps AdamW with betas [momentum, 0.99], as "
-                                   "DeepSpeed's does: 'optimizer.params.betas' [0.9, 0.999] is not used");
+                                   "DeepSpeed's does: 'optimizer.params.betas' [0.5, 0.99] is not used");
+  c = parse(with(R"("optimizer": {"type": "AdamW", "params": {"betas": "auto"}},
+                    "scheduler": {"type": "OneCycle", "params": {"cycle_min_lr": 0, "cycle_max_lr": 1}})"));
+  EXPECT_EQ(all_warnings(c).find("momentum cycle"), std::string::npos) << all_warnings(c);
+  // A momentum decay that takes beta1 to 1 is named with its step (the
+  // engine stops there): 0.95 * (1 + 0.03 j) >= 1 from j = 2, the step after
+  // 4 + 2 taken, 7 (engine_behaviour_test's OneCycleBetas... case).
+  c = parse(with(R"("scheduler": {"type": "OneCycle", "params": {"cycle_min_lr": 0, "cycle_max_lr": 1,
+      "cycle_first_step_size": 2, "cycle_min_mom": 0.9, "cycle_max_mom": 0.95, "decay_step_size": 1,
+      "decay_mom_rate": 0.03}})"));
+  EXPECT_CONTAINS(all_warnings(c), "'scheduler.params.decay_mom_rate' (0.03) takes beta1 from 0.95 to 1 at optimizer "
+                                   "step 7: a run that long stops there");
   c = parse(with(R"("optimizer": {"type": "Adagrad"},
                     "scheduler": {"type": "OneCycle", "params": {"cycle_min_lr": 0, "cycle_max_lr": 1}})"));
   EXPECT_FALSE(c.scheduler.one_cycle.cycle_momentum);
@@ -841,7 +856,12 @@ TEST(Config, ToJsonRoundTrips) {
                       "cycle_first_stair_count": 2, "cycle_second_stair_count": 3, "decay_step_size": 5,
                       "cycle_momentum": true, "cycle_min_mom": 0.85, "cycle_max_mom": 0.95, "decay_mom_rate": 0.001}})"));
   back = parse_config(to_json(c).dump(), 1);
-  EXPECT_TRUE(back.warnings.empty()) << all_warnings(back);
+  // The betas the cycle replaces (written out), and the step at which the
+  // momentum decay reaches 1: 0.95 (1 + 0.001 j / 5) >= 1 from j = 264, step 11 + 13 + 264 + 1.
+  ASSERT_EQ(back.warnings.size(), 2u) << all_warnings(back);
+  EXPECT_CONTAINS(back.warnings[0], "momentum cycle");
+  EXPECT_CONTAINS(back.warnings[1], "at optimizer step 289");
+  back.warnings.clear();
   c.warnings.clear();
   EXPECT_EQ(back, c) << to_json(c).dump(2);
   c = parse(with(R"("scheduler": {"type": "LRRangeTest", "params": {"lr_range_test_min_lr": 2e-5,

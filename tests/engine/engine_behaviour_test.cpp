@@ -677,6 +677,52 @@ TEST(Schedule, ACheckpointKeepsTheScheduledRate) {
   if (comm.rank() == 0) rm_tree(dir);
 }
 
+// OneCycle's betas travel with a checkpoint as its rate does: an engine
+// with the scheduler takes them from the restored step, one without it
+// resumes with the saved pair, and betas a set_lr() held are saved too.
+TEST(Schedule, ACheckpointKeepsTheCyclesBetas) {
+  comm::Communicator& comm = world_comm();
+  const int world = comm.world_size();
+  const std::filesystem::path dir = shared_temp_dir(comm, "zero_cycle_", "ckpt");
+  config::Config cfg = make_config(2, false, false, world, kGlobalBatch / world, 1);
+  cfg.scheduler.type = "OneCycle";
+  cfg.scheduler.one_cycle.cycle_min_lr = 1e-3f;
+  cfg.scheduler.one_cycle.cycle_max_lr = 1e-2f;
+  cfg.scheduler.one_cycle.cycle_first_step_size = cfg.scheduler.one_cycle.cycle_second_step_size = 4;
+  std::pair<float, float> saved, held;
+  {
+    auto model = make_model(ModelKind::kMlp);
+    Engine engine(model, cfg, comm);
+    for (int step = 0; step < 3; ++step) ASSERT_TRUE(mlp_step(engine, *model, comm, step));
+    saved = engine.betas();
+    EXPECT_LT(saved.first, 0.9f - 1e-3f);  // moving down from cycle_max_mom: not the config's 0.9
+    engine.save_checkpoint(dir.string(), "cycle");
+    engine.set_lr(5e-3f);
+    ASSERT_TRUE(mlp_step(engine, *model, comm, 3));
+    held = engine.betas();
+    engine.save_checkpoint(dir.string(), "held");
+  }
+  EXPECT_EQ(held, saved);
+  for (bool scheduled : {false, true}) {
+    config::Config c = cfg;
+    if (!scheduled) c.scheduler = config::SchedulerConfig{};
+    auto model = make_model(ModelKind::kMlp);
+    Engine engine(model, c, comm);
+    engine.load_checkpoint(dir.string(), "cycle");
+    EXPECT_EQ(engine.betas(), saved) << (scheduled ? "with" : "without") << " the scheduler";
+    engine.load_checkpoint(dir.string(), "held");
+    if (scheduled) {
+      // The scheduler's after 4 steps taken: the cycle's peak, cycle_min_mom.
+      EXPECT_NE(engine.betas(), held);
+      EXPECT_FLOAT_EQ(engine.betas().first, 0.8f);
+    } else {
+      EXPECT_EQ(engine.betas(), held);
+    }
+  }
+  comm.barrier()->wait();
+  if (comm.rank() == 0) rm_tree(dir);
+}
+
 // An fp16 overflow with the scale at min_loss_scale (and no hysteresis
 // left) ends the run on every rank, as DeepSpeed's ZeRO optimizers do,
 // whatever the nonfinite policy.

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <utility>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -75,6 +76,9 @@ struct EngineRecord {
   std::int64_t optimizer_step = 0;  // the optimizer's own count (bias correction)
   std::int64_t skipped = 0;
   double lr = 0.0;
+  // The betas of the next step where a scheduler set them (OneCycle's
+  // momentum cycle, or where it left them at set_lr()); absent: the config's.
+  std::optional<std::pair<double, double>> betas;
   bool update_pending = false;  // a delayed update computed, not yet in the parameters
   LossScalerRecord scaler;
 };
