@@ -33,6 +33,7 @@ using detail::SectionReader;
 
 constexpr RealRange kBetaRange{0.0, false, 1.0, true};
 constexpr std::string_view kEnabledExample = "{\"enabled\": true}";
+constexpr float kDeepSpeedGradientClipping = 1.0f;
 
 void read_fp16(SectionReader& top, Fp16Config& fp16) {
   SectionReader r(top.context(), "fp16", top.read_object("fp16", kEnabledExample));
@@ -429,16 +430,28 @@ void read_zero_optimization(SectionReader& top, ZeroOptimizationConfig& zero) {
   if (auto v = z.read_int("reduce_bucket_size", kNonNegative)) zero.reduce_bucket_size = *v;
   if (auto v = z.read_int("allgather_bucket_size", kNonNegative)) zero.allgather_bucket_size = *v;
   if (auto v = z.read_bool("reduce_scatter")) zero.reduce_scatter = *v;
-  if (auto v = z.read_int("stage3_prefetch_bucket_size", kNonNegative)) {
-    zero.stage3_prefetch_bucket_size = *v;
+  // DeepSpeed's pydantic section takes each stage-3 key by its field name
+  // too (prefetch_bucket_size for stage3_prefetch_bucket_size).
+  auto stage3_key = [&](const char* name, std::int64_t& field) {
+    const std::string prefixed = std::string("stage3_") + name;
+    if (z.given(prefixed) && z.given(name)) {
+      z.fail(name, "gives the same setting as '" + z.path_of(prefixed) + "' (DeepSpeed reads either name): keep one");
+    }
+    if (auto v = z.read_int(z.given(name) ? name : prefixed, kNonNegative)) field = *v;
+  };
+  stage3_key("prefetch_bucket_size", zero.stage3_prefetch_bucket_size);
+  stage3_key("param_persistence_threshold", zero.stage3_param_persistence_threshold);
+  stage3_key("max_live_parameters", zero.stage3_max_live_parameters);
+  if (auto v = z.read_int("sub_group_size", kNonNegative)) {
+    if (*v == 0) {
+      // DeepSpeed's 0 is a sub-group per parameter (axolotl's ZeRO-3 configs
+      // write it); zerocpp's pieces follow its buckets instead.
+      z.note_ignored("sub_group_size", "0 (DeepSpeed: a sub-group per parameter) keeps zerocpp's own pieces, an "
+                                       "eighth of a bucket's chunk at most");
+    } else {
+      zero.sub_group_size = *v;
+    }
   }
-  if (auto v = z.read_int("stage3_param_persistence_threshold", kNonNegative)) {
-    zero.stage3_param_persistence_threshold = *v;
-  }
-  if (auto v = z.read_int("stage3_max_live_parameters", kNonNegative)) {
-    zero.stage3_max_live_parameters = *v;
-  }
-  if (auto v = z.read_int("sub_group_size", kPositive)) zero.sub_group_size = *v;
 }
 
 void read_activation_checkpointing(SectionReader& top, ActivationCheckpointingConfig& ac) {
@@ -452,6 +465,32 @@ void read_activation_checkpointing(SectionReader& top, ActivationCheckpointingCo
 }
 
 std::string quoted(const std::string& s) { return "\"" + s + "\""; }
+
+// DeepSpeed's keys for how gradients are reduced and accumulated. zerocpp
+// averages over the ranks and reduces (and, in most layouts, accumulates)
+// in the training precision: a dtype that names it, or null, is what it
+// does anyway; another one changes DeepSpeed's rounding, which zerocpp does
+// not follow, so it says so. "sum" would change every step by a factor of
+// the world size, so it is refused.
+void read_reduction_keys(SectionReader& top, const Config& c) {
+  const std::string training = c.bf16.enabled ? "bf16" : c.fp16.enabled ? "fp16" : "fp32";
+  if (auto v = top.read_choice("communication_data_type", {"fp32", "fp16", "bf16"}); v && *v != training) {
+    top.context().warn("'communication_data_type' \"" + *v + "\" is not supported: zerocpp reduces gradients in the "
+                       "training precision (" + training + "), so its rounding differs from DeepSpeed's run.");
+  }
+  SectionReader types(top.context(), "data_types",
+                      top.read_object("data_types", "{\"grad_accum_dtype\": \"fp32\"}"));
+  if (auto v = types.read_choice("grad_accum_dtype", {"fp32", "fp16", "bf16"}); v && *v != training) {
+    types.context().warn("'data_types.grad_accum_dtype' \"" + *v + "\" is not supported: zerocpp accumulates the "
+                         "micro-batches' gradients as docs/engine.md says (in the training precision, " + training +
+                         ", except the fp32 partition of optimizer offload on a GPU), so its rounding differs from "
+                         "DeepSpeed's run.");
+  }
+  if (auto v = top.read_choice("gradient_allreduce_op", {"mean", "sum"}); v && *v == "sum") {
+    top.fail("gradient_allreduce_op", "\"sum\" is not supported: zerocpp averages gradients over the ranks "
+                                      "(\"mean\", DeepSpeed's default); to sum, scale the loss by the world size");
+  }
+}
 
 // Rules between keys; each message names both keys and the way out.
 void check_combinations(const ParseContext& ctx, const Config& c) {
@@ -560,7 +599,10 @@ Config parse_config(std::string_view json_text, int world_size, std::string_view
   given.gradient_accumulation_steps = top.read_int("gradient_accumulation_steps", kPositive);
   given.any_auto = top.is_auto("train_batch_size") || top.is_auto("train_micro_batch_size_per_gpu") ||
                    top.is_auto("gradient_accumulation_steps");
-  if (auto v = top.read_float("gradient_clipping", kNonNegativeReal)) c.gradient_clipping = *v;
+  // DeepSpeed 0.19's default is 1.0 (GRADIENT_CLIPPING_DEFAULT), as the
+  // Hugging Face Trainer's max_grad_norm: a config without the key clips
+  // there as it would.
+  c.gradient_clipping = top.read_float("gradient_clipping", kNonNegativeReal).value_or(kDeepSpeedGradientClipping);
 
   read_fp16(top, c.fp16);
   read_bf16(top, c.bf16);
@@ -568,6 +610,7 @@ Config parse_config(std::string_view json_text, int world_size, std::string_view
   read_scheduler(top, c.optimizer, c.scheduler);
   read_zero_optimization(top, c.zero_optimization);
   read_activation_checkpointing(top, c.activation_checkpointing);
+  read_reduction_keys(top, c);
 
   if (auto v = top.read_byte_size("device_memory_limit")) c.device_memory_limit = *v;
   if (auto v = top.read_int("steps_per_print", kPositive)) c.steps_per_print = *v;

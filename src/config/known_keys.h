@@ -24,7 +24,9 @@ struct KnownKey {
   std::string_view name;
   KeyKind kind;
   std::string_view why = {};      // for kIgnored / kUnsupported: the reason, a clause
-  std::string_view neutral = {};  // JSON: kUnsupported's "off" value, kIgnored's "as zerocpp does"
+  // JSON: kUnsupported's "off" value, kIgnored's "as zerocpp does"; "*":
+  // every value (a key that tunes only DeepSpeed's performance).
+  std::string_view neutral = {};
 };
 
 std::span<const KnownKey> known_keys();

@@ -26,6 +26,7 @@ TEST(Config, DefaultsMatchTheHeader) {
   want.train_batch_size = 8;
   want.train_micro_batch_size_per_gpu = 8;
   want.gradient_accumulation_steps = 1;
+  want.gradient_clipping = 1.0f;  // DeepSpeed 0.19's default, for a parsed config only
   EXPECT_EQ(c, want);
   EXPECT_EQ(c.optimizer.type, "AdamW");
   EXPECT_TRUE(c.optimizer.decoupled_weight_decay());
@@ -143,15 +144,14 @@ TEST(Config, HarmlessDeepSpeedKeysAreIgnoredWithANote) {
   Config c = parse(R"({
     "train_batch_size": 8,
     "zero_allow_untested_optimizer": true, "prescale_gradients": true,
-    "gradient_predivide_factor": 2.0, "communication_data_type": "fp32",
-    "fp16": {"enabled": true, "auto_cast": true},
+    "gradient_predivide_factor": 2.0, "communication_data_type": "fp16",
+    "fp16": {"enabled": true},
     "zero_optimization": {"stage": 2, "round_robin_gradients": true, "sub_group_size": 1e9,
                           "stage3_gather_16bit_weights_on_model_save": true,
                           "allgather_partitions": false, "load_from_fp32_weights": false}
   })");
   const std::vector<std::string> ignored = {
       "'zero_allow_untested_optimizer'", "'prescale_gradients'", "'gradient_predivide_factor'",
-      "'communication_data_type'", "'fp16.auto_cast'",
       "'zero_optimization.round_robin_gradients'",
       "'zero_optimization.stage3_gather_16bit_weights_on_model_save'",
       "'zero_optimization.allgather_partitions'", "'zero_optimization.load_from_fp32_weights'"};
@@ -164,9 +164,52 @@ TEST(Config, HarmlessDeepSpeedKeysAreIgnoredWithANote) {
   EXPECT_EQ(c.zero_optimization.stage, 2);
   EXPECT_EQ(c.zero_optimization.sub_group_size, 1000000000);  // read (NVMe's piece bound), silently
 
-  c = parse(with(R"("bf16": {"enabled": true, "immediate_grad_update": true})"));
-  ASSERT_EQ(c.warnings.size(), 1u);
-  EXPECT_CONTAINS(c.warnings[0], "'bf16.immediate_grad_update' is a DeepSpeed key that zerocpp ignores");
+  // Keys that tune only DeepSpeed's speed or memory pass without a note
+  // whatever their value (Hugging Face's ZeRO-3 config has several).
+  c = parse(with(R"("bf16": {"enabled": true, "immediate_grad_update": true, "check_grad_overflow": true},
+                    "zero_optimization": {"stage": 3, "stage3_max_reuse_distance": 1e9, "memory_efficient_linear": false,
+                                          "zero_hpz_partition_size": 1})"));
+  EXPECT_TRUE(c.warnings.empty()) << all_warnings(c);
+}
+
+// The keys of how DeepSpeed reduces and accumulates gradients: silent where
+// they say what zerocpp does (the training precision, the mean), a warning
+// where DeepSpeed's rounding would differ, an error for a sum over ranks.
+TEST(Config, ReductionKeysNameWhereTheyDiffer) {
+  Config c = parse(with(R"("bf16": {"enabled": true}, "communication_data_type": "bf16",
+                           "data_types": {"grad_accum_dtype": null}, "gradient_allreduce_op": "mean")"));
+  EXPECT_TRUE(c.warnings.empty()) << all_warnings(c);
+  c = parse(with(R"("bf16": {"enabled": true}, "communication_data_type": "fp32",
+                    "data_types": {"grad_accum_dtype": "fp32"})"));
+  ASSERT_EQ(c.warnings.size(), 2u) << all_warnings(c);
+  EXPECT_CONTAINS(c.warnings[0], "'communication_data_type' \"fp32\" is not supported: zerocpp reduces gradients in "
+                                 "the training precision (bf16)");
+  EXPECT_CONTAINS(c.warnings[1], "'data_types.grad_accum_dtype' \"fp32\" is not supported");
+  EXPECT_CONTAINS(error_of(with(R"("gradient_allreduce_op": "sum")")),
+                  "gradient_allreduce_op: \"sum\" is not supported: zerocpp averages gradients over the ranks");
+  EXPECT_CONTAINS(error_of(with(R"("communication_data_type": "int8")")),
+                  "communication_data_type: expected one of \"fp32\", \"fp16\", \"bf16\"");
+  c = parse(with(R"("fp16": {"enabled": true, "auto_cast": true}, "sequence_parallel_size": 2)"));
+  EXPECT_CONTAINS(all_warnings(c), "'fp16.auto_cast' asks for casting the forward's inputs to fp16");
+  EXPECT_CONTAINS(all_warnings(c), "'sequence_parallel_size' asks for sequence parallelism");
+}
+
+// DeepSpeed reads each stage-3 key under its pydantic field name too, and
+// takes sub_group_size 0 (a sub-group per parameter).
+TEST(Config, Stage3KeysUnderDeepSpeedsFieldNames) {
+  Config c = parse(with(R"("zero_optimization": {"stage": 3, "prefetch_bucket_size": 123,
+                           "param_persistence_threshold": 45, "max_live_parameters": 6789, "sub_group_size": 0})"));
+  EXPECT_EQ(c.zero_optimization.stage3_prefetch_bucket_size, 123);
+  EXPECT_EQ(c.zero_optimization.stage3_param_persistence_threshold, 45);
+  EXPECT_EQ(c.zero_optimization.stage3_max_live_parameters, 6789);
+  EXPECT_EQ(c.zero_optimization.sub_group_size, 1000000000);
+  ASSERT_EQ(c.warnings.size(), 1u) << all_warnings(c);
+  EXPECT_CONTAINS(c.warnings[0], "'zero_optimization.sub_group_size' is ignored: 0 (DeepSpeed: a sub-group per "
+                                 "parameter) keeps zerocpp's own pieces");
+  EXPECT_CONTAINS(error_of(with(R"("zero_optimization": {"stage": 3, "prefetch_bucket_size": 1,
+                                                        "stage3_prefetch_bucket_size": 2})")),
+                  "zero_optimization.prefetch_bucket_size: gives the same setting as "
+                  "'zero_optimization.stage3_prefetch_bucket_size' (DeepSpeed reads either name): keep one");
 }
 
 TEST(Config, UnsupportedFeaturesWarnUnlessTurnedOff) {
@@ -180,9 +223,9 @@ TEST(Config, UnsupportedFeaturesWarnUnlessTurnedOff) {
   c = parse(with(R"("amp": {"enabled": "False"})"));
   ASSERT_EQ(c.warnings.size(), 1u) << all_warnings(c);
   EXPECT_CONTAINS(c.warnings[0], "'amp' turns off Apex AMP");
-  c = parse(with(R"("zero_optimization": {"zero_hpz_partition_size": 1, "zero_quantized_weights": true})"));
+  c = parse(with(R"("zero_optimization": {"zero_quantized_gradients": false, "zero_quantized_weights": true})"));
   ASSERT_EQ(c.warnings.size(), 2u);
-  EXPECT_CONTAINS(c.warnings[0], "turns off ZeRO++ hierarchical partitioning");
+  EXPECT_CONTAINS(c.warnings[0], "turns off ZeRO++ quantized gradients");
   EXPECT_CONTAINS(c.warnings[1], "asks for ZeRO++ quantized weights");
 }
 
@@ -190,15 +233,15 @@ TEST(Config, AutoValuesMeanNotGivenWithANote) {
   Config c = parse(with(R"("gradient_clipping": "auto", "fp16": {"enabled": "auto"},
                            "optimizer": {"type": "AdamW", "params": {"lr": "auto", "weight_decay": "auto",
                                                                      "betas": "auto"}})"));
-  EXPECT_EQ(c.gradient_clipping, 0.0f);
+  EXPECT_EQ(c.gradient_clipping, 1.0f);  // DeepSpeed 0.19's default, and the Trainer's max_grad_norm
   EXPECT_FALSE(c.fp16.enabled);
   EXPECT_EQ(c.optimizer.lr, 1e-3f);
   EXPECT_EQ(c.optimizer.beta2, 0.999f);
   ASSERT_EQ(c.warnings.size(), 5u) << all_warnings(c);
   EXPECT_CONTAINS(c.warnings[2], "'optimizer.params.lr' is \"auto\", which zerocpp reads as not given");
   // Each says the value used, in the order of the keys.
-  EXPECT_CONTAINS(c.warnings[0], "'gradient_clipping' is \"auto\", which zerocpp reads as not given: it uses 0.0 "
-                                 "(no clipping)");
+  EXPECT_CONTAINS(c.warnings[0], "'gradient_clipping' is \"auto\", which zerocpp reads as not given: it uses 1.0 "
+                                 "(the Hugging Face Trainer would fill in its own value");
   EXPECT_CONTAINS(c.warnings[1], "'fp16.enabled' is \"auto\", which zerocpp reads as not given: it uses false");
   EXPECT_CONTAINS(c.warnings[2], "it uses 0.001 (the Hugging Face Trainer would fill in its own value");
   EXPECT_CONTAINS(c.warnings[4], "'optimizer.params.betas' is \"auto\", which zerocpp reads as not given: it uses "

@@ -210,7 +210,9 @@ struct Config {
   std::int64_t train_batch_size = 0, train_micro_batch_size_per_gpu = 0,
                gradient_accumulation_steps = 0;
   int world_size = 1;  // the data-parallel size the batch sizes were resolved for
-  float gradient_clipping = 0.0f;  // max global gradient norm; 0 = off
+  // Max global gradient norm; 0 = off. A parsed config without the key has
+  // DeepSpeed 0.19's default, 1.0; a Config built in code starts at 0.
+  float gradient_clipping = 0.0f;
   Fp16Config fp16;
   Bf16Config bf16;
   OptimizerConfig optimizer;
