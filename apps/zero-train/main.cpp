@@ -46,6 +46,7 @@
 #include "train_device.h"
 #include "train_precision.h"
 #include "train_report.h"
+#include "trainer_autos.h"
 #include "zero/ckpt/checkpoint_dir.h"
 #include "zero/ckpt/consolidate.h"
 #include "zero/ckpt/crc32c.h"
@@ -308,8 +309,19 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
                  "one and trains on; SIGTERM, SIGINT, SIGUSR2 save and stop); --save-every K saves every K steps and "
                  "the last\n");
   }
+  // A Hugging Face config's "auto"s take zero-train's values, as the
+  // Trainer gives them its own.
+  train::FilledAutos autos;
+  if (!o.config_path.empty()) {
+    train::TrainerSettings settings;
+    settings.steps = o.steps;
+    settings.warmup = o.warmup >= 0 ? o.warmup : std::max<std::int64_t>(1, o.steps / 10);
+    settings.warmup_given = o.warmup >= 0;
+    settings.micro_batch = config::parse_config(kDefaultConfig, 1).train_micro_batch_size_per_gpu;
+    autos = train::fill_trainer_autos(config::read_config_text(o.config_path), settings);
+  }
   config::Config cfg = o.config_path.empty() ? config::parse_config(kDefaultConfig, comm->world_size(), "<default config>")
-                                             : config::load_config(o.config_path, comm->world_size());
+                                             : config::parse_config(autos.text, comm->world_size(), o.config_path);
   // The config's seed is zero-train's when --seed is not given.
   if (cfg.seed_given && !o.seed_given) {
     ZERO_CHECK(cfg.seed >= 0, "config ", o.config_path, ": seed must be 0 or more, got ", cfg.seed);
@@ -321,6 +333,12 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
   cfg.seed = static_cast<std::int64_t>(o.seed);  // (what the report's config says)
   cfg.seed_given = true;
   if (root) {
+    if (!autos.filled.empty()) {
+      std::string list;
+      for (const std::string& f : autos.filled) list += (list.empty() ? "" : ", ") + f;
+      std::fprintf(stderr, "config: %s's \"auto\" values, filled as the Hugging Face Trainer fills them: %s\n",
+                   o.config_path.c_str(), list.c_str());
+    }
     for (const auto& w : cfg.warnings) std::fprintf(stderr, "config warning: %s\n", w.c_str());
     std::fprintf(stderr, "batch: %s\n", cfg.batch_summary().c_str());
   }
@@ -344,8 +362,13 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
       std::fprintf(stderr, "config warning: activation_checkpointing.contiguous_memory_optimization has no effect "
                            "in zerocpp\n");
     }
-    if (!cfg.scheduler.type.empty() && (o.warmup_given || o.min_lr_ratio_given)) {
-      std::fprintf(stderr, "warning: --warmup and --min-lr-ratio are ignored: the config's scheduler (%s) sets the LR\n",
+    // (--warmup that filled an "auto" warm-up is used.)
+    const bool warmup_ignored = o.warmup_given && !autos.filled_warmup;
+    if (!cfg.scheduler.type.empty() && (warmup_ignored || o.min_lr_ratio_given)) {
+      std::fprintf(stderr, "warning: %s ignored: the config's scheduler (%s) sets the LR\n",
+                   warmup_ignored && o.min_lr_ratio_given ? "--warmup and --min-lr-ratio are"
+                   : warmup_ignored                       ? "--warmup is"
+                                                          : "--min-lr-ratio is",
                    cfg.scheduler.type.c_str());
     }
   }
@@ -903,7 +926,7 @@ int main(int argc, char** argv) {
   app.add_option("corpus", o.corpus,
                  "text files or folders, read recursively (default: the top-level English files of "
                  "/usr/share/games/fortunes)");
-  app.add_option("--config", o.config_path, "DeepSpeed-style JSON config (default: ZeRO-2 + CPU offload + bf16; fp32 on a CPU without native bf16)");
+  app.add_option("--config", o.config_path, "DeepSpeed-style JSON config (default: ZeRO-2 + CPU offload + bf16; fp32 on a CPU without native bf16); a Hugging Face config's \"auto\" batch, total_num_steps and warmup_num_steps take zero-train's values");
   app.add_option("--model", o.model, "preset: gpt2-tiny, gpt2-small-test, gpt2, gpt2-medium, gpt2-large, gpt2-xl")
       ->capture_default_str();
   app.add_option("--n-layer", o.n_layer, "override the preset's layers")->check(at_least<std::int64_t>(1));

@@ -632,7 +632,7 @@ Config parse_config(std::string_view json_text, int world_size, std::string_view
   return c;
 }
 
-Config load_config(const std::filesystem::path& path, int world_size) {
+std::string read_config_text(const std::filesystem::path& path) {
   std::error_code ec;
   ZERO_CHECK(!std::filesystem::is_directory(path, ec), "cannot read config file '", path.string(),
              "': it is a directory");
@@ -645,7 +645,11 @@ Config load_config(const std::filesystem::path& path, int world_size) {
   std::ostringstream text;
   text << in.rdbuf();
   ZERO_CHECK(!in.bad(), "cannot read config file '", path.string(), "': read error");
-  return parse_config(text.str(), world_size, path.string());
+  return text.str();
+}
+
+Config load_config(const std::filesystem::path& path, int world_size) {
+  return parse_config(read_config_text(path), world_size, path.string());
 }
 
 }  // namespace zero::config

@@ -254,6 +254,9 @@ Config parse_config(std::string_view json_text, int world_size,
 
 // Reads and parses a file; an unreadable file is a zero::Error naming the path.
 Config load_config(const std::filesystem::path& path, int world_size);
+// The file's text, with load_config's errors (for a caller that edits it
+// before parse_config).
+std::string read_config_text(const std::filesystem::path& path);
 
 // The resolved config in DeepSpeed's layout, every value filled in (for
 // reports and checkpoints). parse_config(to_json(c).dump(), c.world_size)

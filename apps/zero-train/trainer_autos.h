@@ -1,0 +1,33 @@
+// The "auto" values of a Hugging Face DeepSpeed config (its ds_config_zero2
+// and _zero3 files), filled in from zero-train's own settings as the
+// Hugging Face Trainer fills them from its arguments
+// (transformers' HfTrainerDeepSpeedConfig): the decay's end from --steps,
+// the warm-up from --warmup, the batch from zero-train's default micro-batch.
+// An "auto" left unfilled is read by parse_config as "not given", with a
+// note (docs/config.md).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace zero::train {
+
+struct TrainerSettings {
+  std::int64_t steps = 0;        // --steps
+  std::int64_t warmup = 0;       // --warmup, or zero-train's default
+  bool warmup_given = false;     // whether --warmup was given
+  std::int64_t micro_batch = 0;  // zero-train's default micro-batch
+};
+
+struct FilledAutos {
+  std::string text;                 // the config with the values filled in
+  std::vector<std::string> filled;  // "scheduler.params.total_num_steps = 300 (--steps)", ...
+  bool filled_warmup = false;       // scheduler.params.warmup_num_steps was "auto"
+};
+
+// `text` is the config's JSON; a text that is not a JSON object comes back
+// as it is (parse_config says what is wrong with it).
+FilledAutos fill_trainer_autos(const std::string& text, const TrainerSettings& s);
+
+}  // namespace zero::train
