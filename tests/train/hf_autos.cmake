@@ -33,3 +33,15 @@ endif()
 run(--steps 20)
 expect("scheduler.params.warmup_num_steps = 2 \\(--warmup's default, max\\(1, steps/10\\)\\)")
 expect("then linear decay to 0 at step 20")
+
+# A train_batch_size given as a number: the "auto" micro-batch is derived
+# from it (filling 16 would contradict it).
+file(MAKE_DIRECTORY ${OUT})
+file(WRITE ${OUT}/global_batch.json
+     "{\"train_batch_size\": 8, \"train_micro_batch_size_per_gpu\": \"auto\", \"gradient_accumulation_steps\": \"auto\"}")
+set(CONFIG ${OUT}/global_batch.json)
+run(--steps 2)
+expect("batch: train_batch_size=8 = micro_batch 8 x accumulation 1")
+if(err MATCHES "filled as the Hugging Face Trainer")
+  message(FATAL_ERROR "nothing to fill where train_batch_size is a number:\n${err}")
+endif()
