@@ -335,6 +335,7 @@ void train_size(const FitOptions& o, const Dev& d, SizeResult& r) {
   if (use_engine) {
     // The plain loops' AdamW hyperparameters, no clipping; one process.
     Json c = {{"train_micro_batch_size_per_gpu", o.micro},
+              {"gradient_clipping", 0},  // (a parsed config's default is DeepSpeed's 1.0)
               {"bf16", {{"enabled", bf16}}},
               {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 1e-4}, {"betas", {0.9, 0.999}}, {"eps", 1e-8},
                                                              {"weight_decay", 0.1}}}}},

@@ -941,7 +941,7 @@ int main(int argc, char** argv) {
       ->check(at_least<std::int64_t>(1))
       ->capture_default_str();
   auto* warmup = app.add_option("--warmup", o.warmup,
-                                "LR warm-up steps when the config has no scheduler (default: max(1, steps/10))")
+                                "LR warm-up steps when the config has no scheduler, or its warmup_num_steps is \"auto\" (default: max(1, steps/10))")
                     ->check(at_least<std::int64_t>(0));
   auto* min_lr = app.add_option("--min-lr-ratio", o.min_lr_ratio,
                                 "cosine floor as a fraction of the lr, when the config has no scheduler")

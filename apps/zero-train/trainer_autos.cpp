@@ -17,7 +17,10 @@ bool is_auto(const Json& object, const char* key) {
 
 FilledAutos fill_trainer_autos(const std::string& text, const TrainerSettings& s) {
   FilledAutos out{text, {}};
-  Json root = Json::parse(text, nullptr, /*allow_exceptions=*/false, /*ignore_comments=*/true);
+  // (Parsed as parse_config would, comments refused. A key given twice
+  // loses parse_config's warning where there is something to fill: the
+  // rewritten text has it once, the last value, as parse_config reads it.)
+  Json root = Json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!root.is_object()) return out;
   auto fill = [&](Json& object, const char* key, std::int64_t value, const std::string& path, const char* from) {
     if (!is_auto(object, key)) return;

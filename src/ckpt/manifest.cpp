@@ -326,9 +326,11 @@ Manifest parse_manifest(std::string_view text, const std::string& where) {
   m.engine.lr = r.number(E, "lr", "engine");
   if (E.contains("betas")) {  // (older checkpoints have none: the config's betas)
     const json& b = E.at("betas");
-    if (!b.is_array() || b.size() != 2 || !b[0].is_number() || !b[1].is_number() || !(b[0].get<double>() >= 0.0) ||
-        !(b[0].get<double>() < 1.0) || !(b[1].get<double>() >= 0.0) || !(b[1].get<double>() < 1.0)) {
-      r.fail("engine.betas", "is not two numbers in [0, 1)");
+    // (Any finite pair: a momentum decay can leave the next step's beta1 at
+    // 1 or past it, which the engine refuses when it would step with it.)
+    auto finite = [](const json& v) { return v.is_number() && std::isfinite(v.get<double>()) && v.get<double>() >= 0.0; };
+    if (!b.is_array() || b.size() != 2 || !finite(b[0]) || !finite(b[1])) {
+      r.fail("engine.betas", "is not two finite numbers >= 0");
     }
     m.engine.betas = std::pair{b[0].get<double>(), b[1].get<double>()};
   }

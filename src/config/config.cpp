@@ -194,6 +194,7 @@ std::int64_t step_where_beta1_reaches_one(const OneCycleConfig& c) {
   if (!(estimate < 1e15)) return 0;
   std::int64_t j = std::max<std::int64_t>(1, static_cast<std::int64_t>(estimate) - 1);
   while (beta1(j) < 1.0f) ++j;
+  while (j > 1 && beta1(j - 1) >= 1.0f) --j;  // (float rounding can reach 1 before the estimate)
   // betas(k) with k = F + S + j - 1 is the rate of the step after k + 1 taken.
   return c.cycle_first_step_size + c.cycle_second_step_size + j + 1;
 }
@@ -480,7 +481,16 @@ void read_reduction_keys(SectionReader& top, const Config& c) {
   }
   SectionReader types(top.context(), "data_types",
                       top.read_object("data_types", "{\"grad_accum_dtype\": \"fp32\"}"));
-  if (auto v = types.read_choice("grad_accum_dtype", {"fp32", "fp16", "bf16"}); v && *v != training) {
+  // DeepSpeed's DtypeEnum names (runtime/config.py), each to its short one.
+  auto accum = types.read_choice("grad_accum_dtype", {"fp32", "float32", "float", "torch.float32", "fp16", "float16",
+                                                      "half", "torch.float16", "bf16", "bfloat16", "torch.bfloat16"});
+  if (accum) {
+    const std::string& a = *accum;
+    accum = a == "fp32" || a == "float32" || a == "float" || a == "torch.float32" ? "fp32"
+            : a == "bf16" || a == "bfloat16" || a == "torch.bfloat16"             ? "bf16"
+                                                                                    : "fp16";
+  }
+  if (const auto& v = accum; v && *v != training) {
     types.context().warn("'data_types.grad_accum_dtype' \"" + *v + "\" is not supported: zerocpp accumulates the "
                          "micro-batches' gradients as docs/engine.md says (in the training precision, " + training +
                          ", except the fp32 partition of optimizer offload on a GPU), so its rounding differs from "

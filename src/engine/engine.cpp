@@ -709,10 +709,15 @@ bool Engine::step_at_boundary() {
     return false;
   }
   const auto [beta1, beta2] = betas();
-  ZERO_CHECK(beta1 < 1.0f, "OneCycle's momentum cycle gives beta1 ", beta1, " for optimizer step ", m.optimizer_step + 1,
-             ": Adam and Lion need beta1 < 1 (decay_mom_rate ", config_.scheduler.one_cycle.decay_mom_rate,
-             " raises it past cycle_max_mom after the cycle); lower scheduler.params.decay_mom_rate or set "
-             "cycle_momentum false");
+  if (beta1 >= 1.0f && !config_.optimizer.is_adagrad()) {
+    const bool cycled = m.schedule ? m.schedule->applied_betas(m.optimizer_step).has_value() : m.held_betas.has_value();
+    ZERO_CHECK(!cycled, "OneCycle's momentum cycle gives beta1 ", beta1, " for optimizer step ", m.optimizer_step + 1,
+               ": Adam and Lion need beta1 < 1 (decay_mom_rate ", config_.scheduler.one_cycle.decay_mom_rate,
+               " raises it past cycle_max_mom after the cycle); lower scheduler.params.decay_mom_rate or set "
+               "cycle_momentum false");
+    ZERO_CHECK(false, "optimizer beta1 is ", beta1, ": ", config_.optimizer.type, " needs beta1 < 1 (a Config built "
+               "in code; parsed betas are checked to be in [0, 1))");
+  }
   const detail::StepRates rates{lr, beta1, beta2};
   stats_.consecutive_skipped = 0;
   // From here the master weights, the moments and the parameters change: a

@@ -179,6 +179,13 @@ TEST(Config, ReductionKeysNameWhereTheyDiffer) {
   Config c = parse(with(R"("bf16": {"enabled": true}, "communication_data_type": "bf16",
                            "data_types": {"grad_accum_dtype": null}, "gradient_allreduce_op": "mean")"));
   EXPECT_TRUE(c.warnings.empty()) << all_warnings(c);
+  // DeepSpeed's other names of a dtype (its DtypeEnum).
+  c = parse(with(R"("bf16": {"enabled": true}, "data_types": {"grad_accum_dtype": "torch.bfloat16"})"));
+  EXPECT_TRUE(c.warnings.empty()) << all_warnings(c);
+  c = parse(with(R"("fp16": {"enabled": true}, "data_types": {"grad_accum_dtype": "half"})"));
+  EXPECT_TRUE(c.warnings.empty()) << all_warnings(c);
+  c = parse(with(R"("bf16": {"enabled": true}, "data_types": {"grad_accum_dtype": "float32"})"));
+  EXPECT_CONTAINS(all_warnings(c), "'data_types.grad_accum_dtype' \"fp32\" is not supported");
   c = parse(with(R"("bf16": {"enabled": true}, "communication_data_type": "fp32",
                     "data_types": {"grad_accum_dtype": "fp32"})"));
   ASSERT_EQ(c.warnings.size(), 2u) << all_warnings(c);
@@ -190,8 +197,11 @@ TEST(Config, ReductionKeysNameWhereTheyDiffer) {
   EXPECT_CONTAINS(error_of(with(R"("communication_data_type": "int8")")),
                   "communication_data_type: expected one of \"fp32\", \"fp16\", \"bf16\"");
   c = parse(with(R"("fp16": {"enabled": true, "auto_cast": true}, "sequence_parallel_size": 2)"));
-  EXPECT_CONTAINS(all_warnings(c), "'fp16.auto_cast' asks for casting the forward's inputs to fp16");
+  EXPECT_CONTAINS(all_warnings(c), "'fp16.auto_cast' is a DeepSpeed key that zerocpp ignores: zerocpp does not cast "
+                                   "the forward's inputs to fp16");
   EXPECT_CONTAINS(all_warnings(c), "'sequence_parallel_size' asks for sequence parallelism");
+  c = parse(with(R"("fp16": {"enabled": true, "auto_cast": false})"));
+  EXPECT_TRUE(c.warnings.empty()) << all_warnings(c);
 }
 
 // DeepSpeed reads each stage-3 key under its pydantic field name too, and

@@ -586,6 +586,18 @@ TEST(Schedule, OneCycleBetasAreHeldAfterSetLrAndKeptBelowOne) {
   }
   const std::vector<at::Tensor> after = engine.gather_master_params();
   for (std::size_t i = 0; i < after.size(); ++i) EXPECT_TRUE(after[i].equal(before[i])) << "parameter " << i;
+  // Its checkpoint (the next step's beta1 past 1 in it) loads, into a run
+  // with the decay fixed, which steps on.
+  const std::filesystem::path dir = shared_temp_dir(comm, "zero_past_one_", "ckpt");
+  engine.save_checkpoint(dir.string(), "past");
+  cfg.scheduler.one_cycle.decay_mom_rate = 0.0f;
+  auto fixed_model = make_model(ModelKind::kMlp);
+  Engine fixed(fixed_model, cfg, comm);
+  fixed.load_checkpoint(dir.string(), "past");
+  EXPECT_FLOAT_EQ(fixed.betas().first, 0.95f);
+  EXPECT_TRUE(mlp_step(fixed, *fixed_model, comm, 6));
+  comm.barrier()->wait();
+  if (comm.rank() == 0) rm_tree(dir);
 }
 
 // Skipped steps are numbered as windows (DeepSpeed's global_steps): a step

@@ -428,7 +428,8 @@ INSTANTIATE_TEST_SUITE_P(Options, ReferenceOptions,
 // bound; one off by a step in the schedule too. At stage 0, 2 + offload
 // with the delayed update from the second step on (the betas travel with the
 // deferred step; the reference's model runs a step behind its masters), 3,
-// and 3 + offload with the delayed update.
+// 3 + offload with the delayed update, and both with a share of the
+// optimizer stepped on the device (offload_optimizer.ratio < 1).
 using CycleCase = std::tuple<Opt, int /*index into kLayouts*/>;
 class ReferenceOneCycle : public testing::TestWithParam<CycleCase> {};
 
@@ -520,7 +521,7 @@ std::string cycle_case_name(const testing::TestParamInfo<CycleCase>& info) {
 
 INSTANTIATE_TEST_SUITE_P(OneCycle, ReferenceOneCycle,
                          testing::Combine(testing::Values(Opt::kAdamW, Opt::kAdamL2, Opt::kLion),
-                                          testing::Values(0, 4, 5, 6)),
+                                          testing::Values(0, 4, 5, 6, 7, 8)),
                          cycle_case_name);
 
 // Per-parameter settings (EngineOptions::weight_decay and lr_scale) against
