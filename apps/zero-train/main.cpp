@@ -93,6 +93,12 @@ struct Options {
   std::vector<std::string> corpus;
 };
 
+// The warm-up of zero-train's own schedule, and of an "auto" one: --warmup,
+// or max(1, steps/10).
+std::int64_t warmup_steps(const Options& o) {
+  return o.warmup >= 0 ? o.warmup : std::max<std::int64_t>(1, o.steps / 10);
+}
+
 at::Tensor make_batch(const std::vector<std::uint8_t>& data, const std::vector<std::int64_t>& offsets,
                       std::int64_t seq_len) {
   std::vector<std::int64_t> ids;
@@ -315,7 +321,7 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
   if (!o.config_path.empty()) {
     train::TrainerSettings settings;
     settings.steps = o.steps;
-    settings.warmup = o.warmup >= 0 ? o.warmup : std::max<std::int64_t>(1, o.steps / 10);
+    settings.warmup = warmup_steps(o);
     settings.warmup_given = o.warmup >= 0;
     settings.micro_batch = config::parse_config(kDefaultConfig, 1).train_micro_batch_size_per_gpu;
     autos = train::fill_trainer_autos(config::read_config_text(o.config_path), settings);
@@ -486,7 +492,7 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
   config::SchedulerConfig sched = cfg.scheduler;
   if (sched.type.empty()) {  // --warmup + cosine to min_lr_ratio * lr
     sched.type = "WarmupCosineLR";
-    sched.warmup_num_steps = o.warmup >= 0 ? o.warmup : std::max<std::int64_t>(1, o.steps / 10);
+    sched.warmup_num_steps = warmup_steps(o);
     sched.total_num_steps = o.steps;
     sched.warmup_type = "linear";
     sched.cos_min_ratio = static_cast<float>(o.min_lr_ratio);

@@ -710,8 +710,7 @@ bool Engine::step_at_boundary() {
   }
   const auto [beta1, beta2] = betas();
   if (beta1 >= 1.0f && !config_.optimizer.is_adagrad()) {
-    const bool cycled = m.schedule ? m.schedule->applied_betas(m.optimizer_step).has_value() : m.held_betas.has_value();
-    ZERO_CHECK(!cycled, "OneCycle's momentum cycle gives beta1 ", beta1, " for optimizer step ", m.optimizer_step + 1,
+    ZERO_CHECK(!m.scheduled_betas(), "OneCycle's momentum cycle gives beta1 ", beta1, " for optimizer step ", m.optimizer_step + 1,
                ": Adam and Lion need beta1 < 1 (decay_mom_rate ", config_.scheduler.one_cycle.decay_mom_rate,
                " raises it past cycle_max_mom after the cycle); lower scheduler.params.decay_mom_rate or set "
                "cycle_momentum false");
@@ -774,9 +773,9 @@ float Engine::lr() const {
 
 std::pair<float, float> Engine::betas() const {
   const Impl& m = *impl_;
-  std::optional<LrSchedule::Betas> b = m.schedule ? m.schedule->applied_betas(m.optimizer_step) : m.held_betas;
-  if (!b) b = LrSchedule::Betas{config_.optimizer.beta1, config_.optimizer.beta2};
-  return {b->beta1, b->beta2};
+  const LrSchedule::Betas b =
+      m.scheduled_betas().value_or(LrSchedule::Betas{config_.optimizer.beta1, config_.optimizer.beta2});
+  return {b.beta1, b.beta2};
 }
 
 void Engine::set_lr(float lr) {
@@ -784,10 +783,10 @@ void Engine::set_lr(float lr) {
   if (m.schedule && m.rank == 0) {
     std::fprintf(stderr, "zerocpp: set_lr() sets the learning rate from now on; the config's scheduler (%s) is "
                  "off%s\n", config_.scheduler.type.c_str(),
-                 m.schedule->applied_betas(m.optimizer_step) ? " (its betas stay where it left them)" : "");
+                 m.scheduled_betas() ? " (its betas stay where it left them)" : "");
   }
   // As in DeepSpeed, where OneCycle wrote the betas into the optimizer.
-  if (m.schedule) m.held_betas = m.schedule->applied_betas(m.optimizer_step);
+  m.held_betas = m.scheduled_betas();
   m.schedule.reset();
   lr_ = lr;
 }

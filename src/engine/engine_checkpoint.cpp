@@ -182,7 +182,7 @@ void Engine::save_checkpoint(const std::string& dir, const std::string& tag, con
   man.engine.optimizer_step = m.optimizer_step;
   man.engine.skipped = stats_.skipped;
   man.engine.lr = lr();  // the rate of the next step (the config's scheduler's, or set_lr's)
-  if (const std::optional<LrSchedule::Betas> b = m.schedule ? m.schedule->applied_betas(m.optimizer_step) : m.held_betas) {
+  if (const std::optional<LrSchedule::Betas> b = m.scheduled_betas()) {
     man.engine.betas = std::pair<double, double>{b->beta1, b->beta2};
   }
   man.engine.update_pending = m.delayed->pending();

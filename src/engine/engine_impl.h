@@ -59,6 +59,11 @@ struct Engine::Impl {
   std::optional<LrSchedule> schedule;
   // The betas a OneCycle scheduler left when set_lr() turned it off.
   std::optional<LrSchedule::Betas> held_betas;
+  // The betas of the next step where a scheduler set them (the running
+  // schedule's, or those it left); nullopt: the config's.
+  std::optional<LrSchedule::Betas> scheduled_betas() const {
+    return schedule ? schedule->applied_betas(optimizer_step) : held_betas;
+  }
   comm::CommStats comm_at_step_start;
   // Declared last, so destroyed first: the hooks go before what they call,
   // and the module gets its own tensors back while the flat buffer is alive.

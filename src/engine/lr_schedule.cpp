@@ -35,6 +35,11 @@ std::int64_t LrSchedule::cycle_steps() const {
   return s_.one_cycle.cycle_first_step_size + s_.one_cycle.cycle_second_step_size;
 }
 
+// DeepSpeed's decay_interval: (k - F - S + 1) / decay_step_size.
+double LrSchedule::decay_intervals(std::int64_t step) const {
+  return static_cast<double>(step - cycle_steps() + 1) / static_cast<double>(s_.one_cycle.decay_step_size);
+}
+
 // DeepSpeed's OneCycle._get_scale_factor, in the same double arithmetic.
 double LrSchedule::cycle_scale(std::int64_t step) const {
   const config::OneCycleConfig& c = s_.one_cycle;
@@ -72,7 +77,7 @@ std::optional<LrSchedule::Betas> LrSchedule::betas(std::int64_t step) const {
     return Betas{static_cast<float>(max_mom - (max_mom - min_mom) * cycle_scale(step)), kBeta2};
   }
   if (c.decay_step_size == 0 || c.decay_mom_rate == 0.0f) return Betas{c.cycle_max_mom, kBeta2};
-  const double interval = static_cast<double>(step - cycle_steps() + 1) / static_cast<double>(c.decay_step_size);
+  const double interval = decay_intervals(step);
   return Betas{static_cast<float>(max_mom * (1.0 + c.decay_mom_rate * interval)), kBeta2};
 }
 
@@ -143,7 +148,7 @@ float LrSchedule::lr(std::int64_t step) const {
     const double min_lr = c.cycle_min_lr, max_lr = c.cycle_max_lr;
     if (step < cycle_steps()) return static_cast<float>(min_lr + (max_lr - min_lr) * cycle_scale(step));
     if (c.decay_step_size == 0 || c.decay_lr_rate == 0.0f) return c.cycle_min_lr;
-    const double interval = static_cast<double>(step - cycle_steps() + 1) / static_cast<double>(c.decay_step_size);
+    const double interval = decay_intervals(step);
     return static_cast<float>(min_lr / (1.0 + c.decay_lr_rate * interval));
   }
   const std::int64_t w = warmup_steps();

@@ -64,6 +64,7 @@ class LrSchedule {
   float warmup(std::int64_t step) const;
   double cycle_scale(std::int64_t step) const;  // OneCycle's, in [0, 1]
   std::int64_t cycle_steps() const;
+  double decay_intervals(std::int64_t step) const;  // OneCycle's, past the cycle
   std::int64_t warmup_steps() const;
   config::SchedulerConfig s_;
   float base_lr_;
