@@ -120,7 +120,7 @@ int main(int argc, char** argv) {
   app.add_option("--offload-ratio", offload_ratio, "offload_optimizer.ratio: the share of the optimizer state "
                  "offloaded (needs --offload); the rest stays on the device, stepped there")->capture_default_str();
   app.add_option("--precision", precision, "bf16, fp16 or fp32")->capture_default_str();
-  app.add_option("--optimizer", optimizer, "AdamW, Adam (two moments), Adagrad or Lion (one)")->capture_default_str();
+  app.add_option("--optimizer", optimizer, "AdamW, Adam, Muon (two moments), Adagrad or Lion (one)")->capture_default_str();
   app.add_flag("--gpu", on_gpu, "the model on a GPU: with --offload, host gradients as they come down "
                "(training precision) and the update written over them");
   auto* micro_opt = app.add_option("--micro", micro, "micro-batch per rank (activations)")->capture_default_str();
@@ -233,8 +233,9 @@ int main(int argc, char** argv) {
       ZERO_CHECK(precision == "bf16" || precision == "fp16" || precision == "fp32",
                  "--precision must be bf16, fp16 or fp32, got '", precision, "'");
       optimizer_kind.type = optimizer;
-      ZERO_CHECK(optimizer_kind.is_adam() || optimizer_kind.is_adagrad() || optimizer_kind.is_lion(),
-                 "--optimizer must be AdamW, Adam, Adagrad or Lion, got '", optimizer, "'");
+      ZERO_CHECK(optimizer_kind.is_adam() || optimizer_kind.is_adagrad() || optimizer_kind.is_lion() ||
+                     optimizer_kind.is_muon(),
+                 "--optimizer must be AdamW, Adam, Adagrad, Lion or Muon, got '", optimizer, "'");
       if (!params_text.empty()) parse_count(params_text);
       if (!device_mem_text.empty()) parse_bytes("--device-mem", device_mem_text);
       if (!host_mem_text.empty()) parse_bytes("--host-mem", host_mem_text);

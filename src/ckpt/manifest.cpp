@@ -303,6 +303,7 @@ Manifest parse_manifest(std::string_view text, const std::string& where) {
       }
       pr.*field = v;
     }
+    if (p.contains("muon")) pr.muon = r.boolean(p, "muon", "params[" + pr.name + "]");
     m.params.push_back(std::move(pr));
   }
   if (m.params.empty()) r.fail("manifest.params", "is empty");
@@ -407,6 +408,7 @@ std::string manifest_to_json(const Manifest& m) {
     json pj = {{"name", p.name}, {"shape", p.shape}, {"offset", p.offset}};
     if (p.weight_decay) pj["weight_decay"] = *p.weight_decay;
     if (p.lr_scale) pj["lr_scale"] = *p.lr_scale;
+    if (p.muon) pj["muon"] = *p.muon;
     params.push_back(std::move(pj));
   }
   j["params"] = params;

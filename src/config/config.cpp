@@ -62,25 +62,62 @@ void read_bf16(SectionReader& top, Bf16Config& bf16) {
   if (auto v = r.read_bool("enabled")) bf16.enabled = *v;
 }
 
+// Muon's own keys (DeepSpeed's engine builds MuonWithAuxAdam's two halves
+// from them): the shared lr unless muon_lr / adam_lr give a half its own,
+// MuonWithAuxAdam's defaults (Muon 0.02, Adam 3e-4) where no rate is given.
+// Called after lr and eps are read; betas default to MuonWithAuxAdam's.
+void read_muon_params(SectionReader& p, OptimizerConfig& opt) {
+  const bool lr_given = p.find_unless_auto("lr") != nullptr;
+  opt.muon_lr = p.read_float("muon_lr", kNonNegativeReal);
+  opt.adam_lr = p.read_float("adam_lr", kNonNegativeReal);
+  if (!lr_given) {
+    opt.lr = opt.muon_lr.value_or(0.02f);
+    if (!opt.adam_lr) opt.adam_lr = 3e-4f;
+  }
+  if (opt.lr == 0.0f && (opt.muon_lr.value_or(0.0f) > 0.0f || opt.adam_lr.value_or(0.0f) > 0.0f)) {
+    p.fail("lr", "is 0 while muon_lr or adam_lr is not: each half steps at lr (the scheduler's rate) times its "
+                 "rate's share of lr, so lr must be > 0; give lr > 0, or leave it out (it then is muon_lr)");
+  }
+  opt.beta1 = 0.9f;
+  opt.beta2 = 0.95f;
+  if (auto v = p.read_float("momentum", kBetaRange)) opt.momentum = *v;
+  if (auto v = p.read_choice("ns_method", {"gram", "standard"})) opt.ns_method = *v;
+  if (p.read_bool("per_head_muon") == true) {
+    p.fail("per_head_muon", "per-head orthogonalization of attention projections is not available in zerocpp: "
+                            "set it to false or remove it (each matrix is orthogonalized whole)");
+  }
+}
+
 void read_optimizer(SectionReader& top, OptimizerConfig& opt) {
   const Json* section = top.read_object(
       "optimizer", "{\"type\": \"AdamW\", \"params\": {\"lr\": 0.001}}");
   if (!section) return;  // AdamW with the defaults
   SectionReader r(top.context(), "optimizer", section);
-  auto type = r.read_choice("type", {"Adam", "AdamW", "Adagrad", "Lion"});
-  if (!type) r.fail("type", "required when 'optimizer' is given: one of \"Adam\", \"AdamW\", \"Adagrad\", \"Lion\"");
+  auto type = r.read_choice("type", {"Adam", "AdamW", "Adagrad", "Lion", "Muon"});
+  if (!type) {
+    r.fail("type", "required when 'optimizer' is given: one of \"Adam\", \"AdamW\", \"Adagrad\", \"Lion\", "
+                   "\"Muon\"");
+  }
   opt.type = *type;
   SectionReader p(top.context(), "optimizer.params",
                   r.read_object("params", "{\"lr\": 0.001, \"weight_decay\": 0.01}"));
 
   // DeepSpeed's CPU Adagrad defaults differ from Adam's; its Lion's are
-  // Adam's (lr 1e-3, betas 0.9, 0.999), without eps.
-  const bool adagrad = opt.is_adagrad(), lion = opt.is_lion();
+  // Adam's (lr 1e-3, betas 0.9, 0.999), without eps; its Muon's are
+  // MuonWithAuxAdam's.
+  const bool adagrad = opt.is_adagrad(), lion = opt.is_lion(), muon = opt.is_muon();
   opt.lr = p.read_float("lr", kNonNegativeReal).value_or(adagrad ? 1e-2f : 1e-3f);
   if (lion) {
     if (p.find_unless_auto("eps")) p.note_ignored("eps", "Lion has no eps (its update is a sign)");
   } else {
-    opt.eps = p.read_float("eps", kPositiveReal).value_or(adagrad ? 1e-10f : 1e-8f);
+    opt.eps = p.read_float("eps", kPositiveReal).value_or(adagrad || muon ? 1e-10f : 1e-8f);
+  }
+  if (muon) {
+    read_muon_params(p, opt);
+  } else {
+    for (std::string_view key : {"momentum", "ns_method", "muon_lr", "adam_lr", "per_head_muon"}) {
+      if (p.given(key)) p.note_ignored(key, "it applies to Muon only");
+    }
   }
   if (auto v = p.read_float("weight_decay", kNonNegativeReal)) opt.weight_decay = *v;
 
@@ -224,10 +261,12 @@ void read_one_cycle(SectionReader& p, const OptimizerConfig& opt, bool betas_giv
   if (auto v = p.read_float("cycle_max_mom", kBetaRange)) c.cycle_max_mom = *v;
   if (auto v = p.read_float("decay_mom_rate", kNonNegativeReal)) c.decay_mom_rate = *v;
   if (!c.cycle_momentum) return;
-  if (opt.is_adagrad()) {
+  if (opt.is_adagrad() || opt.is_muon()) {
     // DeepSpeed: "cycle_momentum is disabled because optimizer ... does not
-    // support momentum".
-    p.context().warn("'scheduler.params.cycle_momentum' is off: Adagrad has no momentum (betas) to cycle.");
+    // support momentum" (MuonWithAuxAdam has no betas in its defaults).
+    p.context().warn(opt.is_muon() ? "'scheduler.params.cycle_momentum' is off: Muon's momentum and its Adam half's "
+                                     "betas stay as configured, as in DeepSpeed (MuonWithAuxAdam has no betas to cycle)."
+                                   : "'scheduler.params.cycle_momentum' is off: Adagrad has no momentum (betas) to cycle.");
     c.cycle_momentum = false;
     return;
   }

@@ -33,6 +33,12 @@ json optimizer_json(const OptimizerConfig& o) {
     params["adam_w_mode"] = o.adam_w_mode;
     params["bias_correction"] = o.bias_correction;
   }
+  if (o.is_muon()) {
+    params["momentum"] = shown(o.momentum);
+    params["ns_method"] = o.ns_method;
+    if (o.muon_lr) params["muon_lr"] = shown(*o.muon_lr);
+    if (o.adam_lr) params["adam_lr"] = shown(*o.adam_lr);
+  }
   return {{"type", o.type}, {"params", params}};
 }
 

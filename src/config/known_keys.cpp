@@ -122,6 +122,11 @@ constexpr KnownKey kKeys[] = {
     {"optimizer.params", "fp32_optimizer_states", I, "zerocpp keeps optimizer states in fp32"},
     {"optimizer.params", "bias_correction", R},
     {"optimizer.params", "amsgrad", R},
+    {"optimizer.params", "momentum", R},  // Muon
+    {"optimizer.params", "ns_method", R},
+    {"optimizer.params", "muon_lr", R},
+    {"optimizer.params", "adam_lr", R},
+    {"optimizer.params", "per_head_muon", R},
 
     {"scheduler", "type", R},
     {"scheduler", "params", R},
@@ -172,6 +177,8 @@ constexpr KnownKey kKeys[] = {
     {"zero_optimization", "sub_group_size", R},
     {"zero_optimization", "stage3_max_reuse_distance", I, kMemoryOnly, "*"},
     {"zero_optimization", "max_reuse_distance", I, kMemoryOnly, "*"},
+    {"zero_optimization", "save_muon_momentum_buffer_in_memory", I,
+     "zerocpp's Muon momentum is part of the optimizer state partition", "*"},
     {"zero_optimization", "stage3_model_persistence_threshold", I, kMemoryOnly},
     {"zero_optimization", "model_persistence_threshold", I, kMemoryOnly},
     {"zero_optimization", "stage3_allgather_sequential", I, "zerocpp chooses its collectives itself", "false"},

@@ -255,9 +255,9 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
     // (The JSON parser canonicalises the type; a config built in code gets
     // the spelling checked here.)
     const auto& opt = config_.optimizer;
-    ZERO_CHECK(opt.is_adam() || opt.is_adagrad() || opt.is_lion(), "optimizer.type=\"", opt.type,
-               "\" is not an optimizer zerocpp has: set it to \"Adam\", \"AdamW\", \"Adagrad\" or \"Lion\", "
-               "spelt so (config::parse_config also takes other cases)");
+    ZERO_CHECK(opt.is_adam() || opt.is_adagrad() || opt.is_lion() || opt.is_muon(), "optimizer.type=\"", opt.type,
+               "\" is not an optimizer zerocpp has: set it to \"Adam\", \"AdamW\", \"Adagrad\", \"Lion\" or "
+               "\"Muon\", spelt so (config::parse_config also takes other cases)");
     // "nvme" is an offload whose optimizer state lives in a swap file
     // (the CPU steps it all the same).
     const bool nvme = z.offload_optimizer.device == "nvme";
@@ -286,7 +286,10 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
     // undo (thrown below, once every rank has said whether its rules failed).
     detail::ParamHypers hypers;
     const std::string rule_error = detail::error_of([&] {
-      hypers = detail::resolve_param_hypers(options.weight_decay, options.lr_scale, P.names(), P.params(),
+      ZERO_CHECK(!options.use_muon || opt.is_muon(), "EngineOptions::use_muon is given but the optimizer is ",
+                 opt.type, ": it chooses Muon's matrices; set optimizer.type to \"Muon\", or leave use_muon out");
+      hypers = detail::resolve_param_hypers(options.weight_decay, options.lr_scale,
+                                            opt.is_muon() ? &options.use_muon : nullptr, P.names(), P.params(),
                                             config_.optimizer.weight_decay);
     });
     const c10::Device device = P.device();
@@ -352,6 +355,15 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
       pi.max_live_elements = z.stage3_max_live_parameters;
     }
     m.plan = plan_memory(pi);
+    if (opt.is_muon()) {
+      // Muon reads its momentum and writes its update outside the pieces
+      // of the step (muon_step.h): in host or device memory, in one share.
+      ZERO_CHECK(!nvme, "optimizer \"Muon\" with offload_optimizer.device \"nvme\" is not available: its momentum "
+                 "is read outside the swap file's pieces; set offload_optimizer.device to \"cpu\" (or \"none\")");
+      ZERO_CHECK(m.plan.offload_split >= m.plan.layout.partition_numel(), "optimizer \"Muon\" with "
+                 "offload_optimizer.ratio ", z.offload_optimizer.ratio, " is not available: Muon steps the "
+                 "partition in one place; set offload_optimizer.ratio to 1");
+    }
     P.use_plan(m.plan);
     check_host_memory(m.plan, m.ctx.on_accelerator(), comm_, m.ctx.device);
     const FlatLayout& L = P.layout();
@@ -368,7 +380,13 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
     oo.offload = m.offload;
     oo.nvme = nvme;
     oo.dtype = dtype;
-    if (!hypers.empty() && m.rank == 0) {
+    const bool rules = options.weight_decay || options.lr_scale;
+    if (opt.is_muon() && m.rank == 0) {
+      std::fprintf(stderr, "zerocpp: %s (EngineOptions::use_muon%s)\n",
+                   detail::describe_muon_halves(hypers, P.numels()).c_str(),
+                   options.use_muon ? "" : " not given: DeepSpeed's choice, zero::muon_by_default");
+    }
+    if (rules && m.rank == 0) {
       std::fprintf(stderr, "zerocpp: %s (EngineOptions::%s)\n",
                    detail::describe_param_hypers(hypers, P.numels(), bool(options.weight_decay),
                                                  bool(options.lr_scale)).c_str(),
@@ -378,6 +396,18 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
     }
     oo.hypers = std::move(hypers);
     m.optimizer = std::make_unique<detail::OptimizerPartition>(config_, m.plan, m.ctx, oo, ledger_);
+    if (opt.is_muon()) {
+      std::vector<detail::MuonStep::Matrix> matrices;
+      const detail::ParamHypers& h = m.optimizer->hypers();
+      for (std::size_t i = 0; i < h.of_param.size(); ++i) {
+        if (h.classes[static_cast<std::size_t>(h.of_param[i])].muon == 0) continue;
+        const auto [rows, cols] = detail::muon_matrix_shape(P.shape(i));
+        matrices.push_back({static_cast<int>(i), rows, cols});
+      }
+      m.muon = std::make_unique<detail::MuonStep>(
+          L, m.plan.shard_rank, std::move(matrices), opt.momentum,
+          opt.ns_method == "standard" ? detail::NsMethod::kStandard : detail::NsMethod::kGram, m.ctx.device);
+    }
 
     at::NoGradGuard no_grad;
     if (nvme) {
@@ -734,6 +764,12 @@ bool Engine::step_at_boundary() {
   const float grad_scale = d.grad_scale;
   const std::int64_t opt_step = ++m.optimizer_step;
   m.update_index = buf;
+  if (m.muon) {
+    // Muon's matrices: momentum and orthogonalized update, whole (all-gathers).
+    if (m.offload && m.ctx.on_accelerator()) m.grads->wait_down(buf);
+    m.muon->prepare([&](const Bucket& b) { return m.grads->piece(b, 0, b.chunk, buf); }, m.optimizer->exp_avg(),
+                    m.optimizer->exp_avg_sq(), grad_scale, comm_);
+  }
   // The device share (offload_optimizer.ratio < 1) first, on the main
   // thread: on a GPU its kernels are queued on the compute stream before the
   // next backward's, and their update waits in its staging for the publish.

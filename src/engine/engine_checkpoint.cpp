@@ -163,7 +163,7 @@ void Engine::save_checkpoint(const std::string& dir, const std::string& tag, con
   const detail::ParamHypers& hypers = m.optimizer->hypers();
   for (std::size_t i = 0; i < P.params().size(); ++i) {
     const ParamSlot& s = L.params()[i];
-    man.params.push_back({P.names()[i], P.shape(i).vec(), s.numel, s.offset, std::nullopt, std::nullopt});
+    man.params.push_back({P.names()[i], P.shape(i).vec(), s.numel, s.offset, std::nullopt, std::nullopt, std::nullopt});
     if (!hypers.empty()) {  // the settings of EngineOptions' rules, which a load compares
       const detail::ParamHyper& h = hypers.classes[static_cast<std::size_t>(hypers.of_param[i])];
       // (As the float's shortest digits: 0.01, not 0.009999999776482582;
@@ -176,6 +176,7 @@ void Engine::save_checkpoint(const std::string& dir, const std::string& tag, con
       };
       man.params.back().weight_decay = as_written(h.weight_decay);
       man.params.back().lr_scale = as_written(h.lr_scale);
+      if (config_.optimizer.is_muon()) man.params.back().muon = h.muon != 0;
     }
   }
   man.engine.steps = stats_.step;
@@ -499,10 +500,22 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
                  "). Load it into the model it was saved from");
       const ckpt::ParamRecord& s = man.params[it->second];
       saved_hypers.emplace_back();
+      // Muon's two halves keep different state under the same names (the
+      // momentum and the last update; Adam's m and v): a parameter must stay
+      // in its half.
+      const detail::ParamHypers& mine = m.optimizer->hypers();
+      const std::int32_t my_muon = mine.empty() ? 0 : mine.classes[static_cast<std::size_t>(mine.of_param[i])].muon;
+      if (config_.optimizer.is_muon() && man.optimizer == "Muon") {  // (another optimizer is refused below)
+        ZERO_CHECK(s.muon.value_or(false) == (my_muon != 0),
+                   "checkpoint ", where, " steps parameter '", name, "' with ", s.muon.value_or(false) ? "Muon" : "Adam",
+                   ", this engine with ", my_muon != 0 ? "Muon" : "Adam", " (EngineOptions::use_muon, default "
+                   "zero::muon_by_default): their optimizer states differ; build the engine with the use_muon rule "
+                   "the checkpoint was saved with");
+      }
       if (s.weight_decay || s.lr_scale) {
         saved_hypers.back() = detail::ParamHyper{
             static_cast<float>(s.weight_decay.value_or(config_.optimizer.weight_decay)),
-            static_cast<float>(s.lr_scale.value_or(1.0))};
+            static_cast<float>(s.lr_scale.value_or(1.0)), my_muon};
       }
       ZERO_CHECK(s.shape == P.shape(i).vec(), "checkpoint ", where, " is of another model: parameter '",
                  name, "' has shape ", P.shape(i), " here but ", c10::IntArrayRef(s.shape),

@@ -15,6 +15,7 @@
 #include "device_context.h"
 #include "grad_path.h"
 #include "module_guard.h"
+#include "muon_step.h"
 #include "optimizer_partition.h"
 #include "param_store.h"
 #include "precision.h"
@@ -38,6 +39,7 @@ struct Engine::Impl {
   MemoryPlan plan;
   std::unique_ptr<detail::ParamStore> params;
   std::unique_ptr<detail::OptimizerPartition> optimizer;
+  std::unique_ptr<detail::MuonStep> muon;  // optimizer "Muon"
   std::unique_ptr<detail::GradPath> grads;
   std::unique_ptr<detail::DelayedUpdate> delayed;
   std::unique_ptr<detail::UnitSchedule> units;  // stage 3

@@ -217,9 +217,21 @@ void OptimizerPartition::step_piece(const Piece& pc, float* master, float* m1, f
     run(0, pc.n, opt_.weight_decay, rates.lr, pool_.get());
     return;
   }
+  auto muon = [&](const PartitionRun& r) { return o_.hypers.classes[static_cast<std::size_t>(r.value)].muon != 0; };
+  // Muon's two halves step at their own share of the rate.
+  auto half_lr = [&](const PartitionRun& r) {
+    return !opt_.is_muon() ? 1.0f : muon(r) ? opt_.muon_lr_scale() : opt_.adam_lr_scale();
+  };
   auto run_part = [&](const PartitionRun& r, optim::ThreadPool* pool) {
     const ParamHyper& h = o_.hypers.classes[static_cast<std::size_t>(r.value)];
-    run(r.begin - pc.at(), r.end - r.begin, h.weight_decay, rates.lr * h.lr_scale, pool);
+    const std::size_t k = r.begin - pc.at();
+    const float lr = rates.lr * h.lr_scale * half_lr(r);
+    if (muon(r)) {
+      void* half_k = half == nullptr ? nullptr : static_cast<char*>(half) + k * c10::elementSize(o_.dtype);
+      apply_muon(master + k, m2 + k, half_k, r.end - r.begin, h.weight_decay, lr, on_device);
+      return;
+    }
+    run(k, r.end - r.begin, h.weight_decay, lr, pool);
   };
   const std::vector<PartitionRun> runs = runs_.within(pc.at(), pc.n);
   if (on_device || runs.size() == 1) {
@@ -229,9 +241,25 @@ void OptimizerPartition::step_piece(const Piece& pc, float* master, float* m1, f
   // On the CPU, one dispatch of the pool for the whole piece, each tile
   // stepping the parts of the runs it holds: a run per dispatch would step
   // every short run (a bias, a norm) on one thread, one after another.
+  // (Muon's runs after it, each whole: LibTorch spreads them.)
   pool_->parallel_for(pc.n, optim::kTileElements, [&](std::size_t begin, std::size_t end) {
-    for (const PartitionRun& r : runs_.within(pc.at() + begin, end - begin)) run_part(r, nullptr);
+    for (const PartitionRun& r : runs_.within(pc.at() + begin, end - begin)) {
+      if (!muon(r)) run_part(r, nullptr);
+    }
   });
+  for (const PartitionRun& r : runs) {
+    if (muon(r)) run_part(r, nullptr);
+  }
+}
+
+void OptimizerPartition::apply_muon(float* master, const float* update, void* half, std::size_t n,
+                                    float weight_decay, float lr, bool on_device) const {
+  const auto where = at::TensorOptions().device(on_device ? ctx_.device : c10::Device(c10::kCPU));
+  const auto count = static_cast<std::int64_t>(n);
+  at::Tensor p = at::from_blob(master, {count}, where.dtype(at::kFloat));
+  const at::Tensor u = at::from_blob(const_cast<float*>(update), {count}, where.dtype(at::kFloat));
+  p.mul_(1.0f - lr * weight_decay).sub_(u, lr);
+  if (half != nullptr) at::from_blob(half, {count}, where.dtype(o_.dtype)).copy_(p);
 }
 
 void OptimizerPartition::step_run(float* master, float* m1, float* m2, const void* grads, DType grad_dtype,

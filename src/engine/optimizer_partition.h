@@ -3,7 +3,9 @@
 // buffer the CPU step writes the updated training-precision parameters to,
 // the CPU thread pool, and the step itself: the CPU Adam/Adagrad/Lion kernels on
 // host memory, the registered device Adam or Lion (zero/optim/device_kernel_registry.h)
-// on a GPU. No collectives in here: the DPU worker runs step().
+// on a GPU; with Muon, the update of its matrices applied (the
+// orthogonalization before it is muon_step.h's, which needs collectives).
+// No collectives in here: the DPU worker runs step().
 //
 // Offload with offload_optimizer.ratio < 1 (DeepSpeed's Twin-Flow) splits
 // the partition in two shares at MemoryPlan::offload_split: the main share
@@ -134,6 +136,10 @@ class OptimizerPartition {
   const at::Tensor& staging() const { return staging_; }
   const at::Tensor& device_staging() const { return dev_staging_; }
   const at::Tensor& device_master() const { return dev_master_; }
+  // The main share's moments (undefined with NVMe): Muon's momentum and
+  // update for its matrices (muon_step.h).
+  const at::Tensor& exp_avg() const { return exp_avg_; }
+  const at::Tensor& exp_avg_sq() const { return exp_avg_sq_; }
   int moments() const { return opt_.moments(); }
   // Each parameter's own settings (empty: the config's for all).
   const ParamHypers& hypers() const { return o_.hypers; }
@@ -187,6 +193,10 @@ class OptimizerPartition {
                     std::int64_t step, const PieceDoneFn& after_piece);
   void step_piece(const Piece& pc, float* master, float* m1, float* m2, const at::Tensor& g, void* half,
                   float grad_scale, const StepRates& rates, std::int64_t step, bool on_device);
+  // Muon's matrices: p ← p·(1 − lr·wd) − lr·u, u the update MuonStep wrote
+  // in exp_avg_sq's place; the training-precision values to `half`.
+  void apply_muon(float* master, const float* update, void* half, std::size_t n, float weight_decay, float lr,
+                  bool on_device) const;
   // One kernel call over n elements with one weight decay and rate (on the
   // CPU spread over `pool`; nullptr: on the calling thread).
   void step_run(float* master, float* m1, float* m2, const void* grads, DType grad_dtype, void* half, std::size_t n,

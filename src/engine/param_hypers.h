@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -19,6 +20,9 @@ namespace zero::detail {
 struct ParamHyper {
   float weight_decay = 0.0f;
   float lr_scale = 1.0f;
+  // 1: the parameter steps with Muon (optimizer.type "Muon"); an int, not a
+  // bool, so that the struct has no padding (the ranks compare its bytes).
+  std::int32_t muon = 0;
   bool operator==(const ParamHyper&) const = default;
 };
 
@@ -31,16 +35,23 @@ struct ParamHypers {
 // The settings of each of `params` (named `names`) under the rules, the
 // config's weight decay and a scale of 1 where a rule gives none. Throws
 // naming the parameter when a rule gives a negative or non-finite value.
-// Empty when neither rule is given.
+// use_muon: nullptr unless the optimizer is Muon (then each parameter's
+// half, by the rule, or muon_by_default where it gives none or is empty;
+// throws naming a parameter of fewer than two dimensions given Muon).
+// Empty when no rule is given and the optimizer is not Muon.
 ParamHypers resolve_param_hypers(const WeightDecayRule& weight_decay, const LrScaleRule& lr_scale,
-                                 const std::vector<std::string>& names, const std::vector<at::Tensor>& params,
-                                 float config_weight_decay);
+                                 const MuonRule* use_muon, const std::vector<std::string>& names,
+                                 const std::vector<at::Tensor>& params, float config_weight_decay);
 
 // "weight decay 0.1 on 50 parameters (124.3M elements), 0 on 98 (121.3K
 // elements)" for a weight-decay rule, "lr scale 10 on 2 parameters (...), 1
 // on 146 (...)" for an lr rule, largest first, joined by "; ".
 std::string describe_param_hypers(const ParamHypers& hypers, const std::vector<std::size_t>& numels,
                                   bool weight_decay_rule, bool lr_scale_rule);
+
+// "Muon on 48 matrices (84.9M elements), Adam on 100 parameters (39.5M
+// elements)": the halves of optimizer "Muon".
+std::string describe_muon_halves(const ParamHypers& hypers, const std::vector<std::size_t>& numels);
 
 // Every rank's rules gave the same settings (a rule must answer from the
 // name and the shape alone; one that draws on the rank, a clock or a random

@@ -1,6 +1,7 @@
 #include "zero/engine/param_rules.h"
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
@@ -35,6 +36,22 @@ WeightDecayRule no_decay_named(std::vector<std::string> parts) {
   };
 }
 
+bool muon_by_default(const std::string& name, const at::Tensor& param) {
+  std::string lower = name;
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  return param.dim() >= 2 && lower.find("embed") == std::string::npos && lower.find("lm_head") == std::string::npos;
+}
+
+MuonRule muon_except_named(std::vector<std::string> parts) {
+  return [parts = std::move(parts)](const std::string& name, const at::Tensor& param) -> std::optional<bool> {
+    if (param.dim() < 2) return false;
+    for (const std::string& part : parts) {
+      if (!part.empty() && name.find(part) != std::string::npos) return false;
+    }
+    return true;
+  };
+}
+
 }  // namespace zero
 
 // ---- the engine's side -------------------------------------------------------
@@ -48,6 +65,19 @@ std::string shortest(float v) {
 }
 
 namespace {
+
+// "124.3M", "121.3K", "48".
+std::string count_text(std::size_t n) {
+  char buf[32];
+  if (n >= 1000000) {
+    std::snprintf(buf, sizeof buf, "%.1fM", static_cast<double>(n) / 1e6);
+  } else if (n >= 1000) {
+    std::snprintf(buf, sizeof buf, "%.1fK", static_cast<double>(n) / 1e3);
+  } else {
+    std::snprintf(buf, sizeof buf, "%zu", n);
+  }
+  return buf;
+}
 
 // A rule's answer for parameter `name`, or `fallback`; checked.
 float ask(const ParamRule& rule, const char* what, const std::string& name, const at::Tensor& param, float fallback) {
@@ -64,14 +94,22 @@ float ask(const ParamRule& rule, const char* what, const std::string& name, cons
 }  // namespace
 
 ParamHypers resolve_param_hypers(const WeightDecayRule& weight_decay, const LrScaleRule& lr_scale,
-                                 const std::vector<std::string>& names, const std::vector<at::Tensor>& params,
-                                 float config_weight_decay) {
+                                 const MuonRule* use_muon, const std::vector<std::string>& names,
+                                 const std::vector<at::Tensor>& params, float config_weight_decay) {
   ParamHypers out;
-  if (!weight_decay && !lr_scale) return out;
+  if (!weight_decay && !lr_scale && use_muon == nullptr) return out;
   out.of_param.reserve(params.size());
   for (std::size_t i = 0; i < params.size(); ++i) {
+    std::int32_t muon = 0;
+    if (use_muon != nullptr) {
+      const std::optional<bool> v = *use_muon ? (*use_muon)(names[i], params[i]) : std::nullopt;
+      ZERO_CHECK(!v || !*v || params[i].dim() >= 2, "EngineOptions::use_muon gave Muon to parameter '", names[i],
+                 "' of ", params[i].dim(), " dimension(s): Muon orthogonalizes matrices; return false (its Adam "
+                 "half) or std::nullopt for parameters of fewer than two dimensions");
+      muon = v.value_or(muon_by_default(names[i], params[i])) ? 1 : 0;
+    }
     const ParamHyper h{ask(weight_decay, "weight_decay", names[i], params[i], config_weight_decay),
-                       ask(lr_scale, "lr_scale", names[i], params[i], 1.0f)};
+                       ask(lr_scale, "lr_scale", names[i], params[i], 1.0f), muon};
     auto it = std::find(out.classes.begin(), out.classes.end(), h);
     if (it == out.classes.end()) it = out.classes.insert(out.classes.end(), h);
     out.of_param.push_back(static_cast<int>(it - out.classes.begin()));
@@ -81,17 +119,6 @@ ParamHypers resolve_param_hypers(const WeightDecayRule& weight_decay, const LrSc
 
 std::string describe_param_hypers(const ParamHypers& hypers, const std::vector<std::size_t>& numels,
                                   bool weight_decay_rule, bool lr_scale_rule) {
-  auto count = [](std::size_t n) {
-    char buf[32];
-    if (n >= 1000000) {
-      std::snprintf(buf, sizeof buf, "%.1fM", static_cast<double>(n) / 1e6);
-    } else if (n >= 1000) {
-      std::snprintf(buf, sizeof buf, "%.1fK", static_cast<double>(n) / 1e3);
-    } else {
-      std::snprintf(buf, sizeof buf, "%zu", n);
-    }
-    return std::string(buf);
-  };
   // One setting's values, largest first, with how many parameters and
   // elements take each.
   auto tally = [&](const char* label, float ParamHyper::*field) {
@@ -109,7 +136,7 @@ std::string describe_param_hypers(const ParamHypers& hypers, const std::vector<s
     bool first = true;
     for (const auto& [value, t] : by_value) {
       os << (first ? "" : ", ") << shortest(value) << " on " << t.params
-         << (first ? (t.params == 1 ? " parameter" : " parameters") : "") << " (" << count(t.elements) << " elements)";
+         << (first ? (t.params == 1 ? " parameter" : " parameters") : "") << " (" << count_text(t.elements) << " elements)";
       first = false;
     }
     return os.str();
@@ -120,12 +147,24 @@ std::string describe_param_hypers(const ParamHypers& hypers, const std::vector<s
   return line;
 }
 
+std::string describe_muon_halves(const ParamHypers& hypers, const std::vector<std::size_t>& numels) {
+  std::size_t params[2] = {0, 0}, elements[2] = {0, 0};
+  for (std::size_t i = 0; i < hypers.of_param.size(); ++i) {
+    const int muon = hypers.classes[static_cast<std::size_t>(hypers.of_param[i])].muon != 0 ? 1 : 0;
+    ++params[muon];
+    elements[muon] += numels[i];
+  }
+  return str_cat("Muon on ", params[1], params[1] == 1 ? " matrix (" : " matrices (", count_text(elements[1]),
+                 " elements), Adam on ", params[0], params[0] == 1 ? " parameter (" : " parameters (",
+                 count_text(elements[0]), " elements)");
+}
+
 void agree_on_param_hypers(comm::Communicator& comm, const c10::Device& device, const ParamHypers& hypers,
                            const std::string& error, const std::vector<std::size_t>& numels) {
   // What a rank says: its rules' error, or that it has none, or the summary
   // and a checksum of every parameter's class and every class's values (two
   // parameters swapped change it).
-  static_assert(sizeof(ParamHyper) == 2 * sizeof(float), "the checksum reads ParamHyper's bytes: no padding");
+  static_assert(sizeof(ParamHyper) == 3 * sizeof(float), "the checksum reads ParamHyper's bytes: no padding");
   std::string mine = "no rules";
   if (!error.empty()) {
     mine = "error: " + error;
@@ -143,7 +182,7 @@ void agree_on_param_hypers(comm::Communicator& comm, const c10::Device& device, 
     }
   }
   for (std::size_t r = 1; r < all.size(); ++r) {
-    ZERO_CHECK(all[r] == all[0], "EngineOptions' weight_decay / lr_scale rules gave rank ", r,
+    ZERO_CHECK(all[r] == all[0], "EngineOptions' weight_decay / lr_scale / use_muon rules gave rank ", r,
                " other settings than rank 0 (rank 0: ", all[0], "; rank ", r, ": ", all[r],
                "): every rank must give the same rules, and a rule must answer from the parameter's name and shape "
                "alone");
@@ -162,7 +201,8 @@ std::string compare_saved_param_hypers(const std::vector<std::optional<ParamHype
   };
   std::size_t differ = 0, first = 0;
   for (std::size_t i = 0; i < saved.size(); ++i) {
-    if (saved[i].value_or(fallback) == own(i)) continue;
+    const ParamHyper s = saved[i].value_or(fallback), o = own(i);  // (Muon's halves: checked by the load)
+    if (s.weight_decay == o.weight_decay && s.lr_scale == o.lr_scale) continue;
     if (differ++ == 0) first = i;
   }
   if (differ == 0) return "";

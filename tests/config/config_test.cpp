@@ -654,11 +654,12 @@ TEST(Config, OptimizerTypesAreCaseInsensitive) {
   EXPECT_EQ(type_of("Adagrad"), "Adagrad");
   EXPECT_EQ(type_of("adagrad"), "Adagrad");
   EXPECT_EQ(type_of("lion"), "Lion");
+  EXPECT_EQ(type_of("MUON"), "Muon");
 }
 
 TEST(Config, UnsupportedOptimizerListsTheSupported) {
   EXPECT_CONTAINS(error_of(with(R"("optimizer": {"type": "Lamb"})")),
-                  "optimizer.type: expected one of \"Adam\", \"AdamW\", \"Adagrad\", \"Lion\", got \"Lamb\"");
+                  "optimizer.type: expected one of \"Adam\", \"AdamW\", \"Adagrad\", \"Lion\", \"Muon\", got \"Lamb\"");
   EXPECT_CONTAINS(error_of(with(R"("optimizer": {"params": {"lr": 0.1}})")),
                   "optimizer.type: required when 'optimizer' is given");
 }
@@ -723,6 +724,68 @@ TEST(Config, LionDefaultsAndParams) {
                   "optimizer.params.betas[1]");
   EXPECT_EQ(parse(with(R"("optimizer": {"type": "AdamW"})")).optimizer.moments(), 2);
   EXPECT_EQ(parse(with(R"("optimizer": {"type": "Adagrad"})")).optimizer.moments(), 1);
+}
+
+// DeepSpeed's Muon (MuonWithAuxAdam, built by its engine from the config):
+// MuonWithAuxAdam's defaults where nothing is given (Muon at 0.02 with
+// momentum 0.95, Adam at 3e-4 with betas [0.9, 0.95] and eps 1e-10), one
+// shared lr for both halves unless muon_lr / adam_lr give their own.
+TEST(Config, MuonDefaultsAndHalves) {
+  Config c = parse(with(R"("optimizer": {"type": "muon"})"));
+  const auto& o = c.optimizer;
+  EXPECT_EQ(o.type, "Muon");
+  EXPECT_EQ(o.lr, 0.02f);
+  EXPECT_EQ(o.muon_lr_scale(), 1.0f);
+  EXPECT_FLOAT_EQ(o.lr * o.adam_lr_scale(), 3e-4f);
+  EXPECT_EQ(o.momentum, 0.95f);
+  EXPECT_EQ(o.ns_method, "gram");
+  EXPECT_EQ(o.beta1, 0.9f);
+  EXPECT_EQ(o.beta2, 0.95f);
+  EXPECT_EQ(o.eps, 1e-10f);
+  EXPECT_EQ(o.weight_decay, 0.0f);
+  EXPECT_TRUE(o.adam_w_mode);
+  EXPECT_EQ(o.moments(), 2);
+  EXPECT_TRUE(c.warnings.empty()) << all_warnings(c);
+
+  // One lr for both halves.
+  c = parse(with(R"("optimizer": {"type": "Muon", "params": {"lr": 0.01, "momentum": 0.9, "ns_method": "standard",
+      "betas": [0.8, 0.99], "eps": 1e-8, "weight_decay": 0.1, "adam_w_mode": false}})"));
+  EXPECT_EQ(c.optimizer.lr, 0.01f);
+  EXPECT_EQ(c.optimizer.muon_lr_scale(), 1.0f);
+  EXPECT_EQ(c.optimizer.adam_lr_scale(), 1.0f);
+  EXPECT_EQ(c.optimizer.momentum, 0.9f);
+  EXPECT_EQ(c.optimizer.ns_method, "standard");
+  EXPECT_EQ(c.optimizer.beta1, 0.8f);
+  EXPECT_EQ(c.optimizer.eps, 1e-8f);
+  EXPECT_FALSE(c.optimizer.decoupled_weight_decay());  // the Adam half's L2
+  EXPECT_TRUE(c.warnings.empty()) << all_warnings(c);
+  // muon_lr / adam_lr: each half's share of lr (the scheduler's peak).
+  c = parse(with(R"("optimizer": {"type": "Muon", "params": {"lr": 0.01, "muon_lr": 0.02, "adam_lr": 0.002}})"));
+  EXPECT_FLOAT_EQ(c.optimizer.muon_lr_scale(), 2.0f);
+  EXPECT_FLOAT_EQ(c.optimizer.adam_lr_scale(), 0.2f);
+  // Without lr, lr is muon_lr.
+  c = parse(with(R"("optimizer": {"type": "Muon", "params": {"muon_lr": 0.05}})"));
+  EXPECT_EQ(c.optimizer.lr, 0.05f);
+  EXPECT_FLOAT_EQ(c.optimizer.lr * c.optimizer.adam_lr_scale(), 3e-4f);
+
+  EXPECT_CONTAINS(error_of(with(R"("optimizer": {"type": "Muon", "params": {"lr": 0, "adam_lr": 0.01}})")),
+                  "optimizer.params.lr: is 0 while muon_lr or adam_lr is not");
+  EXPECT_CONTAINS(error_of(with(R"("optimizer": {"type": "Muon", "params": {"ns_method": "polar"}})")),
+                  "optimizer.params.ns_method: expected one of \"gram\", \"standard\"");
+  EXPECT_CONTAINS(error_of(with(R"("optimizer": {"type": "Muon", "params": {"momentum": 1.0}})")),
+                  "optimizer.params.momentum");
+  EXPECT_CONTAINS(error_of(with(R"("optimizer": {"type": "Muon", "params": {"per_head_muon": true}})")),
+                  "per-head orthogonalization of attention projections is not available");
+  EXPECT_TRUE(parse(with(R"("optimizer": {"type": "Muon", "params": {"per_head_muon": false}})")).warnings.empty());
+  // Muon's keys with another optimizer.
+  c = parse(with(R"("optimizer": {"type": "AdamW", "params": {"momentum": 0.9, "muon_lr": 0.02}})"));
+  EXPECT_CONTAINS(all_warnings(c), "'optimizer.params.momentum' is ignored: it applies to Muon only");
+  EXPECT_CONTAINS(all_warnings(c), "'optimizer.params.muon_lr' is ignored: it applies to Muon only");
+  // OneCycle has no betas to cycle in MuonWithAuxAdam (DeepSpeed turns it off).
+  c = parse(with(R"("optimizer": {"type": "Muon"}, "scheduler": {"type": "OneCycle",
+      "params": {"cycle_min_lr": 1e-3, "cycle_max_lr": 1e-2}})"));
+  EXPECT_FALSE(c.scheduler.one_cycle.cycle_momentum);
+  EXPECT_CONTAINS(all_warnings(c), "Muon's momentum and its Adam half's betas stay as configured");
 }
 
 TEST(Config, WarmupLRDefaults) {
@@ -902,6 +965,14 @@ TEST(Config, ToJsonRoundTrips) {
   c.warnings.clear();
   EXPECT_EQ(back, c);
   EXPECT_FALSE(to_json(c)["optimizer"]["params"].contains("eps"));
+  // Muon, with and without a half of its own.
+  for (const char* params : {R"({"lr": 0.01, "adam_lr": 0.002, "momentum": 0.9, "ns_method": "standard"})", "{}"}) {
+    c = parse(with(std::string(R"("optimizer": {"type": "Muon", "params": )") + params + "}"));
+    back = parse_config(to_json(c).dump(), 1);
+    EXPECT_TRUE(back.warnings.empty()) << all_warnings(back);
+    c.warnings.clear();
+    EXPECT_EQ(back, c) << to_json(c).dump(2);
+  }
   // OneCycle (every param given) and LRRangeTest.
   c = parse(with(R"("optimizer": {"type": "Lion", "params": {"betas": [0.9, 0.99]}},
                     "scheduler": {"type": "OneCycle", "params": {"cycle_min_lr": 1e-5, "cycle_max_lr": 3e-4,

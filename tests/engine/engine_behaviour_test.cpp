@@ -654,6 +654,52 @@ TEST(Optimizer, BiasCorrectionOffStepsWithTheRawMoments) {
   }
 }
 
+// What Muon refuses, before anything is allocated, naming the fix: its
+// state outside host or device memory (NVMe) or in two shares (a device
+// share), a use_muon rule with another optimizer, Muon for a parameter of
+// fewer than two dimensions.
+TEST(Optimizer, MuonRefusesWhatItCannotStep) {
+  comm::Communicator& comm = world_comm();
+  const int world = comm.world_size();
+  auto muon = [&](int stage, bool offload) {
+    config::Config cfg = make_config(stage, offload, false, world, kGlobalBatch / world, 1);
+    cfg.optimizer.type = "Muon";
+    return cfg;
+  };
+  config::Config nvme = muon(2, true);
+  nvme.zero_optimization.offload_optimizer.device = "nvme";
+  nvme.zero_optimization.offload_optimizer.nvme_path = "/tmp";
+  expect_engine_error(ModelKind::kMlp, nvme, comm, "optimizer \"Muon\" with offload_optimizer.device \"nvme\" is "
+                                                   "not available");
+  config::Config share = muon(2, true);
+  share.zero_optimization.offload_optimizer.ratio = 0.5f;
+  expect_engine_error(ModelKind::kMlp, share, comm, "optimizer \"Muon\" with offload_optimizer.ratio 0.5 is not "
+                                                    "available");
+  auto refused = [&](const config::Config& cfg, EngineOptions options, const std::string& needle) {
+    auto model = make_model(ModelKind::kMlp);
+    try {
+      Engine engine(model, cfg, comm, std::move(options));
+      ADD_FAILURE() << "no error; expected one naming " << needle;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  EngineOptions rule;
+  rule.use_muon = [](const std::string&, const at::Tensor&) { return std::optional<bool>(true); };
+  refused(make_config(2, false, false, world, kGlobalBatch / world, 1), rule,
+          "EngineOptions::use_muon is given but the optimizer is AdamW");
+  refused(muon(2, false), rule, "EngineOptions::use_muon gave Muon to parameter 'l1.bias' of 1 dimension(s)");
+  // And what it takes: every stage, offload and the delayed update (the
+  // reference tests hold the numbers).
+  for (int stage : {0, 1, 2, 3}) {
+    config::Config cfg = muon(stage, stage > 0);
+    cfg.zero_optimization.offload_optimizer.delayed_param_update = stage > 0;
+    cfg.zero_optimization.offload_optimizer.delayed_param_update_warmup_steps = 0;
+    const RunResult r = train(ModelKind::kMlp, cfg, comm, 3);
+    EXPECT_LT(r.losses.back(), r.losses.front()) << "stage " << stage;
+  }
+}
+
 // A checkpoint keeps the rate of the next step, the scheduler's: an engine
 // without a scheduler resumes at it, one with the scheduler from the saved
 // step count (before, the base lr was saved).

@@ -33,6 +33,7 @@
 #include "zero/ckpt/checkpoint_dir.h"
 #include "zero/ckpt/manifest.h"
 #include "zero/core/error.h"
+#include "zero/engine/param_rules.h"
 
 namespace zero::test {
 namespace {
@@ -404,14 +405,15 @@ TEST(BadInput, StateOfAnotherOptimizerIsRefused) {
     cfg.optimizer.type = type;
     return cfg;
   };
-  for (const char* type : {"AdamW", "Adagrad", "Lion"}) {
+  for (const char* type : {"AdamW", "Adagrad", "Lion", "Muon"}) {
     Trainer t{ModelKind::kUnitMlp, cfg_of(type)};
     std::vector<float> losses;
     t.steps(0, 1, losses);
     t.engine->save_checkpoint(dir.string(), type);
   }
   for (const auto& [saved, loading] : std::vector<std::pair<std::string, std::string>>{
-           {"Adagrad", "Lion"}, {"Lion", "Adagrad"}, {"AdamW", "Lion"}, {"Lion", "AdamW"}}) {
+           {"Adagrad", "Lion"}, {"Lion", "Adagrad"}, {"AdamW", "Lion"}, {"Lion", "AdamW"}, {"Muon", "AdamW"},
+           {"AdamW", "Muon"}}) {
     SCOPED_TRACE(saved + " into " + loading);
     Trainer t{ModelKind::kUnitMlp, cfg_of(loading.c_str())};
     const std::vector<at::Tensor> before = t.engine->gather_master_params();
@@ -991,6 +993,48 @@ TEST(CheckpointSettings, RecordedPerParameterAndADifferenceIsSaid) {
         << added;
     EXPECT_NE(added.find("weight decay 0.01 there, 0 here"), std::string::npos) << added;
   }
+  comm.barrier()->wait();
+  on_rank0([&] { rm_tree(dir); });
+}
+
+// Muon's state through a checkpoint: each parameter's momentum (exp_avg's
+// place) and its half (the manifest's "muon": DeepSpeed's choice here, the
+// MLP's weights with Muon, its biases with Adam); a run resumed from it goes
+// on bitwise like the unbroken one. An engine that splits the parameters
+// otherwise (EngineOptions::use_muon) refuses it, unchanged, naming the
+// first parameter that changed halves.
+TEST(CheckpointSettings, MuonResumesAndItsHalvesMustAgree) {
+  comm::Communicator& comm = world_comm();
+  const int world = comm.world_size();
+  config::Config cfg = make_config(2, true, false, world, kGlobalBatch / world, 1);
+  cfg.optimizer.type = "Muon";
+  cfg.optimizer.momentum = 0.9f;
+  cfg.optimizer.adam_lr = 3e-3f;
+  const fs::path dir = shared_temp_dir(comm, "muon");
+  constexpr int kSteps = 6;
+  const RunResult unbroken = train(ModelKind::kMlp, cfg, comm, kSteps);
+  expect_save_resume_like(ModelKind::kMlp, cfg, cfg, comm, kSteps, dir.string(), "muon", false, unbroken);
+
+  const ckpt::Manifest man = ckpt::parse_manifest(ckpt::read_text(dir / "muon" / ckpt::kManifestName), "muon");
+  EXPECT_EQ(man.optimizer, "Muon");
+  for (const ckpt::ParamRecord& p : man.params) {
+    ASSERT_TRUE(p.muon.has_value()) << p.name;
+    EXPECT_EQ(*p.muon, p.shape.size() >= 2) << p.name;
+  }
+
+  EngineOptions other;
+  other.use_muon = muon_except_named({"l2"});
+  Trainer t{ModelKind::kMlp, cfg, other};
+  const std::vector<at::Tensor> before = t.engine->gather_master_params();
+  try {
+    t.engine->load_checkpoint(dir.string(), "muon");
+    ADD_FAILURE() << "the load did not fail";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("steps parameter 'l2.weight' with Muon, this engine with Adam"),
+              std::string::npos)
+        << e.what();
+  }
+  expect_bitwise_equal(t.engine->gather_master_params(), before);
   comm.barrier()->wait();
   on_rank0([&] { rm_tree(dir); });
 }

@@ -45,6 +45,10 @@ struct ParamRecord {
   // weight_decay and lr_scale rules), recorded where the engine that saved
   // it had rules; absent otherwise (and in checkpoints of earlier versions).
   std::optional<double> weight_decay, lr_scale;
+  // Optimizer "Muon": whether the parameter stepped with Muon (its exp_avg
+  // the momentum, its exp_avg_sq the last orthogonalized update) or with
+  // the Adam half; absent for other optimizers.
+  std::optional<bool> muon;
 };
 
 // A range of bytes of one file.

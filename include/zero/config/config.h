@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -18,8 +19,8 @@ namespace zero::config {
 
 // "optimizer": {"type": ..., "params": {...}}.
 struct OptimizerConfig {
-  // Canonical spelling: "Adam", "AdamW", "Adagrad" or "Lion" (the JSON value
-  // is matched case-insensitively, as DeepSpeed does).
+  // Canonical spelling: "Adam", "AdamW", "Adagrad", "Lion" or "Muon" (the
+  // JSON value is matched case-insensitively, as DeepSpeed does).
   std::string type = "AdamW";
   float lr = 1e-3f;  // Adagrad without a given lr: 1e-2 (DeepSpeed's CPU Adagrad default)
   float beta1 = 0.9f, beta2 = 0.999f;
@@ -34,15 +35,32 @@ struct OptimizerConfig {
   bool bias_correction = true;
   float initial_accumulator_value = 0.0f;  // Adagrad only
 
+  // "Muon": DeepSpeed's MuonWithAuxAdam. The matrices EngineOptions::use_muon
+  // picks step with Muon (momentum, then the Newton-Schulz orthogonalization
+  // of the update, ns_method "gram" or "standard"), the other parameters
+  // with Adam (beta1, beta2, eps, adam_w_mode, bias_correction above). Each
+  // half steps at lr() times its share: muon_lr / lr and adam_lr / lr (1
+  // where they are not set; lr is the scheduler's peak).
+  float momentum = 0.95f;
+  std::string ns_method = "gram";
+  std::optional<float> muon_lr, adam_lr;
+  float muon_lr_scale() const { return muon_lr && lr > 0.0f ? *muon_lr / lr : 1.0f; }
+  float adam_lr_scale() const { return adam_lr && lr > 0.0f ? *adam_lr / lr : 1.0f; }
+
   bool is_adam() const { return type == "Adam" || type == "AdamW"; }
   bool is_adagrad() const { return type == "Adagrad"; }
   bool is_lion() const { return type == "Lion"; }
+  bool is_muon() const { return type == "Muon"; }
+  // The Adam step is taken: Adam, AdamW, and Muon's Adam half.
+  bool steps_adam() const { return is_adam() || is_muon(); }
   // True when weight decay is applied to the weights (AdamW's and Lion's
   // p *= 1 - lr * wd), not added to the gradient (Adam's L2, Adagrad's).
-  bool decoupled_weight_decay() const { return (is_adam() && adam_w_mode) || is_lion(); }
+  // (Muon: of its Adam half; the Muon half always decouples.)
+  bool decoupled_weight_decay() const { return (steps_adam() && adam_w_mode) || is_lion(); }
   // Optimizer state per parameter, in fp32 values: Adam's m and v; Adagrad's
-  // sum; Lion's m.
-  int moments() const { return is_adam() ? 2 : 1; }
+  // sum; Lion's m; Muon's m and, for its matrices, the last orthogonalized
+  // update in v's place.
+  int moments() const { return steps_adam() ? 2 : 1; }
   bool operator==(const OptimizerConfig&) const = default;
 };
 

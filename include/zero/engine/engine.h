@@ -153,6 +153,11 @@ struct EngineOptions {
   // lr_scale: its rate as a multiple of lr() (default 1), kept through the
   // schedule (a head at 10x, layer-wise lr decay).
   LrScaleRule lr_scale;
+  // use_muon (optimizer.type "Muon"): true where the parameter steps with
+  // Muon, false with Muon's Adam half (default: zero::muon_by_default,
+  // DeepSpeed's choice: matrices whose names hold neither "embed" nor
+  // "lm_head"). Refused with another optimizer.
+  MuonRule use_muon;
 };
 
 class Engine;

@@ -43,6 +43,24 @@ using WeightDecayRule = ParamRule;
 // A finite number >= 0.
 using LrScaleRule = ParamRule;
 
+// Whether a parameter steps with Muon (optimizer.type "Muon", DeepSpeed's
+// MuonWithAuxAdam) or with its Adam half; only a parameter of two or more
+// dimensions can take Muon (one of more is orthogonalized as
+// [size(0), the rest]).
+using MuonRule = std::function<std::optional<bool>(const std::string& name, const at::Tensor& param)>;
+
+// DeepSpeed's choice (deepspeed.initialize's set_optimizer_flags): Muon for
+// the parameters of two or more dimensions whose name holds neither
+// "embed" nor "lm_head" (in any case), Adam for the rest. What the engine
+// takes where EngineOptions::use_muon is not given, or gives std::nullopt.
+bool muon_by_default(const std::string& name, const at::Tensor& param);
+
+// Muon for the parameters of two or more dimensions whose name holds none
+// of `parts` (as written), Adam for the rest: for a model whose embeddings
+// and output head have other names (zero::models::Gpt: {"wte", "wpe",
+// "head"}).
+MuonRule muon_except_named(std::vector<std::string> parts);
+
 // No weight decay on parameters of fewer than two dimensions (biases, norm
 // gains and shifts); the config's on the rest (nanoGPT's rule).
 WeightDecayRule no_decay_below_2d();

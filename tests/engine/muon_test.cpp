@@ -1,0 +1,162 @@
+// Muon's pieces against DeepSpeed's own numbers (tests/support/deepspeed_muon.h,
+// its functions with the Newton-Schulz iteration in fp32): the
+// orthogonalization (both methods, wide, tall and square matrices), the
+// step before the optimizer's (MuonStep: momentum, look-ahead, update) on a
+// flat layout, and the LibTorch reference the engine tests use
+// (tests/support/torch_muon.h) over DeepSpeed's training run. Then the rules
+// that split the parameters into Muon's and Adam's halves.
+#include <algorithm>
+#include <cstdio>
+
+#include <gtest/gtest.h>
+
+#include <ATen/ops/from_blob.h>
+#include <ATen/ops/mse_loss.h>
+#include <ATen/ops/zeros.h>
+#include <torch/optim/adamw.h>
+
+#include "../support/deepspeed_muon.h"
+#include "ds_muon_mlp.h"
+#include "../support/torch_muon.h"
+#include "muon_step.h"
+#include "muon_update.h"
+#include "zero/comm/communicator.h"
+#include "zero/engine/param_rules.h"
+
+namespace zero::test {
+namespace {
+
+namespace ds = deepspeed_muon;
+
+// `v` in `shape` ({-1}: flat).
+at::Tensor tensor(const std::vector<float>& v, std::vector<std::int64_t> shape) {
+  return at::from_blob(const_cast<float*>(v.data()), {static_cast<std::int64_t>(v.size())}, at::kFloat)
+      .reshape(shape)
+      .clone();
+}
+
+detail::NsMethod method(const char* name) {
+  return std::string(name) == "gram" ? detail::NsMethod::kGram : detail::NsMethod::kStandard;
+}
+
+// The largest difference relative to the largest value of `want`.
+double relative_error(const at::Tensor& got, const at::Tensor& want) {
+  return (got - want).abs().max().item<double>() / want.abs().max().item<double>();
+}
+
+TEST(MuonOrthogonalize, MatchesDeepSpeed) {
+  double worst = 0;
+  for (const ds::UpdateCase& c : ds::kUpdates) {
+    const at::Tensor g = tensor(c.grad, {c.rows, c.cols});
+    const at::Tensor m = tensor(c.momentum_after, {c.rows, c.cols});
+    const at::Tensor v = g.lerp(m, c.beta);
+    const at::Tensor u = detail::muon_orthogonalize(v, method(c.ns_method));
+    // Measured at most 1.8e-6 (fp32 rounding of two orderings of the same
+    // products); a coefficient off in its third digit moves it past 1e-3.
+    const double e = relative_error(u, tensor(c.update, {c.rows, c.cols}));
+    worst = std::max(worst, e);
+    EXPECT_LE(e, 2e-5) << c.ns_method << " " << c.rows << "x" << c.cols;
+  }
+  std::printf("[ measured ] largest relative difference %.3g\n", worst);
+}
+
+// MuonStep on one rank: a bucket holding a matrix of each case (and a bias
+// between them that Muon leaves alone), the gradients scaled by 1/4 as a
+// loss scale of 4 would leave them.
+TEST(MuonStep, MomentumAndUpdateMatchDeepSpeed) {
+  for (const char* ns : {"gram", "standard"}) {
+    std::vector<const ds::UpdateCase*> cases;
+    for (const ds::UpdateCase& c : ds::kUpdates) {
+      if (std::string(c.ns_method) == ns) cases.push_back(&c);
+    }
+    std::vector<std::size_t> numels;
+    for (const ds::UpdateCase* c : cases) {
+      numels.push_back(static_cast<std::size_t>(c->rows * c->cols));
+      numels.push_back(3);  // a bias
+    }
+    const FlatLayout layout(numels, 1 << 20, 1, 1, 1);
+    std::vector<detail::MuonStep::Matrix> matrices;
+    for (std::size_t i = 0; i < cases.size(); ++i) {
+      matrices.push_back({static_cast<int>(2 * i), cases[i]->rows, cases[i]->cols});
+    }
+    ASSERT_EQ(layout.buckets().size(), 1u);
+    const std::size_t n = layout.partition_numel();
+    at::Tensor grads = at::zeros({static_cast<std::int64_t>(n)});
+    at::Tensor momentum = at::zeros({static_cast<std::int64_t>(n)});
+    at::Tensor update = at::zeros({static_cast<std::int64_t>(n)});
+    auto at_param = [&](const at::Tensor& t, std::size_t i) {
+      const ParamSlot& s = layout.params()[2 * i];
+      return t.narrow(0, static_cast<std::int64_t>(s.offset), static_cast<std::int64_t>(s.numel));
+    };
+    for (std::size_t i = 0; i < cases.size(); ++i) {
+      at_param(grads, i).copy_(tensor(cases[i]->grad, {-1}) * 4.0f);
+      at_param(momentum, i).copy_(tensor(cases[i]->momentum, {-1}));
+    }
+    // (One beta per MuonStep: the cases of one beta at a time.)
+    for (std::size_t i = 0; i < cases.size(); ++i) {
+      const detail::MuonStep step(layout, 0, {matrices[i]}, cases[i]->beta, method(ns), c10::Device(c10::kCPU));
+      at::Tensor before = momentum.clone();
+      step.prepare([&](const Bucket&) { return grads; }, momentum, update, 0.25f, *comm::make_single_process_communicator());
+      EXPECT_LE(relative_error(at_param(momentum, i), tensor(cases[i]->momentum_after, {-1})), 1e-6) << ns << " " << i;
+      EXPECT_LE(relative_error(at_param(update, i), tensor(cases[i]->update, {-1})), 2e-5) << ns << " " << i;
+      // Only this matrix's momentum moved.
+      for (std::size_t j = 0; j < cases.size(); ++j) {
+        if (j == i) continue;
+        EXPECT_TRUE(at_param(momentum, j).equal(at_param(before, j))) << ns << " " << i << " " << j;
+      }
+    }
+  }
+}
+
+// The reference the engine tests hold the engine to, over DeepSpeed's run:
+// TorchMuon on the matrices DeepSpeed gives Muon, LibTorch's AdamW on the
+// rest, at kTrainingOptimizer's settings.
+TEST(TorchMuonReference, MatchesDeepSpeedTraining) {
+  for (const ds::Training& run : ds::kTraining) {
+    DsMuonMlp model;
+    const auto params = model.parameters();
+    ASSERT_EQ(params.size(), run.params[0].size());
+    {
+      torch::NoGradGuard no_grad;
+      for (std::size_t i = 0; i < params.size(); ++i) params[i].copy_(tensor(run.params[0][i], params[i].sizes().vec()));
+    }
+    std::vector<at::Tensor> muon, adam;
+    for (const auto& item : model.named_parameters()) (muon_by_default(item.key(), item.value()) ? muon : adam).push_back(item.value());
+    ASSERT_EQ(muon.size(), 2u);  // fc1.weight, fc2.weight
+    TorchMuon muon_opt(muon, TorchMuonOptions(0.02).momentum(0.9).weight_decay(0.1));
+    torch::optim::AdamW adam_opt(adam, torch::optim::AdamWOptions(3e-3).betas({0.9, 0.95}).eps(1e-10).weight_decay(0.1));
+    for (int step = 0; step < ds::kSteps; ++step) {
+      muon_opt.zero_grad();
+      adam_opt.zero_grad();
+      const at::Tensor x = tensor(run.x[static_cast<std::size_t>(step)], {ds::kBatch, ds::kIn});
+      const at::Tensor y = tensor(run.y[static_cast<std::size_t>(step)], {ds::kBatch, ds::kOut});
+      at::mse_loss(model.forward(x), y).backward();
+      muon_opt.step();
+      adam_opt.step();
+      for (std::size_t i = 0; i < params.size(); ++i) {
+        const at::Tensor want = tensor(run.params[static_cast<std::size_t>(step) + 1][i], params[i].sizes().vec());
+        EXPECT_TRUE(params[i].allclose(want, 1e-5, 1e-6))
+            << run.ns_method << " step " << step << " parameter " << i << ": max diff "
+            << (params[i] - want).abs().max().item<double>();
+      }
+    }
+  }
+}
+
+TEST(MuonRules, DeepSpeedsChoiceAndNamedExceptions) {
+  const at::Tensor matrix = at::zeros({4, 3}), bias = at::zeros({4}), conv = at::zeros({8, 3, 2, 2});
+  EXPECT_TRUE(muon_by_default("h0.fc.weight", matrix));
+  EXPECT_TRUE(muon_by_default("conv.weight", conv));
+  EXPECT_FALSE(muon_by_default("h0.fc.bias", bias));
+  EXPECT_FALSE(muon_by_default("model.embed_tokens.weight", matrix));
+  EXPECT_FALSE(muon_by_default("Embed.weight", matrix));
+  EXPECT_FALSE(muon_by_default("lm_head.weight", matrix));
+  const MuonRule gpt = muon_except_named({"wte", "wpe"});
+  EXPECT_EQ(gpt("wte.weight", matrix), false);
+  EXPECT_EQ(gpt("h1.attn.qkv.weight", matrix), true);
+  EXPECT_EQ(gpt("h1.attn.qkv.bias", bias), false);
+  EXPECT_EQ(detail::muon_matrix_shape(conv.sizes()), (std::pair<std::int64_t, std::int64_t>{8, 12}));
+}
+
+}  // namespace
+}  // namespace zero::test
