@@ -124,6 +124,11 @@ int inspect(const ckpt::OpenCheckpoint& c, bool verify) {
     std::printf("  settings per parameter: %s; %s\n", counts("weight decay", decays).c_str(),
                 counts("lr scale", scales).c_str());
   }
+  const auto muon = std::count_if(m.params.begin(), m.params.end(), [](const auto& p) { return p.muon == true; });
+  if (m.optimizer == "Muon") {
+    std::printf("  Muon: %lld matrices, Adam half: %lld parameters\n", static_cast<long long>(muon),
+                static_cast<long long>(m.params.size()) - static_cast<long long>(muon));
+  }
   std::printf("  files: %.1f MiB in all\n", mib(total));
   for (const auto& f : m.files) {
     std::printf("    %-28s %10.2f MiB  crc32c %08x ", f.name.c_str(), mib(f.bytes), f.crc32c);

@@ -236,6 +236,10 @@ int main(int argc, char** argv) {
       ZERO_CHECK(optimizer_kind.is_adam() || optimizer_kind.is_adagrad() || optimizer_kind.is_lion() ||
                      optimizer_kind.is_muon(),
                  "--optimizer must be AdamW, Adam, Adagrad, Lion or Muon, got '", optimizer, "'");
+      // (As the engine refuses them: Muon's step reads its state whole, in one place.)
+      ZERO_CHECK(!optimizer_kind.is_muon() || (!nvme && offload_ratio == 1.0), "optimizer Muon with ",
+                 nvme ? "--nvme (offload_optimizer.device \"nvme\")" : "--offload-ratio below 1",
+                 " is not available: zerocpp's Muon keeps its state in host or device memory, in one place");
       if (!params_text.empty()) parse_count(params_text);
       if (!device_mem_text.empty()) parse_bytes("--device-mem", device_mem_text);
       if (!host_mem_text.empty()) parse_bytes("--host-mem", host_mem_text);

@@ -426,6 +426,10 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
   // decay, biases and LayerNorm gains do not (the engine says how many of
   // each).
   if (o.decay == "matrices" && cfg.optimizer.weight_decay > 0.0f) build.weight_decay = no_decay_below_2d();
+  // Muon for the blocks' matrices; the token and position tables (the
+  // token table is the output head too) take its Adam half, as DeepSpeed's
+  // choice leaves embeddings and lm_head to Adam.
+  if (cfg.optimizer.is_muon()) build.use_muon = muon_except_named({"wte", "wpe"});
   Engine engine(model, cfg, td.device_comm ? *td.device_comm : *comm, std::move(build));
   const std::int64_t micro = cfg.train_micro_batch_size_per_gpu, accum = cfg.gradient_accumulation_steps;
   if (cfg.device_memory_limit > 0) {

@@ -75,8 +75,9 @@ void read_muon_params(SectionReader& p, OptimizerConfig& opt) {
     if (!opt.adam_lr) opt.adam_lr = 3e-4f;
   }
   if (opt.lr == 0.0f && (opt.muon_lr.value_or(0.0f) > 0.0f || opt.adam_lr.value_or(0.0f) > 0.0f)) {
-    p.fail("lr", "is 0 while muon_lr or adam_lr is not: each half steps at lr (the scheduler's rate) times its "
-                 "rate's share of lr, so lr must be > 0; give lr > 0, or leave it out (it then is muon_lr)");
+    p.fail("lr", "is 0 while muon_lr or adam_lr is not: each half steps at the engine's rate times its share of "
+                 "it (muon_lr / lr, adam_lr / lr), so lr must be > 0; set lr > 0 (or, with muon_lr > 0, leave lr "
+                 "out: it then is muon_lr)");
   }
   opt.beta1 = 0.9f;
   opt.beta2 = 0.95f;

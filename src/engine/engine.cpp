@@ -255,6 +255,10 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
     // (The JSON parser canonicalises the type; a config built in code gets
     // the spelling checked here.)
     const auto& opt = config_.optimizer;
+    ZERO_CHECK(!opt.is_muon() || opt.ns_method == "gram" || opt.ns_method == "standard", "optimizer Muon: ns_method "
+               "is \"", opt.ns_method, "\"; it is \"gram\" or \"standard\"");
+    ZERO_CHECK(!opt.is_muon() || (opt.momentum >= 0.0f && opt.momentum < 1.0f), "optimizer Muon: momentum is ",
+               opt.momentum, "; it is in [0, 1)");
     ZERO_CHECK(opt.is_adam() || opt.is_adagrad() || opt.is_lion() || opt.is_muon(), "optimizer.type=\"", opt.type,
                "\" is not an optimizer zerocpp has: set it to \"Adam\", \"AdamW\", \"Adagrad\", \"Lion\" or "
                "\"Muon\", spelt so (config::parse_config also takes other cases)");
@@ -381,10 +385,24 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
     oo.nvme = nvme;
     oo.dtype = dtype;
     const bool rules = options.weight_decay || options.lr_scale;
-    if (opt.is_muon() && m.rank == 0) {
-      std::fprintf(stderr, "zerocpp: %s (EngineOptions::use_muon%s)\n",
-                   detail::describe_muon_halves(hypers, P.numels()).c_str(),
-                   options.use_muon ? "" : " not given: DeepSpeed's choice, zero::muon_by_default");
+    if (opt.is_muon()) {
+      // Each half at its own rate where the schedule peaks (or, without
+      // one, where lr is): its share of every step's rate.
+      const float peak = m.schedule ? m.schedule->peak() : opt.lr;
+      auto share = [&](const std::optional<float>& rate) {
+        ZERO_CHECK(peak > 0.0f || rate.value_or(opt.lr) == 0.0f, "optimizer Muon: the ",
+                   m.schedule ? "scheduler's peak rate" : "optimizer's lr", " is 0 while a half's rate (muon_lr, "
+                   "adam_lr) is ", rate.value_or(opt.lr), ": each half takes its share of that rate; give it a "
+                   "rate > 0");
+        return peak > 0.0f ? rate.value_or(opt.lr) / peak : 1.0f;
+      };
+      oo.muon_lr_scale = share(opt.muon_lr);
+      oo.adam_lr_scale = share(opt.adam_lr);
+      if (m.rank == 0) {
+        std::fprintf(stderr, "zerocpp: %s (EngineOptions::use_muon%s)\n",
+                     detail::describe_muon_halves(hypers, P.numels(), oo.muon_lr_scale, oo.adam_lr_scale).c_str(),
+                     options.use_muon ? "" : " not given: DeepSpeed's choice, zero::muon_by_default");
+      }
     }
     if (rules && m.rank == 0) {
       std::fprintf(stderr, "zerocpp: %s (EngineOptions::%s)\n",
@@ -401,12 +419,12 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
       const detail::ParamHypers& h = m.optimizer->hypers();
       for (std::size_t i = 0; i < h.of_param.size(); ++i) {
         if (h.classes[static_cast<std::size_t>(h.of_param[i])].muon == 0) continue;
-        const auto [rows, cols] = detail::muon_matrix_shape(P.shape(i));
-        matrices.push_back({static_cast<int>(i), rows, cols});
+        matrices.push_back({static_cast<int>(i), P.shape(i).vec()});
       }
       m.muon = std::make_unique<detail::MuonStep>(
           L, m.plan.shard_rank, std::move(matrices), opt.momentum,
-          opt.ns_method == "standard" ? detail::NsMethod::kStandard : detail::NsMethod::kGram, m.ctx.device);
+          opt.ns_method == "standard" ? detail::NsMethod::kStandard : detail::NsMethod::kGram, m.ctx.device,
+          detail::MuonStep::test_window_bytes());
     }
 
     at::NoGradGuard no_grad;

@@ -170,4 +170,11 @@ float LrSchedule::lr(std::int64_t step) const {
   return static_cast<float>(max_lr * std::max(0.0, ratio + (1.0 - ratio) * 0.5 * (1.0 + std::cos(M_PI * x))));
 }
 
+float LrSchedule::peak() const {
+  if (s_.type.empty()) return base_lr_;
+  if (s_.type == "OneCycle") return s_.one_cycle.cycle_max_lr;
+  if (s_.type == "LRRangeTest") return s_.range_test.min_lr;
+  return s_.warmup_max_lr;
+}
+
 }  // namespace zero

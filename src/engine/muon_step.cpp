@@ -1,10 +1,10 @@
 #include "muon_step.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <utility>
 
 #include <ATen/ops/empty.h>
-#include <ATen/ops/zeros.h>
 
 namespace zero::detail {
 namespace {
@@ -14,13 +14,14 @@ std::int64_t i64(std::size_t v) { return static_cast<std::int64_t>(v); }
 }  // namespace
 
 MuonStep::MuonStep(const FlatLayout& layout, int shard_rank, std::vector<Matrix> matrices, float momentum,
-                   NsMethod method, c10::Device compute)
+                   NsMethod method, c10::Device compute, std::size_t window_bytes)
     : layout_(layout),
       shard_rank_(shard_rank),
       matrices_(std::move(matrices)),
       momentum_(momentum),
       method_(method),
-      compute_(compute) {
+      compute_(compute),
+      window_bytes_(window_bytes) {
   std::vector<std::vector<std::size_t>> of_bucket(layout_.buckets().size());
   for (std::size_t i = 0; i < matrices_.size(); ++i) {
     of_bucket[static_cast<std::size_t>(layout_.params()[static_cast<std::size_t>(matrices_[i].param)].bucket)]
@@ -44,6 +45,11 @@ MuonStep::MuonStep(const FlatLayout& layout, int shard_rank, std::vector<Matrix>
   }
 }
 
+std::size_t MuonStep::test_window_bytes() {
+  const char* v = std::getenv("ZERO_TEST_MUON_GATHER_WINDOW_BYTES");
+  return v != nullptr && std::atoll(v) > 0 ? static_cast<std::size_t>(std::atoll(v)) : kGatherWindowBytes;
+}
+
 std::size_t MuonStep::gathered_buckets() const {
   return static_cast<std::size_t>(std::count_if(work_.begin(), work_.end(), [](const BucketWork& w) { return w.gather; }));
 }
@@ -51,37 +57,61 @@ std::size_t MuonStep::gathered_buckets() const {
 void MuonStep::prepare(const ChunkGradsFn& chunk_grads, const at::Tensor& momentum, const at::Tensor& update,
                        float grad_scale, comm::Communicator& comm) const {
   const auto fp32 = at::TensorOptions().dtype(at::kFloat).device(compute_);
+  const auto world = static_cast<std::size_t>(layout_.shard_world());
   for (const BucketWork& w : work_) {
     if (w.parts.empty() && !w.gather) continue;
     const Bucket& b = layout_.buckets()[static_cast<std::size_t>(w.bucket)];
-    // v on this rank's chunk (zeros where no matrix is: the other
-    // parameters, the padding).
-    at::Tensor v_chunk = at::zeros({i64(b.chunk)}, fp32);
+    const std::size_t chunk_begin = b.offset + static_cast<std::size_t>(shard_rank_) * b.chunk;
+    // The momentum and v of this rank's parts; v in the update's place
+    // until it is orthogonalized (the rest of that place, Adam's second
+    // moments, is sent along but not used).
     if (!w.parts.empty()) {
       const at::Tensor g = chunk_grads(b);
       for (const Part& p : w.parts) {
         const at::Tensor gs = g.narrow(0, i64(p.in_chunk), i64(p.n)).to(at::kFloat).mul(grad_scale);
         at::Tensor m = momentum.narrow(0, i64(b.partition_offset + p.in_chunk), i64(p.n));
         m.lerp_(gs, 1.0f - momentum_);
-        v_chunk.narrow(0, i64(p.in_chunk), i64(p.n)).copy_(gs.lerp(m, momentum_));
+        update.narrow(0, i64(b.partition_offset + p.in_chunk), i64(p.n)).copy_(gs.lerp(m, momentum_));
       }
     }
-    // v of every matrix this rank holds a part of, from `base` on.
-    at::Tensor v = v_chunk;
-    std::size_t base = b.offset + static_cast<std::size_t>(shard_rank_) * b.chunk;
-    if (w.gather) {
-      v = at::empty({i64(b.padded)}, fp32);
-      comm::AllGatherOptions options;
-      options.tag = bucket_tag(w.bucket);
-      comm.all_gather(v_chunk.data_ptr(), v.data_ptr(), b.chunk, DType::kFloat32, options)->wait();
-      base = b.offset;
+    const at::Tensor v_chunk = update.narrow(0, i64(b.partition_offset), i64(b.chunk));
+    // Each matrix this rank holds a part of, whole, on the compute device.
+    std::vector<at::Tensor> whole(w.whole.size());
+    for (std::size_t k = 0; k < w.whole.size(); ++k) {
+      const ParamSlot& s = layout_.params()[static_cast<std::size_t>(matrices_[w.whole[k]].param)];
+      if (!w.gather) {  // (in this rank's chunk)
+        whole[k] = v_chunk.narrow(0, i64(s.offset - chunk_begin), i64(s.numel)).to(compute_, /*non_blocking=*/false,
+                                                                                   /*copy=*/true);
+      } else {
+        whole[k] = at::empty({i64(s.numel)}, fp32);
+      }
     }
-    for (std::size_t mi : w.whole) {
-      const Matrix& mx = matrices_[mi];
-      const ParamSlot& s = layout_.params()[static_cast<std::size_t>(mx.param)];
-      const at::Tensor u =
-          muon_orthogonalize(v.narrow(0, i64(s.offset - base), i64(s.numel)).view({mx.rows, mx.cols}), method_)
-              .view({-1});
+    if (w.gather) {
+      // The chunks' v, kGatherWindowBytes at a time: window [off, off + n)
+      // of every rank's chunk, copied into the matrices that need it.
+      const std::size_t window = std::max<std::size_t>(1, window_bytes_ / sizeof(float) / world);
+      const at::Tensor send = at::empty({i64(std::min(window, b.chunk))}, fp32);
+      const at::Tensor recv = at::empty({i64(world * std::min(window, b.chunk))}, fp32);
+      for (std::size_t off = 0; off < b.chunk; off += window) {
+        const std::size_t n = std::min(window, b.chunk - off);
+        send.narrow(0, 0, i64(n)).copy_(v_chunk.narrow(0, i64(off), i64(n)));
+        comm::AllGatherOptions options;
+        options.tag = bucket_tag(w.bucket);
+        comm.all_gather(send.data_ptr(), recv.data_ptr(), n, DType::kFloat32, options)->wait();
+        for (std::size_t r = 0; r < world; ++r) {
+          const std::size_t from = b.offset + r * b.chunk + off;  // flat, n elements
+          for (std::size_t k = 0; k < w.whole.size(); ++k) {
+            const ParamSlot& s = layout_.params()[static_cast<std::size_t>(matrices_[w.whole[k]].param)];
+            const std::size_t lo = std::max(from, s.offset), hi = std::min(from + n, s.offset + s.numel);
+            if (lo >= hi) continue;
+            whole[k].narrow(0, i64(lo - s.offset), i64(hi - lo)).copy_(recv.narrow(0, i64(r * n + lo - from), i64(hi - lo)));
+          }
+        }
+      }
+    }
+    for (std::size_t k = 0; k < w.whole.size(); ++k) {
+      const std::size_t mi = w.whole[k];
+      const at::Tensor u = muon_update_direction(whole[k], matrices_[mi].shape, method_);
       for (const Part& p : w.parts) {
         if (p.matrix != mi) continue;
         update.narrow(0, i64(b.partition_offset + p.in_chunk), i64(p.n)).copy_(u.narrow(0, i64(p.in_param), i64(p.n)));

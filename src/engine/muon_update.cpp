@@ -1,7 +1,6 @@
 #include "muon_update.h"
 
 #include <cmath>
-#include <utility>
 
 #include "zero/core/error.h"
 
@@ -11,12 +10,14 @@ namespace {
 constexpr int kSteps = 5;
 constexpr double kA = 3.4445, kB = -4.7750, kC = 2.0315;
 
+at::Tensor mT(const at::Tensor& x) { return x.transpose(-2, -1); }
+
 // X ← a·X + (b·A + c·A²)·X with A = X·Xᵀ, kSteps times.
 at::Tensor standard_iteration(at::Tensor x) {
   for (int i = 0; i < kSteps; ++i) {
-    const at::Tensor a = x.mm(x.t());
-    const at::Tensor b = a.mul(kB).add_(a.mm(a), kC);
-    x = b.mm(x).add_(x, kA);
+    const at::Tensor a = x.matmul(mT(x));
+    const at::Tensor b = a.mul(kB).add_(a.matmul(a), kC);
+    x = b.matmul(x).add_(x, kA);
   }
   return x;
 }
@@ -26,50 +27,52 @@ at::Tensor standard_iteration(at::Tensor x) {
 // R = X·Xᵀ (n × n), X is multiplied once at the restart and once at the end.
 at::Tensor gram_iteration(at::Tensor x) {
   constexpr int kRestartAt = 2;
-  at::Tensor r = x.mm(x.t());
+  at::Tensor r = x.matmul(mT(x));
   at::Tensor q;
   for (int i = 0; i < kSteps; ++i) {
     if (i == kRestartAt) {
-      x = q.mm(x);
-      r = x.mm(x.t());
+      x = q.matmul(x);
+      r = x.matmul(mT(x));
       q = at::Tensor();
     }
-    const at::Tensor z = r.mul(kB).add_(r.mm(r), kC);
+    const at::Tensor z = r.mul(kB).add_(r.matmul(r), kC);
     if (!q.defined()) {
       q = z.clone();
-      q.diagonal().add_(kA);
+      q.diagonal(0, -2, -1).add_(kA);
     } else {
-      q = z.mm(q).add_(q, kA);
+      q = z.matmul(q).add_(q, kA);
     }
     if (i < kSteps - 1 && i + 1 != kRestartAt) {
-      const at::Tensor rz = z.mm(r).add_(r, kA);
-      r = z.mm(rz).add_(rz, kA);
+      const at::Tensor rz = z.matmul(r).add_(r, kA);
+      r = z.matmul(rz).add_(rz, kA);
     }
   }
-  return q.mm(x);
+  return q.matmul(x);
+}
+
+double aspect_scale(std::int64_t rows, std::int64_t cols) {
+  return rows > cols ? std::sqrt(static_cast<double>(rows) / static_cast<double>(cols)) : 1.0;
 }
 
 }  // namespace
 
 at::Tensor muon_orthogonalize(const at::Tensor& v, NsMethod method) {
-  ZERO_CHECK(v.dim() == 2, "Muon orthogonalizes matrices; got a tensor of ", v.dim(), " dimensions");
-  const std::int64_t rows = v.size(0), cols = v.size(1);
-  const bool tall = rows > cols;
+  ZERO_CHECK(v.dim() >= 2, "Muon orthogonalizes matrices; got a tensor of ", v.dim(), " dimensions");
+  const bool tall = v.size(-2) > v.size(-1);
   at::Tensor x = v.to(at::kFloat);
-  if (tall) x = x.t();
-  x = x.div(x.norm().add(1e-7));
+  if (tall) x = mT(x);
+  x = x.div(x.norm(2, {-2, -1}, /*keepdim=*/true).add(1e-7));
   // (X is n × m with n <= m now; a square one gains nothing from Gram.)
-  x = method == NsMethod::kGram && x.size(0) < x.size(1) ? gram_iteration(x) : standard_iteration(x);
-  if (tall) x = x.t();
-  if (rows > cols) x = x.mul(std::sqrt(static_cast<double>(rows) / static_cast<double>(cols)));
-  return x.contiguous();
+  x = method == NsMethod::kGram && x.size(-2) < x.size(-1) ? gram_iteration(x) : standard_iteration(x);
+  if (tall) x = mT(x);
+  return x;
 }
 
-std::pair<std::int64_t, std::int64_t> muon_matrix_shape(c10::IntArrayRef shape) {
-  ZERO_CHECK(shape.size() >= 2, "Muon steps matrices; a parameter of ", shape.size(), " dimensions is not one");
-  std::int64_t cols = 1;
-  for (std::size_t i = 1; i < shape.size(); ++i) cols *= shape[i];
-  return {shape[0], cols};
+at::Tensor muon_update_direction(const at::Tensor& v, c10::IntArrayRef shape, NsMethod method) {
+  const std::size_t d = shape.size();
+  ZERO_CHECK(d >= 2, "Muon steps matrices; a parameter of ", d, " dimensions is not one");
+  at::Tensor u = d == 4 ? muon_orthogonalize(v.view({shape[0], -1}), method) : muon_orthogonalize(v.view(shape), method);
+  return u.mul(aspect_scale(shape[d - 2], shape[d - 1])).reshape({-1});
 }
 
 }  // namespace zero::detail

@@ -13,7 +13,6 @@
 #pragma once
 
 #include <cstdint>
-#include <utility>
 
 #include <ATen/Tensor.h>
 
@@ -21,13 +20,16 @@ namespace zero::detail {
 
 enum class NsMethod { kGram, kStandard };
 
-// The orthogonalized, scaled update of `v` (2-D, any floating dtype), in
-// fp32 on v's device.
+// The Newton-Schulz iteration on each matrix of `v` (its last two
+// dimensions; any before them are a batch), in fp32 on v's device; not
+// scaled.
 at::Tensor muon_orthogonalize(const at::Tensor& v, NsMethod method);
 
-// The parameter's shape as the matrix Muon orthogonalizes: [rows, cols] for
-// a matrix, [size(0), the product of the rest] for more dimensions (a
-// convolution's filters, as Keller Jordan's Muon treats them).
-std::pair<std::int64_t, std::int64_t> muon_matrix_shape(c10::IntArrayRef shape);
+// The update of a parameter of shape `shape` (two or more dimensions) from
+// its look-ahead `v` (flat, shape's elements), flat, as DeepSpeed's
+// muon_update makes it: a matrix orthogonalized whole; a convolution's
+// filters (four dimensions) as [size(0), the rest], scaled by their last two
+// (kernel) dimensions; three or five and more as a batch of their last two.
+at::Tensor muon_update_direction(const at::Tensor& v, c10::IntArrayRef shape, NsMethod method);
 
 }  // namespace zero::detail

@@ -220,7 +220,7 @@ void OptimizerPartition::step_piece(const Piece& pc, float* master, float* m1, f
   auto muon = [&](const PartitionRun& r) { return o_.hypers.classes[static_cast<std::size_t>(r.value)].muon != 0; };
   // Muon's two halves step at their own share of the rate.
   auto half_lr = [&](const PartitionRun& r) {
-    return !opt_.is_muon() ? 1.0f : muon(r) ? opt_.muon_lr_scale() : opt_.adam_lr_scale();
+    return !opt_.is_muon() ? 1.0f : muon(r) ? o_.muon_lr_scale : o_.adam_lr_scale;
   };
   auto run_part = [&](const PartitionRun& r, optim::ThreadPool* pool) {
     const ParamHyper& h = o_.hypers.classes[static_cast<std::size_t>(r.value)];

@@ -66,6 +66,8 @@ class OptimizerPartition {
     // rules), in the layout's order; empty: the config's decay and the
     // engine's rate for all.
     ParamHypers hypers;
+    // Optimizer "Muon": each half's share of the step's rate.
+    float muon_lr_scale = 1.0f, adam_lr_scale = 1.0f;
   };
   // Throws before allocating when the device has no kernel for the optimizer.
   OptimizerPartition(const config::Config& config, const MemoryPlan& plan, const DeviceContext& ctx,

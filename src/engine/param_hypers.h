@@ -49,9 +49,11 @@ ParamHypers resolve_param_hypers(const WeightDecayRule& weight_decay, const LrSc
 std::string describe_param_hypers(const ParamHypers& hypers, const std::vector<std::size_t>& numels,
                                   bool weight_decay_rule, bool lr_scale_rule);
 
-// "Muon on 48 matrices (84.9M elements), Adam on 100 parameters (39.5M
-// elements)": the halves of optimizer "Muon".
-std::string describe_muon_halves(const ParamHypers& hypers, const std::vector<std::size_t>& numels);
+// "Muon on 48 matrices (84.9M elements) at lr x 1, Adam on 100 parameters
+// (39.5M elements) at lr x 0.015": the halves of optimizer "Muon" and their
+// shares of the rate.
+std::string describe_muon_halves(const ParamHypers& hypers, const std::vector<std::size_t>& numels, float muon_scale,
+                                 float adam_scale);
 
 // Every rank's rules gave the same settings (a rule must answer from the
 // name and the shape alone; one that draws on the rank, a clock or a random

@@ -147,16 +147,23 @@ std::string describe_param_hypers(const ParamHypers& hypers, const std::vector<s
   return line;
 }
 
-std::string describe_muon_halves(const ParamHypers& hypers, const std::vector<std::size_t>& numels) {
+std::string describe_muon_halves(const ParamHypers& hypers, const std::vector<std::size_t>& numels, float muon_scale,
+                                 float adam_scale) {
   std::size_t params[2] = {0, 0}, elements[2] = {0, 0};
   for (std::size_t i = 0; i < hypers.of_param.size(); ++i) {
     const int muon = hypers.classes[static_cast<std::size_t>(hypers.of_param[i])].muon != 0 ? 1 : 0;
     ++params[muon];
     elements[muon] += numels[i];
   }
+  auto g3 = [](float v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.3g", static_cast<double>(v));
+    return std::string(buf);
+  };
   return str_cat("Muon on ", params[1], params[1] == 1 ? " matrix (" : " matrices (", count_text(elements[1]),
-                 " elements), Adam on ", params[0], params[0] == 1 ? " parameter (" : " parameters (",
-                 count_text(elements[0]), " elements)");
+                 " elements) at lr x ", g3(muon_scale), ", Adam on ", params[0],
+                 params[0] == 1 ? " parameter (" : " parameters (", count_text(elements[0]), " elements) at lr x ",
+                 g3(adam_scale));
 }
 
 void agree_on_param_hypers(comm::Communicator& comm, const c10::Device& device, const ParamHypers& hypers,

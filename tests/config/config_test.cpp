@@ -735,8 +735,8 @@ TEST(Config, MuonDefaultsAndHalves) {
   const auto& o = c.optimizer;
   EXPECT_EQ(o.type, "Muon");
   EXPECT_EQ(o.lr, 0.02f);
-  EXPECT_EQ(o.muon_lr_scale(), 1.0f);
-  EXPECT_FLOAT_EQ(o.lr * o.adam_lr_scale(), 3e-4f);
+  EXPECT_FALSE(o.muon_lr.has_value());  // lr
+  EXPECT_EQ(o.adam_lr, 3e-4f);
   EXPECT_EQ(o.momentum, 0.95f);
   EXPECT_EQ(o.ns_method, "gram");
   EXPECT_EQ(o.beta1, 0.9f);
@@ -751,22 +751,21 @@ TEST(Config, MuonDefaultsAndHalves) {
   c = parse(with(R"("optimizer": {"type": "Muon", "params": {"lr": 0.01, "momentum": 0.9, "ns_method": "standard",
       "betas": [0.8, 0.99], "eps": 1e-8, "weight_decay": 0.1, "adam_w_mode": false}})"));
   EXPECT_EQ(c.optimizer.lr, 0.01f);
-  EXPECT_EQ(c.optimizer.muon_lr_scale(), 1.0f);
-  EXPECT_EQ(c.optimizer.adam_lr_scale(), 1.0f);
+  EXPECT_FALSE(c.optimizer.muon_lr || c.optimizer.adam_lr);  // both lr
   EXPECT_EQ(c.optimizer.momentum, 0.9f);
   EXPECT_EQ(c.optimizer.ns_method, "standard");
   EXPECT_EQ(c.optimizer.beta1, 0.8f);
   EXPECT_EQ(c.optimizer.eps, 1e-8f);
   EXPECT_FALSE(c.optimizer.decoupled_weight_decay());  // the Adam half's L2
   EXPECT_TRUE(c.warnings.empty()) << all_warnings(c);
-  // muon_lr / adam_lr: each half's share of lr (the scheduler's peak).
+  // muon_lr / adam_lr: each half's own rate.
   c = parse(with(R"("optimizer": {"type": "Muon", "params": {"lr": 0.01, "muon_lr": 0.02, "adam_lr": 0.002}})"));
-  EXPECT_FLOAT_EQ(c.optimizer.muon_lr_scale(), 2.0f);
-  EXPECT_FLOAT_EQ(c.optimizer.adam_lr_scale(), 0.2f);
+  EXPECT_EQ(c.optimizer.muon_lr, 0.02f);
+  EXPECT_EQ(c.optimizer.adam_lr, 0.002f);
   // Without lr, lr is muon_lr.
   c = parse(with(R"("optimizer": {"type": "Muon", "params": {"muon_lr": 0.05}})"));
   EXPECT_EQ(c.optimizer.lr, 0.05f);
-  EXPECT_FLOAT_EQ(c.optimizer.lr * c.optimizer.adam_lr_scale(), 3e-4f);
+  EXPECT_EQ(c.optimizer.adam_lr, 3e-4f);
 
   EXPECT_CONTAINS(error_of(with(R"("optimizer": {"type": "Muon", "params": {"lr": 0, "adam_lr": 0.01}})")),
                   "optimizer.params.lr: is 0 while muon_lr or adam_lr is not");

@@ -17,6 +17,7 @@
 // rate the engine ignores. fp16 runs both loss scalings: dynamic (from 2^8,
 // no overflow in these runs: asserted) and static (128).
 #include <algorithm>
+#include <cstdlib>
 #include <cstdio>
 #include <map>
 #include <tuple>
@@ -735,12 +736,14 @@ INSTANTIATE_TEST_SUITE_P(Layouts, ReferenceParamGroupsWide, testing::Values(0, 2
 // takes its rows of DeepSpeed's batch. At every stage and with offload, a
 // bucket for all parameters or one per parameter: with several ranks the
 // matrices lie across the ranks' chunks and are gathered whole to be
-// orthogonalized; a rank that steps a part of a matrix as if it were the
+// orthogonalized (in one window, or in windows of 112 bytes: 28 floats, 14
+// or 7 per rank); a rank that steps a part of a matrix as if it were the
 // whole (or its momentum without the rest) is far outside the bounds.
 struct MuonLayout {
   int stage;
   bool offload;
   std::int64_t bucket;
+  int window_bytes = 0;  // > 0: the gather's window (ZERO_TEST_MUON_GATHER_WINDOW_BYTES)
 };
 using DeepSpeedMuonCase = std::tuple<int /*kTraining*/, MuonLayout>;
 class DeepSpeedMuon : public testing::TestWithParam<DeepSpeedMuonCase> {};
@@ -771,7 +774,9 @@ TEST_P(DeepSpeedMuon, MatchesDeepSpeedsRun) {
       params[i].copy_(at::tensor(run.params[0][i]).view(params[i].sizes()));
     }
   }
+  if (layout.window_bytes > 0) ::setenv("ZERO_TEST_MUON_GATHER_WINDOW_BYTES", std::to_string(layout.window_bytes).c_str(), 1);
   Engine engine(model, cfg, comm);
+  ::unsetenv("ZERO_TEST_MUON_GATHER_WINDOW_BYTES");
   double worst = 0;
   for (int step = 0; step < ds::kSteps; ++step) {
     const auto s = static_cast<std::size_t>(step);
@@ -801,12 +806,12 @@ INSTANTIATE_TEST_SUITE_P(
                      testing::Values(MuonLayout{0, false, 1 << 20}, MuonLayout{1, false, 1 << 20},
                                      MuonLayout{2, false, 1 << 20}, MuonLayout{2, false, 0},
                                      MuonLayout{3, false, 1 << 20}, MuonLayout{2, true, 1 << 20},
-                                     MuonLayout{3, true, 0})),
+                                     MuonLayout{3, true, 0}, MuonLayout{2, false, 1 << 20, 112})),
     [](const testing::TestParamInfo<DeepSpeedMuonCase>& info) {
       const MuonLayout& l = std::get<1>(info.param);
       return std::string(deepspeed_muon::kTraining[static_cast<std::size_t>(std::get<0>(info.param))].ns_method) +
              "_stage" + std::to_string(l.stage) + (l.offload ? "_offload" : "") +
-             (l.bucket == 0 ? "_bucket_per_param" : "");
+             (l.bucket == 0 ? "_bucket_per_param" : "") + (l.window_bytes > 0 ? "_small_gathers" : "");
     });
 
 // Muon against the LibTorch loop of this file (fresh batches, accumulation,

@@ -41,20 +41,23 @@ print("// deepspeed/runtime/zero/muon/original_muon.py (Newton-Schulz in fp32); 
 print("#pragma once\n\n#include <vector>\n\nnamespace zero::test::deepspeed_muon {\n")
 
 # ---- 1. muon_update on one matrix ------------------------------------------
-print("// muon_update(grad, momentum, beta, ns_steps 5, nesterov, ns_method):")
-print("// the momentum after it and the update (already scaled by")
-print("// sqrt(max(1, rows / cols))).")
-print("struct UpdateCase {\n  const char* ns_method;\n  long rows, cols;\n  float beta;")
+print("// muon_update(grad, momentum, beta, ns_steps 5, nesterov, ns_method) on")
+print("// a parameter of `shape`: the momentum after it and the update (scaled")
+print("// by sqrt(max(1, rows / cols)) of its last two dimensions). Matrices wide,")
+print("// tall and square; three dimensions (a batch of matrices). (Not four:")
+print("// DeepSpeed's muon_update fails on a convolution's filters, at its last")
+print("// torch.where, the update being [size(0), the rest] and the gradient 4-D.)")
+print("struct UpdateCase {\n  const char* ns_method;\n  std::vector<long> shape;\n  float beta;")
 print("  std::vector<float> grad, momentum, momentum_after, update;\n};\n")
 print("inline const std::vector<UpdateCase> kUpdates = {")
 gen = torch.Generator().manual_seed(1234)
 for ns in ("gram", "standard"):
-    for rows, cols, beta in ((6, 10, 0.95), (10, 6, 0.9), (8, 8, 0.95), (3, 17, 0.5)):
-        g = torch.randn(rows, cols, generator=gen)
-        m = torch.randn(rows, cols, generator=gen) * 0.3
+    for shape, beta in (((6, 10), 0.95), ((10, 6), 0.9), ((8, 8), 0.95), ((3, 17), 0.5), ((3, 5, 4), 0.9)):
+        g = torch.randn(*shape, generator=gen)
+        m = torch.randn(*shape, generator=gen) * 0.3
         m_after = m.clone()
         u = original_muon.muon_update(g.clone(), m_after, beta=beta, ns_method=ns)
-        print("    {\"%s\", %d, %d, %.9gf," % (ns, rows, cols, beta))
+        print("    {\"%s\", {%s}, %.9gf," % (ns, ", ".join(str(d) for d in shape), beta))
         for t in (g, m, m_after, u):
             print("     %s," % floats(t))
         print("    },")

@@ -39,13 +39,12 @@ struct OptimizerConfig {
   // picks step with Muon (momentum, then the Newton-Schulz orthogonalization
   // of the update, ns_method "gram" or "standard"), the other parameters
   // with Adam (beta1, beta2, eps, adam_w_mode, bias_correction above). Each
-  // half steps at lr() times its share: muon_lr / lr and adam_lr / lr (1
-  // where they are not set; lr is the scheduler's peak).
+  // half steps at its own rate, muon_lr or adam_lr (lr where not set); a
+  // scheduler scales both by its rate over its peak (Engine: the halves'
+  // shares of lr()).
   float momentum = 0.95f;
   std::string ns_method = "gram";
   std::optional<float> muon_lr, adam_lr;
-  float muon_lr_scale() const { return muon_lr && lr > 0.0f ? *muon_lr / lr : 1.0f; }
-  float adam_lr_scale() const { return adam_lr && lr > 0.0f ? *adam_lr / lr : 1.0f; }
 
   bool is_adam() const { return type == "Adam" || type == "AdamW"; }
   bool is_adagrad() const { return type == "Adagrad"; }

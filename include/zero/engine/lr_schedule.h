@@ -59,6 +59,11 @@ class LrSchedule {
   // In words: "constant 0.001", "linear warm-up from 0 to 0.003 over 30
   // steps, then cosine down to 0.0003 at step 300", ...
   std::string describe() const;
+  // The rate the schedule is built around: warmup_max_lr (the warm-up
+  // schedulers), cycle_max_lr (OneCycle), lr_range_test_min_lr
+  // (LRRangeTest), the base lr (none). Muon's halves take their shares of
+  // it (optimizer.params.muon_lr, adam_lr).
+  float peak() const;
 
  private:
   float warmup(std::int64_t step) const;
