@@ -18,6 +18,7 @@
 #include "shared_temp_dir.h"
 #include "train_loop.h"
 #include "zero/comm/communicator.h"
+#include "zero/config/config.h"
 #include "zero/core/error.h"
 #include "zero/zero/flat_layout.h"
 #include "zero/zero/memory_plan.h"
@@ -697,6 +698,30 @@ TEST(Optimizer, MuonRefusesWhatItCannotStep) {
     cfg.zero_optimization.offload_optimizer.delayed_param_update_warmup_steps = 0;
     const RunResult r = train(ModelKind::kMlp, cfg, comm, 3);
     EXPECT_LT(r.losses.back(), r.losses.front()) << "stage " << stage;
+  }
+}
+
+// Muon's halves each peak at their own rate: a share of the scheduler's peak
+// (warmup_max_lr), not of optimizer.params.lr (ReferenceMuon checks that the
+// shares are applied).
+TEST(Optimizer, MuonHalvesShareTheSchedulersPeak) {
+  comm::Communicator& comm = world_comm();
+  const int world = comm.world_size();
+  const config::Config parsed = config::parse_config(R"({"train_batch_size": 16,
+      "optimizer": {"type": "Muon", "params": {"lr": 1e-3, "muon_lr": 0.02, "adam_lr": 3e-4}},
+      "scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": 0.01, "warmup_num_steps": 2}}})", world);
+  config::Config cfg = make_config(2, false, false, world, kGlobalBatch / world, 1);
+  cfg.optimizer = parsed.optimizer;
+  cfg.scheduler = parsed.scheduler;
+  auto model = make_model(ModelKind::kMlp);
+  testing::internal::CaptureStderr();
+  Engine engine(model, cfg, comm);
+  const std::string said = testing::internal::GetCapturedStderr();
+  if (comm.rank() == 0) {
+    EXPECT_NE(said.find("zerocpp: Muon on 3 matrices (2.8K elements) at lr x 2, Adam on 3 parameters (92 elements) at "
+                        "lr x 0.03 (EngineOptions::use_muon not given: DeepSpeed's choice, zero::muon_by_default)"),
+              std::string::npos)
+        << said;
   }
 }
 
