@@ -50,10 +50,6 @@ std::size_t MuonStep::test_window_bytes() {
   return v != nullptr && std::atoll(v) > 0 ? static_cast<std::size_t>(std::atoll(v)) : kGatherWindowBytes;
 }
 
-std::size_t MuonStep::gathered_buckets() const {
-  return static_cast<std::size_t>(std::count_if(work_.begin(), work_.end(), [](const BucketWork& w) { return w.gather; }));
-}
-
 void MuonStep::prepare(const ChunkGradsFn& chunk_grads, const at::Tensor& momentum, const at::Tensor& update,
                        float grad_scale, comm::Communicator& comm) const {
   const auto fp32 = at::TensorOptions().dtype(at::kFloat).device(compute_);

@@ -43,6 +43,9 @@ class MuonStep {
     int param;                        // in the layout
     std::vector<std::int64_t> shape;  // two dimensions or more (muon_update_direction)
   };
+  // The most one all-gather of v receives.
+  static constexpr std::size_t kGatherWindowBytes = std::size_t{64} << 20;
+
   // `compute`: where v is gathered and orthogonalized (the engine's device).
   // window_bytes: the most one all-gather receives (kGatherWindowBytes;
   // tests make it small: ZERO_TEST_MUON_GATHER_WINDOW_BYTES, read by
@@ -50,14 +53,6 @@ class MuonStep {
   MuonStep(const FlatLayout& layout, int shard_rank, std::vector<Matrix> matrices, float momentum, NsMethod method,
            c10::Device compute, std::size_t window_bytes = kGatherWindowBytes);
   static std::size_t test_window_bytes();
-
-  // The most one all-gather of v receives.
-  static constexpr std::size_t kGatherWindowBytes = std::size_t{64} << 20;
-
-  bool empty() const { return matrices_.empty(); }
-  // Which buckets are all-gathered each step (stages 1-3 with several ranks:
-  // those with a matrix across chunks).
-  std::size_t gathered_buckets() const;
 
   // chunk_grads(b): this rank's gradients of bucket b's chunk (b.chunk
   // elements, any floating dtype, still to be multiplied by grad_scale);
