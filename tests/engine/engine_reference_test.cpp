@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <tuple>
 
@@ -452,6 +453,57 @@ void set_betas(torch::optim::Optimizer& opt, Opt which, double beta1, double bet
   }
 }
 
+// The serial reference of the delayed update (engine_behaviour_test's
+// DelayedUpdate cases): `masters` (fp32 copies of `params`, with
+// requires_grad) take each step, stepped by `step` after `set_rates(step)`
+// and clip_grad_norm_; the model runs on them, or from step `delay_from` on
+// on those of the step before. Returns each step's loss; `masters` end as
+// the engine's master weights should.
+std::vector<float> delayed_reference(ModelKind kind, torch::nn::Module& model, const std::vector<at::Tensor>& params,
+                                     const std::vector<at::Tensor>& masters, const config::Config& cfg, int delay_from,
+                                     const std::function<void(int)>& set_rates, const std::function<void()>& step) {
+  std::vector<float> losses;
+  for (int k = 0; k < kSteps; ++k) {
+    set_rates(k);
+    for (at::Tensor p : params) p.mutable_grad() = at::Tensor();
+    losses.push_back(accumulate_reference_grads(kind, model, batch_at(kind, k), kAccumulation));
+    std::vector<at::Tensor> before;
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      before.push_back(masters[i].detach().clone());
+      at::Tensor master = masters[i];
+      master.mutable_grad() = params[i].grad().clone();
+    }
+    torch::nn::utils::clip_grad_norm_(masters, cfg.gradient_clipping);
+    step();
+    torch::NoGradGuard no_grad;
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      at::Tensor p = params[i];
+      p.copy_(k >= delay_from ? before[i] : masters[i].detach());
+    }
+  }
+  return losses;
+}
+
+// The engine's losses and final master weights against fp32 references:
+// within 1e-5 relative (+ 1e-5 on the weights).
+void expect_fp32_match(const Trace& got, const std::vector<float>& losses, const std::vector<at::Tensor>& masters) {
+  ASSERT_EQ(got.losses.size(), losses.size());
+  for (std::size_t i = 0; i < losses.size(); ++i) {
+    EXPECT_NEAR(got.losses[i], losses[i], 1e-5 * std::abs(losses[i])) << "loss of step " << i;
+  }
+  ASSERT_EQ(got.params.size(), masters.size());
+  double max_diff = 0;
+  for (std::size_t i = 0; i < masters.size(); ++i) {
+    const at::Tensor want = masters[i].detach();
+    const at::Tensor diff = (got.params[i] - want).abs();
+    max_diff = std::max(max_diff, diff.max().item<double>());
+    EXPECT_TRUE((diff <= want.abs() * 1e-5 + 1e-5).all().item<bool>())
+        << "parameter " << i << ": max abs diff " << diff.max().item<double>();
+  }
+  std::printf("[ measured ] %s: params max %.3g\n", testing::UnitTest::GetInstance()->current_test_info()->name(),
+              max_diff);
+}
+
 TEST_P(ReferenceOneCycle, RatesAndBetasReachTheOptimizer) {
   auto [which, layout] = GetParam();
   namespace ds = deepspeed_schedules;
@@ -481,44 +533,19 @@ TEST_P(ReferenceOneCycle, RatesAndBetasReachTheOptimizer) {
   std::vector<at::Tensor> params = model->parameters(), params_master;
   for (const at::Tensor& p : params) params_master.push_back(p.detach().clone().set_requires_grad(true));
   auto opt = libtorch_optimizer(which, params_master, cfg);
-  Trace ref;
-  for (int step = 0; step < kSteps; ++step) {
-    const ds::Row& r = rows[static_cast<std::size_t>(step)];
-    set_rate(*opt, static_cast<float>(r.lr));
-    set_betas(*opt, which, r.beta1, r.beta2);
-    for (at::Tensor& p : params) p.mutable_grad() = at::Tensor();
-    ref.losses.push_back(accumulate_reference_grads(kind, *model, batch_at(kind, step), kAccumulation));
-    std::vector<at::Tensor> before;
-    for (std::size_t i = 0; i < params.size(); ++i) {
-      before.push_back(params_master[i].detach().clone());
-      params_master[i].mutable_grad() = params[i].grad().clone();
-    }
-    torch::nn::utils::clip_grad_norm_(params_master, cfg.gradient_clipping);
-    opt->step();
-    torch::NoGradGuard no_grad;
-    for (std::size_t i = 0; i < params.size(); ++i) {
-      params[i].copy_(step >= delay_from ? before[i] : params_master[i].detach());
-    }
-  }
+  const std::vector<float> losses = delayed_reference(
+      kind, *model, params, params_master, cfg, delay_from,
+      [&](int step) {
+        const ds::Row& r = rows[static_cast<std::size_t>(step)];
+        set_rate(*opt, static_cast<float>(r.lr));
+        set_betas(*opt, which, r.beta1, r.beta2);
+      },
+      [&] { opt->step(); });
 
   std::int64_t skipped = -1;
   const Trace got = train_engine(kind, cfg, comm, &skipped, {}, &rows);
   EXPECT_EQ(skipped, 0);
-  for (std::size_t i = 0; i < ref.losses.size(); ++i) {
-    EXPECT_NEAR(got.losses[i], ref.losses[i], 1e-5 * std::abs(ref.losses[i])) << "loss of step " << i;
-  }
-  ASSERT_EQ(got.params.size(), params_master.size());
-  double max_diff = 0;
-  for (std::size_t i = 0; i < params_master.size(); ++i) {
-    const at::Tensor want = params_master[i].detach();
-    const at::Tensor diff = (got.params[i] - want).abs();
-    max_diff = std::max(max_diff, diff.max().item<double>());
-    const at::Tensor bound = want.abs() * 1e-5 + 1e-5;
-    EXPECT_TRUE((diff <= bound).all().item<bool>())
-        << "parameter " << i << ": max abs diff " << diff.max().item<double>();
-  }
-  std::printf("[ measured ] %s: params max %.3g\n", testing::UnitTest::GetInstance()->current_test_info()->name(),
-              max_diff);
+  expect_fp32_match(got, losses, params_master);
 }
 
 std::string cycle_case_name(const testing::TestParamInfo<CycleCase>& info) {
@@ -941,40 +968,20 @@ TEST_P(ReferenceMuonDelayed, MatchesTheSerialDelayedLoop) {
   TorchMuon muon_opt(muon, TorchMuonOptions(o.lr).momentum(o.momentum).weight_decay(o.weight_decay));
   torch::optim::AdamW adam_opt(
       adam, torch::optim::AdamWOptions(o.lr).betas({o.beta1, o.beta2}).eps(o.eps).weight_decay(o.weight_decay));
-  Trace ref;
-  for (int step = 0; step < kSteps; ++step) {
-    set_rate(muon_opt, lr_at(step) * kMuonLrScale);
-    set_rate(adam_opt, lr_at(step) * kAdamLrScale);
-    for (at::Tensor& p : params) p.mutable_grad() = at::Tensor();
-    ref.losses.push_back(accumulate_reference_grads(kind, *model, batch_at(kind, step), kAccumulation));
-    std::vector<at::Tensor> before;
-    for (std::size_t i = 0; i < params.size(); ++i) {
-      before.push_back(masters[i].detach().clone());
-      masters[i].mutable_grad() = params[i].grad().clone();
-    }
-    torch::nn::utils::clip_grad_norm_(masters, cfg.gradient_clipping);
-    muon_opt.step();
-    adam_opt.step();
-    torch::NoGradGuard no_grad;
-    for (std::size_t i = 0; i < params.size(); ++i) params[i].copy_(step >= 1 ? before[i] : masters[i].detach());
-  }
+  const std::vector<float> losses = delayed_reference(
+      kind, *model, params, masters, cfg, /*delay_from=*/1,
+      [&](int step) {
+        set_rate(muon_opt, lr_at(step) * kMuonLrScale);
+        set_rate(adam_opt, lr_at(step) * kAdamLrScale);
+      },
+      [&] {
+        muon_opt.step();
+        adam_opt.step();
+      });
   std::int64_t skipped = -1;
   const Trace got = train_engine(kind, cfg, comm, &skipped);
   EXPECT_EQ(skipped, 0);
-  for (std::size_t i = 0; i < ref.losses.size(); ++i) {
-    EXPECT_NEAR(got.losses[i], ref.losses[i], 1e-5 * std::abs(ref.losses[i])) << "loss of step " << i;
-  }
-  ASSERT_EQ(got.params.size(), masters.size());
-  double max_diff = 0;
-  for (std::size_t i = 0; i < masters.size(); ++i) {
-    const at::Tensor want = masters[i].detach();
-    const at::Tensor diff = (got.params[i] - want).abs();
-    max_diff = std::max(max_diff, diff.max().item<double>());
-    EXPECT_TRUE((diff <= want.abs() * 1e-5 + 1e-5).all().item<bool>())
-        << "parameter " << i << ": max abs diff " << diff.max().item<double>();
-  }
-  std::printf("[ measured ] %s: params max %.3g\n", testing::UnitTest::GetInstance()->current_test_info()->name(),
-              max_diff);
+  expect_fp32_match(got, losses, masters);
 }
 
 INSTANTIATE_TEST_SUITE_P(Muon, ReferenceMuonDelayed, testing::Values(4, 6),
