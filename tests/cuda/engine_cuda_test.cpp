@@ -141,6 +141,8 @@ TrainRun train(const Case& k, const at::Device& device) {
       return std::nullopt;
     };
   }
+  // Muon: the GPT's block matrices (its tables, one of them the tied head, with Adam).
+  if (k.optimizer == "Muon") options.use_muon = muon_except_named({"wte", "wpe"});
   Engine engine(model, make_config(k), nccl ? *nccl : *single, std::move(options));
   for (int s = 0; s < kSteps; ++s) {
     for (int j = 0; j < k.accum; ++j) {
@@ -194,7 +196,9 @@ TEST_P(EngineCuda, MatchesTheCpuEngine) {
   // Adagrad's first steps move each weight by about lr * sign(g): a tiny
   // gradient whose rounding differs between the devices moves its weight a
   // whole step the other way, so its runs drift apart faster than Adam's.
-  const bool adagrad = k.optimizer == "Adagrad";
+  // Muon orthogonalizes with LibTorch's matrix products on each device
+  // (fp32 both, other summation orders): held to Adagrad's bounds.
+  const bool adagrad = k.optimizer == "Adagrad" || k.optimizer == "Muon";
   // Lion steps every weight by +-lr on a sign: one that differs between the
   // devices moves its weight 2 lr, so Lion is held to the 16-bit bounds.
   const bool lion = k.optimizer == "Lion";
@@ -248,6 +252,12 @@ std::vector<Case> cases() {
   add("lion_stage0_clip", 0, 1, 0.05f, "fp32", "none", false, "Lion");
   add("lion_bf16_stage3", 3, 1, 0.05f, "bf16", "none", false, "Lion");
   add("lion_offload_stage2_dpu", 2, 1, 0.05f, "fp32", "cpu", true, "Lion");
+  // Muon: orthogonalized on the GPU, the Adam half by the fused device Adam
+  // (stages 0 and 3, bf16 at 3); with offload, the state in host memory,
+  // each matrix copied up to be orthogonalized, with the delayed update.
+  add("muon_stage0_clip", 0, 1, 0.05f, "fp32", "none", false, "Muon");
+  add("muon_bf16_stage3_accum2", 3, 2, 0.05f, "bf16", "none", false, "Muon");
+  add("muon_offload_stage2_dpu", 2, 1, 0.05f, "fp32", "cpu", true, "Muon");
   add("nccl_fp32_stage0", 0, 2, 0.05f, "fp32", "none", false, "AdamW", true);
   add("nccl_bf16_stage2_clip", 2, 1, 0.05f, "bf16", "none", false, "AdamW", true);
   add("bf16_stage3_accum2_clip", 3, 2, 0.05f, "bf16");
