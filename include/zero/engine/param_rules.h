@@ -57,8 +57,8 @@ bool muon_by_default(const std::string& name, const at::Tensor& param);
 
 // Muon for the parameters of two or more dimensions whose name holds none
 // of `parts` (as written), Adam for the rest: for a model whose embeddings
-// and output head have other names (zero::models::Gpt: {"wte", "wpe",
-// "head"}).
+// and output head have other names (zero::models::Gpt: {"wte", "wpe"}, its
+// head being wte).
 MuonRule muon_except_named(std::vector<std::string> parts);
 
 // No weight decay on parameters of fewer than two dimensions (biases, norm
