@@ -1877,7 +1877,7 @@ TEST(Config, BatchSizesForAnotherWorldSizeAreRefused) {
 // stepped as some other optimizer.
 TEST(Config, AnOptimizerTypeBuiltInCodeIsChecked) {
   comm::Communicator& comm = world_comm();
-  for (const char* type : {"adamw", "Lamb", ""}) {
+  for (const char* type : {"adamw", "Lamb", "", "muon"}) {
     config::Config cfg = make_config(2, true, false, comm.world_size(), 2, 1);
     cfg.optimizer.type = type;
     try {
@@ -1887,7 +1887,7 @@ TEST(Config, AnOptimizerTypeBuiltInCodeIsChecked) {
     } catch (const ::zero::Error& e) {
       EXPECT_NE(std::string(e.what()).find(std::string("optimizer.type=\"") + type +
                                            "\" is not an optimizer zerocpp has: set it to \"Adam\", \"AdamW\", "
-                                           "\"Adagrad\" or \"Lion\""),
+                                           "\"Adagrad\", \"Lion\" or \"Muon\""),
                 std::string::npos)
           << e.what();
     }
