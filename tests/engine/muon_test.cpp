@@ -69,6 +69,25 @@ TEST(MuonUpdateDirection, MatchesDeepSpeed) {
   std::printf("[ measured ] largest relative difference %.3g\n", worst);
 }
 
+// PyTorch's own Muon (torch.optim.Muon, its bf16 cast made fp32) on the
+// same matrices: the same algorithm but for its eps (the norm clamped at
+// 1e-7, not 1e-7 added).
+TEST(MuonUpdateDirection, MatchesTorchOptimMuon) {
+  std::size_t next = 0;
+  double worst = 0;
+  for (const ds::UpdateCase& c : ds::kUpdates) {
+    if (c.shape.size() != 2) continue;
+    ASSERT_LT(next, ds::kTorchUpdates.size());
+    const at::Tensor v = tensor(c.grad, {-1}).lerp(tensor(c.momentum_after, {-1}), c.beta);
+    const double e = relative_error(detail::muon_update_direction(v, shape_of(c), method(c.ns_method)),
+                                    tensor(ds::kTorchUpdates[next++], {-1}));
+    worst = std::max(worst, e);
+    EXPECT_LE(e, 2e-5) << name_of(c);
+  }
+  EXPECT_EQ(next, ds::kTorchUpdates.size());
+  std::printf("[ measured ] largest relative difference %.3g\n", worst);
+}
+
 // A convolution's filters (DeepSpeed's muon_update fails on them: its last
 // torch.where meets the 2-D update and the 4-D gradient) as Keller Jordan's
 // muon.py, which DeepSpeed's copies: orthogonalized as [size(0), the rest],

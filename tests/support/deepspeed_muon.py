@@ -63,6 +63,32 @@ for ns in ("gram", "standard"):
         print("    },")
 print("};\n")
 
+# torch.optim.Muon (PyTorch's own) on the matrix cases: its update with lr
+# 1, no weight decay, the momentum preset (the default adjust_lr_fn,
+# "original", scales the rate as DeepSpeed scales the update). It iterates
+# in bf16, casting once with Tensor.bfloat16(); that cast is made fp32 here
+# (as DeepSpeed's ns_compute_dtype above), for a comparison to fp32's
+# rounding rather than bf16's (about 7% on the square case).
+print("// torch.optim.Muon (PyTorch %s, its one bf16 cast made fp32) on the" % torch.__version__)
+print("// two-dimensional cases of kUpdates, in order (ns_method \"standard\" and")
+print("// \"gram\" alike: PyTorch has one iteration): the update it applies.")
+print("inline const std::vector<std::vector<float>> kTorchUpdates = {")
+torch.Tensor.bfloat16 = lambda self, *args, **kwargs: self.float()
+gen = torch.Generator().manual_seed(1234)
+for ns in ("gram", "standard"):
+    for shape, beta in (((6, 10), 0.95), ((10, 6), 0.9), ((8, 8), 0.95), ((3, 17), 0.5), ((3, 5, 4), 0.9)):
+        g = torch.randn(*shape, generator=gen)
+        m = torch.randn(*shape, generator=gen) * 0.3
+        if len(shape) != 2:
+            continue
+        p = torch.nn.Parameter(torch.zeros(*shape))
+        opt = torch.optim.Muon([p], lr=1.0, weight_decay=0.0, momentum=beta, nesterov=True)
+        opt.state[p]["momentum_buffer"] = m.clone()
+        p.grad = g.clone()
+        opt.step()
+        print("    %s," % floats(-p.detach()))
+print("};\n")
+
 # ---- 2. training -------------------------------------------------------------
 IN, EMB, HID, OUT, BATCH, STEPS = 4, 8, 12, 3, 8, 4
 
