@@ -37,6 +37,10 @@ TEST(ExampleConfigs, SayWhatTheirNamesSay) {
   EXPECT_EQ(load_config(example("stage0.json"), 2).zero_optimization.stage, 0);
   EXPECT_EQ(load_config(example("stage1.json"), 2).zero_optimization.stage, 1);
   EXPECT_EQ(load_config(example("stage2.json"), 2).zero_optimization.stage, 2);
+  const Config muon = load_config(example("stage2_offload_muon.json"), 2);
+  EXPECT_EQ(muon.optimizer.type, "Muon");
+  EXPECT_EQ(muon.optimizer.adam_lr, 3e-4f);
+  EXPECT_EQ(muon.zero_optimization.offload_optimizer.device, "cpu");
 
   Config off = load_config(example("stage2_offload.json"), 2);
   EXPECT_EQ(off.zero_optimization.stage, 2);
