@@ -895,8 +895,7 @@ const Trace& muon_reference(ModelKind kind, const config::Config& cfg) {
   return cache.emplace(static_cast<int>(kind), std::move(t)).first->second;
 }
 
-using MuonCase = std::tuple<ModelKind, Precision, int /*index into kLayouts*/>;
-class ReferenceMuon : public testing::TestWithParam<MuonCase> {};
+class ReferenceMuon : public testing::TestWithParam<Case> {};
 
 TEST_P(ReferenceMuon, MatchesTorchMuonAndAdamW) {
   auto [kind, precision, layout] = GetParam();
@@ -939,7 +938,7 @@ INSTANTIATE_TEST_SUITE_P(
     Muon, ReferenceMuon,
     testing::Combine(testing::Values(ModelKind::kMlp, ModelKind::kTransformer),
                      testing::Values(Precision::kFp32, Precision::kBf16), testing::Values(0, 1, 2, 3, 4, 5, 6, 9, 10)),
-    [](const testing::TestParamInfo<MuonCase>& info) { return case_name(info); });
+    case_name);
 
 // Muon under the delayed parameter update (offload, from the second step
 // on): the momentum and the orthogonalized update are made on the main
