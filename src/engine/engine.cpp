@@ -17,6 +17,7 @@
 #include <functional>
 #include <limits>
 #include <sstream>
+#include <thread>
 
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/function_hook.h>
@@ -244,6 +245,17 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
                " rank(s) but the communicator has ", m.world,
                ": parse the config with the communicator's size, config::load_config(path, comm.world_size())");
     config_.world_size = m.world;
+    // More CPU optimizer threads than the machine has cores only contend for
+    // them (and 10^5 of them exhaust its memory): at most the core count.
+    if (int& threads = config_.zero_optimization.offload_optimizer.cpu_threads;
+        static_cast<unsigned>(threads) > std::max(1u, std::thread::hardware_concurrency())) {
+      const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+      if (m.rank == 0) {
+        std::fprintf(stderr, "zerocpp: config warning: offload_optimizer.cpu_threads %d is more than this machine's "
+                     "%d cores: the CPU optimizer uses %d threads (0 chooses for you)\n", threads, cores, cores);
+      }
+      threads = cores;
+    }
     // Failure handling (docs/reliability.md) applies to every op from here on,
     // the engine's own and the caller's on the same communicator.
     comm_.set_timeout(std::chrono::milliseconds(static_cast<std::int64_t>(config_.comm_timeout * 1000.0)));
@@ -348,6 +360,17 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
     pi.accumulation = accumulation;
     pi.element_bytes = static_cast<int>(c10::elementSize(dtype));
     pi.moments = config_.optimizer.moments();
+    // Muon's matrices: whole on the compute device in its step.
+    std::vector<detail::MuonStep::Matrix> muon_matrices;
+    if (opt.is_muon()) {
+      for (std::size_t i = 0; i < hypers.of_param.size(); ++i) {
+        if (hypers.classes[static_cast<std::size_t>(hypers.of_param[i])].muon == 0) continue;
+        muon_matrices.push_back({static_cast<int>(i), P.shape(i).vec()});
+        pi.muon.push_back(muon_matrix(static_cast<int>(i), muon_matrices.back().shape));
+      }
+      pi.muon_window_bytes = detail::MuonStep::test_window_bytes();
+      pi.muon_gram = opt.ns_method != "standard";
+    }
     detail::UnitAssignment units;
     if (m.stage == 3) {
       units = detail::assign_units(*P.module(), P.params(), z.stage3_param_persistence_threshold);
@@ -415,16 +438,11 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
     oo.hypers = std::move(hypers);
     m.optimizer = std::make_unique<detail::OptimizerPartition>(config_, m.plan, m.ctx, oo, ledger_);
     if (opt.is_muon()) {
-      std::vector<detail::MuonStep::Matrix> matrices;
-      const detail::ParamHypers& h = m.optimizer->hypers();
-      for (std::size_t i = 0; i < h.of_param.size(); ++i) {
-        if (h.classes[static_cast<std::size_t>(h.of_param[i])].muon == 0) continue;
-        matrices.push_back({static_cast<int>(i), P.shape(i).vec()});
-      }
       m.muon = std::make_unique<detail::MuonStep>(
-          L, m.plan.shard_rank, std::move(matrices), opt.momentum,
+          L, m.plan.shard_rank, std::move(muon_matrices), opt.momentum,
           opt.ns_method == "standard" ? detail::NsMethod::kStandard : detail::NsMethod::kGram, m.ctx.device,
-          detail::MuonStep::test_window_bytes());
+          pi.muon_window_bytes);
+      ZERO_INTERNAL_ASSERT(m.muon->work_elements() * 4 == static_cast<std::size_t>(m.plan[Buffer::kMuonWork].bytes()));
     }
 
     at::NoGradGuard no_grad;
@@ -488,7 +506,14 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
       const std::int64_t held = ledger_.snapshot().tier_current[static_cast<int>(Tier::kDevice)];
       auto planned = [&](Buffer id) { return m.plan[id].present ? m.plan[id].bytes() : std::int64_t{0}; };
       const std::int64_t buckets = planned(Buffer::kBuckets), live = planned(Buffer::kLiveParams);
+      const std::int64_t muon = planned(Buffer::kMuonWork);
       auto both = [](std::int64_t b) { return memory::format_bytes(b) + " = " + std::to_string(b) + " bytes"; };
+      ZERO_CHECK(held + muon <= config_.device_memory_limit, "device memory budget exceeded: Muon's step needs up "
+                 "to ", both(muon), " for its whole matrices and Newton-Schulz products beside the ", both(held),
+                 " the engine holds, past the device_memory_limit of ", both(config_.device_memory_limit),
+                 " (it would need at least ", both(held + muon), "). Give the largest matrices to Adam "
+                 "(EngineOptions::use_muon), raise device_memory_limit, or move state off the device (a higher "
+                 "stage, or offload_optimizer.device=\"cpu\").");
       ZERO_CHECK(held + buckets + live <= config_.device_memory_limit, "device memory budget exceeded: the gradient "
                  "buckets need up to ", both(buckets), " during backward",
                  live > 0 ? " and the gathered units up to " + both(live) : std::string(), " beside the ", both(held),
@@ -785,6 +810,11 @@ bool Engine::step_at_boundary() {
   if (m.muon) {
     // Muon's matrices: momentum and orthogonalized update, whole (all-gathers).
     if (m.offload && m.ctx.on_accelerator()) m.grads->wait_down(buf);
+    // Its work counted at its bound while it runs (checked against
+    // device_memory_limit at construction, so never refused here).
+    const auto work = ledger_.add(memory::Tier::kDevice, memory::Kind::kWorkspace,
+                                  m.plan[Buffer::kMuonWork].present ? m.plan[Buffer::kMuonWork].bytes() : 0,
+                                  "Muon's work", /*check_budget=*/false);
     m.muon->prepare([&](const Bucket& b) { return m.grads->piece(b, 0, b.chunk, buf); }, m.optimizer->exp_avg(),
                     m.optimizer->exp_avg_sq(), grad_scale, comm_);
   }

@@ -9,14 +9,14 @@
 // with g the rank's reduced, unscaled and clipped gradient. The momentum and
 // v are elementwise, so each rank computes them on its own chunk of each
 // bucket, into exp_avg_sq's place (which Muon's matrices do not use
-// otherwise). The orthogonalization needs the whole of v, so a bucket with
-// a matrix split across chunks (stages 1-3, several ranks) is all-gathered
-// first, in fp32, in windows of at most kGatherWindowBytes (DeepSpeed
-// gathers Muon's matrices 64 MiB at a time too): the communication of one
-// more all-gather of those buckets per step; in memory, the window and the
-// matrices the rank holds a part of, whole. Each rank then orthogonalizes
-// those on the compute device and writes its part of u where v was; the
-// optimizer's step then applies p ← p·(1 − lr·wd) − lr·u there
+// otherwise). The orthogonalization needs the whole of v: a matrix that
+// lies across chunks (stages 1-3, several ranks) has the parts it lacks
+// all-gathered from the ends of the other ranks' chunks, in fp32, in windows
+// of at most kGatherWindowBytes (DeepSpeed gathers Muon's matrices 64 MiB at
+// a time too); zero/zero/muon_plan.h says which, and what that holds in
+// memory. Each rank then orthogonalizes the matrices it holds a part of, one
+// at a time, on the compute device, and writes its part of u where v was;
+// the optimizer's step then applies p <- p*(1 - lr*wd) - lr*u there
 // (optimizer_partition.cpp).
 //
 // Collective: every rank calls prepare() at each step that is taken, on the
@@ -34,6 +34,7 @@
 #include "muon_update.h"
 #include "zero/comm/communicator.h"
 #include "zero/zero/flat_layout.h"
+#include "zero/zero/muon_plan.h"
 
 namespace zero::detail {
 
@@ -43,8 +44,7 @@ class MuonStep {
     int param;                        // in the layout
     std::vector<std::int64_t> shape;  // two dimensions or more (muon_update_direction)
   };
-  // The most one all-gather of v receives.
-  static constexpr std::size_t kGatherWindowBytes = std::size_t{64} << 20;
+  static constexpr std::size_t kGatherWindowBytes = kMuonGatherWindowBytes;
 
   // `compute`: where v is gathered and orthogonalized (the engine's device).
   // window_bytes: the most one all-gather receives (kGatherWindowBytes;
@@ -53,6 +53,10 @@ class MuonStep {
   MuonStep(const FlatLayout& layout, int shard_rank, std::vector<Matrix> matrices, float momentum, NsMethod method,
            c10::Device compute, std::size_t window_bytes = kGatherWindowBytes);
   static std::size_t test_window_bytes();
+
+  // The most fp32 elements prepare() holds at once on the compute device
+  // (zero::muon_work_elements, which the memory plan counts too).
+  std::size_t work_elements() const;
 
   // chunk_grads(b): this rank's gradients of bucket b's chunk (b.chunk
   // elements, any floating dtype, still to be multiplied by grad_scale);
@@ -63,27 +67,15 @@ class MuonStep {
                float grad_scale, comm::Communicator& comm) const;
 
  private:
-  // The elements of bucket `bucket`'s matrices in this rank's chunk.
-  struct Part {
-    std::size_t matrix;        // in matrices_
-    std::size_t in_param;      // the part's first element, within the parameter
-    std::size_t in_chunk;      // ... within the chunk
-    std::size_t n;
-  };
-  struct BucketWork {
-    int bucket;
-    bool gather;               // a matrix of it lies across chunks
-    std::vector<Part> parts;   // this rank's
-    std::vector<std::size_t> whole;  // the matrices of which this rank holds a part
-  };
   const FlatLayout& layout_;
   int shard_rank_;
   std::vector<Matrix> matrices_;
+  std::vector<MuonMatrix> views_;  // matrices_ as they are orthogonalized
   float momentum_;
   NsMethod method_;
   c10::Device compute_;
   std::size_t window_bytes_;
-  std::vector<BucketWork> work_;
+  std::vector<MuonBucketPlan> plan_;
 };
 
 }  // namespace zero::detail

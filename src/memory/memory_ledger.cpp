@@ -26,6 +26,7 @@ std::string_view kind_name(Kind k) {
     case Kind::kBuckets: return "buckets";
     case Kind::kPadding: return "padding";
     case Kind::kStaging: return "staging";
+    case Kind::kWorkspace: return "workspace";
   }
   return "?";
 }

@@ -53,6 +53,20 @@ std::vector<std::int64_t> GptConfig::parameter_numels() const {
   return v;
 }
 
+std::vector<std::vector<std::int64_t>> GptConfig::parameter_shapes() const {
+  const std::int64_t d = n_embd;
+  std::vector<std::vector<std::int64_t>> v{{vocab_size, d}, {block_size, d}};
+  for (std::int64_t i = 0; i < n_layer; ++i) {
+    for (const std::vector<std::int64_t>& s : std::vector<std::vector<std::int64_t>>{
+             {d}, {d}, {3 * d, d}, {3 * d}, {d, d}, {d}, {d}, {d}, {4 * d, d}, {4 * d}, {d, 4 * d}, {d}}) {
+      v.push_back(s);
+    }
+  }
+  v.push_back({d});
+  v.push_back({d});
+  return v;
+}
+
 std::vector<int> GptConfig::parameter_units() const {
   std::vector<int> v{-1, -1};
   for (std::int64_t i = 0; i < n_layer; ++i) v.insert(v.end(), 12, static_cast<int>(i));

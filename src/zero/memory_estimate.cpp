@@ -41,6 +41,10 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   pi.accumulation = in.accumulation;
   pi.element_bytes = in.element_bytes;
   pi.moments = in.moments;
+  ZERO_CHECK(in.muon.empty() || !in.param_numels.empty(),
+             "Muon's matrices index the parameters: give their sizes (param_numels) too");
+  pi.muon = in.muon;
+  pi.muon_gram = in.muon_gram;
   if (in.stage == 3) {
     ZERO_CHECK(in.param_units.empty() || in.param_units.size() == pi.numels.size(),
                "one unit per parameter size, or none");
@@ -78,11 +82,19 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
       case memory::Kind::kMoments: (dev ? e.device_moments : e.host_moments) += valid; break;
       case memory::Kind::kBuckets: e.device_buckets += b.bytes(); continue;
       case memory::Kind::kStaging: (dev ? e.device_staging : e.host_staging) += b.bytes(); continue;
+      case memory::Kind::kWorkspace: e.device_workspace += b.bytes(); continue;  // (the plan has it on the device)
       case memory::Kind::kPadding: break;
     }
     (dev ? e.device_padding : e.host_padding) += pad;
   }
   e.device_construction = plan.construction_peak(memory::Tier::kDevice);
+  // Muon's work differs by rank (which matrices lie across its chunks'
+  // ends): the most any rank holds.
+  for (int r = 0; r + 1 < in.world && !in.muon.empty(); ++r) {
+    const std::size_t n = muon_work_elements(plan.layout, plan_muon(plan.layout, r, in.muon), in.muon,
+                                             pi.muon_window_bytes, in.muon_gram);
+    e.device_workspace = std::max(e.device_workspace, static_cast<std::int64_t>(n) * 4);
+  }
   // A model given only by its parameter count is one parameter here, and one
   // bucket; a real model's parameters fill buckets of reduce_bucket_size.
   if (in.param_numels.empty() && e.device_buckets > 0) {

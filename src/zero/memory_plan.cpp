@@ -238,6 +238,11 @@ MemoryPlan plan_memory(const PlanInput& in) {
     for (std::size_t i = 0; i < sizes.size() && i < static_cast<std::size_t>(kPlanLiveBuckets); ++i) n += sizes[i];
     set(Buffer::kBuckets, make(Tier::kDevice, Kind::kBuckets, Lifetime::kBackward, n, n, es, "gradient buckets"));
   }
+  if (!in.muon.empty()) {
+    const std::size_t n = muon_work_elements(L, plan_muon(L, p.shard_rank, in.muon), in.muon, in.muon_window_bytes, in.muon_gram);
+    set(Buffer::kMuonWork, make(Tier::kDevice, Kind::kWorkspace, Lifetime::kStep, n, n, 4,
+                                "Muon's whole matrices and Newton-Schulz products"));
+  }
   return p;
 }
 
@@ -265,11 +270,13 @@ std::int64_t MemoryPlan::construction_peak(Tier tier) const {
 }
 
 std::int64_t MemoryPlan::peak(Tier tier) const {
-  std::int64_t step = persistent(tier);
+  std::int64_t backward = 0, step = 0;
   for (const PlannedBuffer& b : buffers) {
-    if (b.present && b.tier == tier && b.lifetime == Lifetime::kBackward) step += b.bytes();
+    if (!b.present || b.tier != tier) continue;
+    if (b.lifetime == Lifetime::kBackward) backward += b.bytes();
+    if (b.lifetime == Lifetime::kStep) step += b.bytes();
   }
-  return std::max(step, construction_peak(tier));
+  return std::max(persistent(tier) + std::max(backward, step), construction_peak(tier));
 }
 
 }  // namespace zero

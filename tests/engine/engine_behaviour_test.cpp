@@ -8,6 +8,7 @@
 #include <regex>
 #include <stdexcept>
 #include <string_view>
+#include <thread>
 
 #include <ATen/ops/arange.h>
 #include <ATen/record_function.h>
@@ -15,6 +16,7 @@
 #include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/adamw.h>
 
+#include "../support/cpu_allocation_peak.h"
 #include "shared_temp_dir.h"
 #include "train_loop.h"
 #include "zero/comm/communicator.h"
@@ -22,6 +24,7 @@
 #include "zero/core/error.h"
 #include "zero/zero/flat_layout.h"
 #include "zero/zero/memory_plan.h"
+#include "zero/zero/muon_plan.h"
 
 namespace zero::test {
 namespace {
@@ -723,6 +726,115 @@ TEST(Optimizer, MuonHalvesShareTheSchedulersPeak) {
               std::string::npos)
         << said;
   }
+}
+
+// Matrices of three aspects (tall, square, wide), many small ones in one
+// bucket: most lie inside a rank's chunk, a few across its ends.
+struct MuonShapes : torch::nn::Module {
+  MuonShapes() {
+    tall = register_module("tall", torch::nn::Linear(16, 32));
+    for (int i = 0; i < 10; ++i) squares.push_back(register_module("s" + std::to_string(i), torch::nn::Linear(32, 32)));
+    wide = register_module("wide", torch::nn::Linear(32, 4));
+  }
+  at::Tensor forward(const at::Tensor& x) {
+    at::Tensor h = at::relu(tall->forward(x));
+    for (auto& l : squares) h = at::relu(l->forward(h));
+    return wide->forward(h);
+  }
+  torch::nn::Linear tall{nullptr}, wide{nullptr};
+  std::vector<torch::nn::Linear> squares;
+};
+
+// Muon all-gathers only the ends of the chunks where its matrices lie
+// across ranks (zero/zero/muon_plan.h), not whole buckets: its step sends
+// exactly those windows more than AdamW's. And what its step allocates on
+// the compute device (here the CPU, measured by c10's allocator) stays
+// within the work the memory plan counts for it, which the ledger holds
+// while it runs.
+TEST(Optimizer, MuonGathersOnlyTheEndsOfChunksAndStaysInItsPlannedWork) {
+  comm::Communicator& comm = world_comm();
+  const int world = comm.world_size();
+  struct Run {
+    comm::CommStats comm;
+    std::int64_t step_peak = 0, workspace_peak = 0, workspace_after = 0;
+  };
+  auto run = [&](const std::string& type) {
+    config::Config cfg = make_config(2, false, false, world, kGlobalBatch / world, 1);
+    cfg.optimizer.type = type;
+    cfg.zero_optimization.reduce_bucket_size = 100000;
+    torch::manual_seed(5);
+    auto model = std::make_shared<MuonShapes>();
+    Engine engine(model, cfg, comm);
+    Run r;
+    for (int step = 0; step < 2; ++step) {
+      const int micro = kGlobalBatch / world;
+      torch::manual_seed(100 + step);
+      const at::Tensor x = at::randn({kGlobalBatch, 16}).narrow(0, comm.rank() * micro, micro);
+      engine.backward(model->forward(x).square().mean());
+      auto probe = std::make_shared<CpuAllocationPeak>();
+      {
+        c10::DebugInfoGuard on(c10::DebugInfoKind::PROFILER_STATE, probe);
+        EXPECT_TRUE(engine.step());
+      }
+      r.step_peak = std::max(r.step_peak, probe->bytes());
+    }
+    r.comm = engine.last_step_comm();
+    const auto s = engine.ledger().snapshot();
+    r.workspace_peak = s.peak[int(Tier::kDevice)][int(Kind::kWorkspace)];
+    r.workspace_after = s.bytes(Tier::kDevice, Kind::kWorkspace);
+    return r;
+  };
+  const Run muon = run("Muon"), adam = run("AdamW");
+
+  // What the plan says: the model's four weights, laid out as the engine lays them.
+  auto model = std::make_shared<MuonShapes>();
+  std::vector<std::size_t> numels;
+  std::vector<MuonMatrix> matrices;
+  for (const at::Tensor& p : model->parameters()) {
+    if (p.dim() == 2) matrices.push_back(muon_matrix(static_cast<int>(numels.size()), p.sizes().vec()));
+    numels.push_back(static_cast<std::size_t>(p.numel()));
+  }
+  const FlatLayout layout(numels, 100000, world, world, kPlanAlignElements);
+  const auto plan = plan_muon(layout, comm.rank(), matrices);
+  std::uint64_t calls = 0, bytes = 0, whole_buckets = 0;
+  std::size_t shared = 0, local = 0;
+  for (const MuonBucketPlan& b : plan) {
+    const std::size_t chunk = layout.buckets()[static_cast<std::size_t>(b.bucket)].chunk;
+    shared += b.shared.size();
+    local += b.local.size();
+    if (!b.gathers()) continue;
+    whole_buckets += comm::ring_bytes_sent(comm::CollectiveKind::kAllGather, chunk, 4, world);
+    const std::size_t window = muon_window_elements(b, chunk, world, kMuonGatherWindowBytes);
+    for (const auto& [begin, end] : b.gather_ranges(chunk)) {
+      for (std::size_t off = begin; off < end; off += window) {
+        ++calls;
+        bytes += comm::ring_bytes_sent(comm::CollectiveKind::kAllGather, std::min(window, end - off), 4, world);
+      }
+    }
+  }
+  const auto gather = comm::CollectiveKind::kAllGather;
+  EXPECT_EQ(muon.comm.calls_of(gather) - adam.comm.calls_of(gather), calls);
+  EXPECT_EQ(muon.comm.bytes_of(gather) - adam.comm.bytes_of(gather), bytes);
+  if (world > 1) {
+    // The layout has both kinds of matrix, and the ends are less than the buckets.
+    EXPECT_GT(sum_over_ranks(comm, static_cast<std::int64_t>(shared)), 0);
+    EXPECT_GT(sum_over_ranks(comm, static_cast<std::int64_t>(local)), 0);
+    EXPECT_LT(bytes, whole_buckets);
+  } else {
+    EXPECT_EQ(calls, 0u);
+  }
+
+  const std::int64_t planned = static_cast<std::int64_t>(muon_work_elements(layout, plan, matrices, kMuonGatherWindowBytes, /*gram=*/true)) * 4;
+  EXPECT_EQ(muon.workspace_peak, planned);  // counted while it runs...
+  EXPECT_EQ(muon.workspace_after, 0);       // ... and not after
+  EXPECT_EQ(adam.workspace_peak, 0);
+  // Measured: Muon's step allocates no more than AdamW's and its planned
+  // work; and the plan is not a gross overestimate.
+  std::fprintf(stderr, "rank %d: Muon step peak %lld, AdamW %lld, planned work %lld\n", comm.rank(),
+               static_cast<long long>(muon.step_peak), static_cast<long long>(adam.step_peak),
+               static_cast<long long>(planned));
+  EXPECT_LE(muon.step_peak, adam.step_peak + planned);
+  EXPECT_GE(muon.step_peak, planned / 2);
 }
 
 // A checkpoint keeps the rate of the next step, the scheduler's: an engine
@@ -1929,6 +2041,26 @@ TEST(Config, IgnoredSettingsAreNamedAtConstruction) {
                           "reduce buckets",
                           "offload_optimizer.pin_memory has no effect on the CPU"}) {
     EXPECT_NE(err.find(key), std::string::npos) << key << "\n" << err;
+  }
+}
+
+// offload_optimizer.cpu_threads above the machine's cores is a warning (rank
+// 0's) and the core count: 10^5 threads exhausted a machine before the first
+// step (4096 here, which a machine survives if the cap is lost).
+TEST(Config, CpuThreadsAboveTheCoresAreTheCoreCount) {
+  comm::Communicator& comm = world_comm();
+  if (std::thread::hardware_concurrency() >= 4096) GTEST_SKIP() << "a machine of 4096 cores or more";
+  config::Config cfg = make_config(2, true, false, comm.world_size(), kGlobalBatch / comm.world_size(), 1);
+  cfg.zero_optimization.offload_optimizer.cpu_threads = 4096;
+  auto model = make_model(ModelKind::kMlp);
+  testing::internal::CaptureStderr();
+  Engine engine(model, cfg, comm);
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_TRUE(mlp_step(engine, *model, comm, 0));
+  if (comm.rank() == 0) {
+    EXPECT_NE(err.find("offload_optimizer.cpu_threads 4096 is more than this machine's"), std::string::npos) << err;
+  } else {
+    EXPECT_EQ(err.find("cpu_threads"), std::string::npos) << err;
   }
 }
 

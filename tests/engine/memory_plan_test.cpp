@@ -1,6 +1,9 @@
 // The memory plan's split of an offloaded partition (offload_optimizer.ratio):
 // where the host share ends, and that the buffers of each share follow it.
+// Muon's plan: which matrices each rank gathers, from where, and its work.
 #include "zero/zero/memory_plan.h"
+
+#include "zero/zero/muon_plan.h"
 
 #include <cmath>
 #include <cstdlib>
@@ -55,6 +58,77 @@ TEST(MemoryPlan, OffloadSplitIsTheNearestAlignedPointOrTheWholePartition) {
   const MemoryPlan tiny = offload_plan(32, 0.99);
   EXPECT_EQ(tiny.offload_split, tiny.layout.partition_numel());
   EXPECT_EQ(offload_plan(32, 0.01).offload_split, 0u);
+}
+
+// Three matrices in one bucket over two ranks (packed back to front: [4, 10]
+// at 0, [6, 10] at 40, [10, 10] at 100; padded to 256, chunks of 128): the
+// square one lies across the chunks, 28 elements at the end of rank 0's and
+// 72 at the start of rank 1's, so every rank gathers those ends and
+// nothing else; the other two are rank 0's own.
+TEST(MuonPlan, SharedMatricesAreGatheredFromTheEndsOfTheChunks) {
+  const FlatLayout layout({100, 60, 40}, 1000, 2, 2, kPlanAlignElements);
+  ASSERT_EQ(layout.buckets().size(), 1u);
+  ASSERT_EQ(layout.buckets()[0].chunk, 128u);
+  const std::vector<MuonMatrix> m = {muon_matrix(0, {10, 10}), muon_matrix(1, {6, 10}), muon_matrix(2, {4, 10})};
+  const auto r0 = plan_muon(layout, 0, m), r1 = plan_muon(layout, 1, m);
+  ASSERT_EQ(r0.size(), 1u);
+  ASSERT_EQ(r1.size(), 1u);
+  for (const auto* p : {&r0[0], &r1[0]}) {  // (the same collectives on both ranks)
+    EXPECT_EQ(p->head, 72u);
+    EXPECT_EQ(p->tail, 28u);
+    EXPECT_EQ(p->gather_ranges(128), (std::vector<std::pair<std::size_t, std::size_t>>{{0, 72}, {100, 128}}));
+  }
+  EXPECT_EQ(r0[0].shared, std::vector<std::size_t>{0});
+  EXPECT_EQ(r0[0].local, (std::vector<std::size_t>{1, 2}));
+  EXPECT_EQ(r1[0].shared, std::vector<std::size_t>{0});
+  EXPECT_TRUE(r1[0].local.empty());
+  // Rank 1 holds elements [0, 72) of the square matrix, at the start of its chunk.
+  ASSERT_EQ(r1[0].parts.size(), 1u);
+  EXPECT_EQ(r1[0].parts[0].in_param, 28u);
+  EXPECT_EQ(r1[0].parts[0].in_chunk, 0u);
+  EXPECT_EQ(r1[0].parts[0].n, 72u);
+
+  // Work (fp32 elements): the square matrix whole (100) and its standard
+  // iteration (3X + 2n^2 = 500) is the most; while gathering, 100 + one
+  // window of 72 sent and two received.
+  EXPECT_EQ(muon_window_elements(r0[0], 128, 2, kMuonGatherWindowBytes), 72u);
+  EXPECT_EQ(muon_work_elements(layout, r0, m, kMuonGatherWindowBytes, true), 600u);
+  EXPECT_EQ(muon_work_elements(layout, r1, m, kMuonGatherWindowBytes, false), 600u);
+  // Gram on the wide [6, 10] (X = 60, S = 36): max(3X + 2S, 2X + 5S) = 300.
+  EXPECT_EQ(muon_ns_workspace_elements(m[1], true), 300u);
+  EXPECT_EQ(muon_ns_workspace_elements(m[1], false), 252u);
+  // Small windows: 40 bytes over two ranks is 5 elements each.
+  EXPECT_EQ(muon_window_elements(r0[0], 128, 2, 40), 5u);
+
+  // Where the ends meet, the whole chunk is gathered in one range.
+  const FlatLayout one({300}, 1000, 2, 2, kPlanAlignElements);
+  const auto spans = plan_muon(one, 0, {muon_matrix(0, {30, 10})});
+  EXPECT_EQ(spans[0].gather_ranges(one.buckets()[0].chunk),
+            (std::vector<std::pair<std::size_t, std::size_t>>{{0, one.buckets()[0].chunk}}));
+  // One rank: nothing lies across chunks, nothing is gathered.
+  const FlatLayout alone({100, 60, 40}, 1000, 1, 1, kPlanAlignElements);
+  const auto solo = plan_muon(alone, 0, m);
+  EXPECT_FALSE(solo[0].gathers());
+  EXPECT_EQ(solo[0].local.size(), 3u);
+}
+
+// The plan counts Muon's work on the device in the optimizer step, not
+// beside backward's buckets: the peak is the larger of the two.
+TEST(MuonPlan, TheMemoryPlanCountsTheWorkInTheStep) {
+  PlanInput in;
+  in.numels = {100, 60, 40};
+  in.world = 2;
+  in.stage = 2;
+  in.bucket_numel = 1000;
+  const std::int64_t without = plan_memory(in).peak(memory::Tier::kDevice);
+  in.muon = {muon_matrix(0, {10, 10}), muon_matrix(1, {6, 10}), muon_matrix(2, {4, 10})};
+  const MemoryPlan p = plan_memory(in);
+  ASSERT_TRUE(p[Buffer::kMuonWork].present);
+  EXPECT_EQ(p[Buffer::kMuonWork].bytes(), 600 * 4);
+  EXPECT_EQ(p[Buffer::kMuonWork].lifetime, Lifetime::kStep);
+  EXPECT_EQ(p[Buffer::kMuonWork].kind, memory::Kind::kWorkspace);
+  const std::int64_t held = p.persistent(memory::Tier::kDevice);
+  EXPECT_EQ(p.peak(memory::Tier::kDevice), std::max(without, held + 600 * 4));
 }
 
 }  // namespace

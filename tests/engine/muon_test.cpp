@@ -18,6 +18,7 @@
 #include <ATen/ops/zeros.h>
 #include <torch/optim/adamw.h>
 
+#include "../support/cpu_allocation_peak.h"
 #include "../support/deepspeed_muon.h"
 #include "ds_muon_mlp.h"
 #include "../support/torch_muon.h"
@@ -25,6 +26,7 @@
 #include "muon_update.h"
 #include "zero/comm/communicator.h"
 #include "zero/engine/param_rules.h"
+#include "zero/zero/muon_plan.h"
 
 namespace zero::test {
 namespace {
@@ -98,6 +100,32 @@ TEST(MuonUpdateDirection, ConvolutionFiltersAsKellerJordansMuon) {
   for (const char* ns : {"gram", "standard"}) {
     const at::Tensor u = detail::muon_update_direction(v.reshape({-1}), v.sizes(), method(ns));
     EXPECT_LE(relative_error(u, want), 2e-5) << ns;
+  }
+}
+
+// What the orthogonalization allocates beside its input, measured with
+// c10's allocator, stays within what the memory plan counts for it
+// (zero::muon_ns_workspace_elements), and not far below it: square, wide,
+// tall, batched and convolution shapes, both methods.
+TEST(MuonUpdateDirection, AllocatesWithinItsPlannedWorkspace) {
+  const std::vector<std::vector<std::int64_t>> shapes = {{64, 64}, {32, 96}, {96, 32}, {3, 24, 40}, {16, 4, 3, 3}};
+  for (const char* m : {"gram", "standard"}) {
+    for (const auto& shape : shapes) {
+      const MuonMatrix planned = muon_matrix(0, shape);
+      const at::Tensor v = at::randn({static_cast<std::int64_t>(planned.numel())});
+      auto peak = std::make_shared<CpuAllocationPeak>();
+      {
+        c10::DebugInfoGuard on(c10::DebugInfoKind::PROFILER_STATE, peak);
+        const at::Tensor u = detail::muon_update_direction(v, shape, method(m));
+      }
+      const auto bound = static_cast<std::int64_t>(muon_ns_workspace_elements(planned, std::string(m) == "gram") * sizeof(float));
+      const std::string what = std::string(m) + " " + std::to_string(shape.size()) + "-D, " +
+                               std::to_string(planned.rows) + " x " + std::to_string(planned.cols);
+      std::fprintf(stderr, "%s: measured %lld, planned %lld\n", what.c_str(), static_cast<long long>(peak->bytes()),
+                   static_cast<long long>(bound));
+      EXPECT_LE(peak->bytes(), bound + 64) << what;  // (+ the norm's scalars)
+      EXPECT_GE(peak->bytes(), bound * 3 / 4) << what;
+    }
   }
 }
 

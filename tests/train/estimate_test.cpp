@@ -10,6 +10,7 @@
 
 #include "zero/comm/communicator.h"
 #include "zero/engine/engine.h"
+#include "zero/engine/param_rules.h"
 #include "zero/models/gpt.h"
 #include "zero/zero/memory_estimate.h"
 #include "zero/zero/memory_plan.h"
@@ -267,6 +268,57 @@ TEST(Estimate, PeaksIncludingConstructionMatchTheLedger) {
             EXPECT_GE(e.device_construction, static_cast<std::int64_t>(6 * g.num_parameters())) << what;
           }
         }
+      }
+    }
+  }
+}
+
+// Muon's work in the step (its whole matrices, gather windows and
+// Newton-Schulz products), as zero-estimate counts it for a GPT trained as
+// zero-train trains it (every matrix but wte and wpe): exactly what the
+// engine's ledger holds while the step runs, for both methods; and the
+// device peak within the estimate's total.
+TEST(Estimate, MuonWorkMatchesTheLedger) {
+  auto comm = comm::make_communicator();
+  models::GptConfig g = models::gpt_preset("gpt2-tiny");
+  g.n_embd = 96;  // (matrices larger than the buckets' share of the rest)
+  const int rank = comm->rank();
+  for (const char* method : {"gram", "standard"}) {
+    for (int stage : {0, 2, 3}) {
+      for (bool offload : {false, true}) {
+        if (offload && stage == 0) continue;
+        const std::string what = std::string(method) + " stage " + std::to_string(stage) + (offload ? " offload" : "");
+        torch::manual_seed(0);
+        auto model = std::make_shared<models::Gpt>(g);
+        config::Config cfg = bf16_config(comm->world_size(), stage, offload);
+        cfg.optimizer.type = "Muon";
+        cfg.optimizer.ns_method = method;
+        cfg.zero_optimization.reduce_bucket_size = 20000;
+        EngineOptions options;
+        options.use_muon = muon_except_named({"wte", "wpe"});
+        Engine engine(model, cfg, *comm, std::move(options));
+        train_one_step(engine, *model, g, rank);
+        EstimateInput in = tiny_input(g, comm->world_size(), stage, offload);
+        in.bucket_numel = 20000;
+        in.moments = 2;
+        in.muon_gram = std::string(method) == "gram";
+        const auto shapes = g.parameter_shapes();
+        for (std::size_t i = 2; i < shapes.size(); ++i) {
+          if (shapes[i].size() >= 2) in.muon.push_back(muon_matrix(static_cast<int>(i), shapes[i]));
+        }
+        const MemoryEstimate e = estimate_memory(in);
+        const auto s = engine.ledger().snapshot();
+        EXPECT_GT(e.device_workspace, 0) << what;
+        // The estimate is the most any rank holds.
+        const std::int64_t work = s.peak[int(memory::Tier::kDevice)][int(memory::Kind::kWorkspace)];
+        EXPECT_LE(work, e.device_workspace) << what;
+        float most_work = static_cast<float>(work);  // (exact: below 2^24)
+        comm::AllReduceOptions most;
+        most.op = comm::ReduceOp::kMax;
+        comm->all_reduce(&most_work, 1, DType::kFloat32, most)->wait();
+        EXPECT_EQ(static_cast<std::int64_t>(most_work), e.device_workspace) << what;
+        EXPECT_EQ(s.bytes(memory::Tier::kDevice, memory::Kind::kWorkspace), 0) << what;
+        EXPECT_LE(s.tier_peak[int(memory::Tier::kDevice)], e.device_total()) << what;
       }
     }
   }

@@ -27,8 +27,9 @@ enum class Kind : std::uint8_t {
   kBuckets,      // communication buckets (constant size, ZeRO-R)
   kPadding,      // padding that makes partitions equal and aligned
   kStaging,      // copy buffers between tiers (offload)
+  kWorkspace,    // an optimizer step's scratch (Muon: its whole matrices, gather windows, Newton-Schulz products)
 };
-inline constexpr int kNumKinds = 7;
+inline constexpr int kNumKinds = 8;
 
 std::string_view tier_name(Tier t);
 std::string_view kind_name(Kind k);

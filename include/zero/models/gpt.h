@@ -40,6 +40,8 @@ struct GptConfig {
   // wpe, each block's ln1, qkv, proj, ln2, fc, proj with weight then bias,
   // ln_f): the engine's flat layout without building the model.
   std::vector<std::int64_t> parameter_numels() const;
+  // Their shapes, in the same order (Linear weights are [out, in]).
+  std::vector<std::vector<std::int64_t>> parameter_shapes() const;
   // Each of those parameters' unit of ZeRO stage 3: its block's index, or -1
   // (the embeddings and the final LayerNorm, used outside the blocks).
   std::vector<int> parameter_units() const;

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "zero/zero/muon_plan.h"
+
 namespace zero {
 
 struct EstimateInput {
@@ -50,6 +52,11 @@ struct EstimateInput {
   // only the block inputs stay, plus one block's activations while it is
   // recomputed; with cpu_checkpointing the block inputs live on the host.
   bool checkpoint_activations = false, cpu_checkpointing = false;
+  // Optimizer Muon: the matrices it steps, their `param` an index into
+  // param_numels (which must be given); their work in the step is
+  // device_workspace.
+  std::vector<MuonMatrix> muon;
+  bool muon_gram = true;  // optimizer.params.ns_method "gram" (else "standard")
 };
 
 struct MemoryEstimate {
@@ -62,6 +69,11 @@ struct MemoryEstimate {
   // Offload with ratio < 1: the device share's updated training-precision
   // values, held until they are published.
   std::int64_t device_staging = 0;
+  // Muon's work in the optimizer step (its whole matrices, gather windows
+  // and Newton-Schulz products, at their bound; the most any rank holds):
+  // after backward, so beside the persistent buffers but not the buckets,
+  // units or activations.
+  std::int64_t device_workspace = 0;
   // Padding of the flat buffers and of the partition (the ledger's kPadding):
   // each bucket is padded to a multiple of world * kPlanAlignElements; the
   // figure is for the last rank, whose chunks hold the most padding.
@@ -82,11 +94,14 @@ struct MemoryEstimate {
 
   std::int64_t device_model_states() const { return device_params + device_grads + device_master + device_moments; }
   std::int64_t host_model_states() const { return host_params + host_grads + host_master + host_moments; }
-  // The device peak: the larger of construction and a step.
+  // The device peak: the largest of construction, forward and backward, and
+  // the optimizer step.
   std::int64_t device_total() const {
-    const std::int64_t step =
-        device_model_states() + device_padding + device_staging + device_buckets + device_gathered + device_activations;
-    return step > device_construction ? step : device_construction;
+    const std::int64_t held = device_model_states() + device_padding + device_staging;
+    const std::int64_t backward = held + device_buckets + device_gathered + device_activations;
+    const std::int64_t step = held + device_workspace;
+    const std::int64_t most = backward > step ? backward : step;
+    return most > device_construction ? most : device_construction;
   }
   std::int64_t host_total() const { return host_model_states() + host_padding + host_staging + host_activations; }
 };

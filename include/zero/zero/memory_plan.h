@@ -13,6 +13,7 @@
 
 #include "zero/memory/memory_ledger.h"
 #include "zero/zero/flat_layout.h"
+#include "zero/zero/muon_plan.h"
 
 namespace zero {
 
@@ -53,6 +54,12 @@ struct PlanInput {
   // largest unit plus what may be fetched ahead of it.
   std::int64_t prefetch_elements = 0;
   std::int64_t max_live_elements = 1'000'000'000;
+  // Muon: the matrices it orthogonalizes whole (zero/zero/muon_plan.h) and
+  // the most one of its all-gathers receives; their fp32 work on the device
+  // during the step is kMuonWork.
+  std::vector<MuonMatrix> muon;
+  std::size_t muon_window_bytes = kMuonGatherWindowBytes;
+  bool muon_gram = true;  // optimizer.params.ns_method "gram" (else "standard")
 };
 
 enum class Lifetime : std::uint8_t {
@@ -60,6 +67,7 @@ enum class Lifetime : std::uint8_t {
   kPersistent,    // for the engine's life
   kBackward,      // transient during forward/backward (the gradient buckets, stage 3's gathered
                   // units, at their bound)
+  kStep,          // transient in the optimizer step, after backward (Muon's work, at its bound)
 };
 
 // What each buffer is; the engine asks the plan for these by name.
@@ -89,8 +97,9 @@ enum class Buffer : std::uint8_t {
   kDevStaging,   // its updated training-precision values until they are published (bf16/fp16)
   kSwapBuffers,  // NVMe: the host buffers the state goes through, one piece's master and moments each
   kParamSwapBuffers,  // stage 3, parameters on NVMe: the host buffers the chunks go through, one chunk each
+  kMuonWork,     // Muon: its whole matrices, gather windows and Newton-Schulz products, at their bound (fp32)
 };
-inline constexpr int kNumBuffers = 21;
+inline constexpr int kNumBuffers = 22;
 
 struct PlannedBuffer {
   bool present = false;
@@ -122,8 +131,9 @@ struct MemoryPlan {
   // Bytes of `tier` held once the constructor has returned, buckets aside.
   std::int64_t persistent(memory::Tier tier) const;
   // The most bytes of `tier` alive at once: during construction (the fp32
-  // copy beside the flat parameters and the master), or in a step (the
-  // persistent buffers plus the buckets at their bound).
+  // copy beside the flat parameters and the master), in backward (the
+  // persistent buffers plus the buckets at their bound), or in the
+  // optimizer step (the persistent buffers plus Muon's work).
   std::int64_t peak(memory::Tier tier) const;
   std::int64_t construction_peak(memory::Tier tier) const;
 };
