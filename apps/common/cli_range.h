@@ -3,10 +3,13 @@
 // rather than CLI11's "not in range 0.000000 to 1.79e308".
 #pragma once
 
+#include <charconv>
 #include <cmath>
 #include <limits>
 #include <sstream>
 #include <string>
+#include <system_error>
+#include <type_traits>
 
 #include <CLI/CLI.hpp>
 
@@ -23,7 +26,13 @@ CLI::Validator in_range(T lo, T hi, const std::string& note = "") {
   return CLI::Validator(
       [lo, hi, r = range.str(), note](std::string& in) -> std::string {
         T v{};
-        if (!CLI::detail::lexical_cast(in, v) || std::isnan(static_cast<double>(v))) {
+        if constexpr (std::is_integral_v<T>) {
+          // (CLI11's strtoll would read 10^20 as the largest integer, silently.)
+          const char* begin = in.data() + (!in.empty() && in[0] == '+');
+          const auto [end, ec] = std::from_chars(begin, in.data() + in.size(), v);
+          if (ec == std::errc::result_out_of_range) return "must be " + r + note + ", got " + in + " (too large)";
+          if (ec != std::errc() || end != in.data() + in.size() || begin == end) return "'" + in + "' is not a whole number";
+        } else if (!CLI::detail::lexical_cast(in, v) || std::isnan(static_cast<double>(v))) {
           return "'" + in + "' is not a number";
         }
         return v >= lo && v <= hi ? std::string() : "must be " + r + note + ", got " + in;

@@ -1,4 +1,4 @@
-#include "trainer_autos.h"
+#include "common/trainer_autos.h"
 
 #include <nlohmann/json.hpp>
 
@@ -32,8 +32,8 @@ FilledAutos fill_trainer_autos(const std::string& text, const TrainerSettings& s
   const bool global_given = root.contains("train_batch_size") && root["train_batch_size"].is_number();
   if (!global_given) {
     fill(root, "train_micro_batch_size_per_gpu", s.micro_batch, "train_micro_batch_size_per_gpu",
-         "zero-train's default micro-batch");
-    fill(root, "gradient_accumulation_steps", 1, "gradient_accumulation_steps", "zero-train's default");
+         s.micro_from.c_str());
+    fill(root, "gradient_accumulation_steps", 1, "gradient_accumulation_steps", s.accumulation_from.c_str());
   }
   if (root.contains("scheduler") && root["scheduler"].is_object()) {
     Json& sched = root["scheduler"];

@@ -1,5 +1,6 @@
 // The "auto" values of a Hugging Face DeepSpeed config (its ds_config_zero2
-// and _zero3 files), filled in from zero-train's own settings as the
+// and _zero3 files), filled in from zero-train's own settings (zero-estimate's
+// batch from --micro) as the
 // Hugging Face Trainer fills them from its arguments
 // (transformers' HfTrainerDeepSpeedConfig): the decay's end from --steps,
 // the warm-up from --warmup, the batch from zero-train's default micro-batch.
@@ -18,6 +19,8 @@ struct TrainerSettings {
   std::int64_t warmup = 0;       // --warmup, or zero-train's default
   bool warmup_given = false;     // whether --warmup was given
   std::int64_t micro_batch = 0;  // zero-train's default micro-batch
+  // Where the batch's values came from, for the notes.
+  std::string micro_from = "zero-train's default micro-batch", accumulation_from = "zero-train's default";
 };
 
 struct FilledAutos {

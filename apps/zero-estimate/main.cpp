@@ -10,6 +10,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "common/trainer_autos.h"
 #include "zero/ckpt/shard_io.h"
 #include "zero/config/byte_size.h"
 #include "zero/config/config.h"
@@ -133,6 +134,8 @@ int main(int argc, char** argv) {
   app.add_option("--device-mem", device_mem_text, "device memory per rank (80GB = 80*10^9 B, 80GiB = 80*2^30 B); "
                  "lists what fits");
   app.add_option("--host-mem", host_mem_text, "host memory per rank (e.g. 256GiB)");
+  app.footer("Exit status: 0, or 3 when --device-mem/--host-mem leave nothing that fits; 1 for an error, 2 for a "
+             "usage error. docs/train.md, \"zero-estimate\".");
   app.add_flag("--json", json, "also print one JSON object (bytes per configuration) as the last line");
   try {
     app.parse(argc, argv);
@@ -142,7 +145,22 @@ int main(int argc, char** argv) {
   try {
     // A config: its settings where the flags are not given (given flags win).
     if (!config_path.empty()) {
-      const config::Config c = config::load_config(config_path, world);
+      // A Hugging Face config's "auto" batch takes --micro (or 1), as
+      // zero-train fills it with its own micro-batch; its scheduler's
+      // "auto"s are filled too but do not matter here.
+      train::TrainerSettings settings;
+      settings.steps = 1;
+      settings.warmup_given = true;
+      settings.micro_batch = micro_opt->count() ? micro : 1;
+      settings.micro_from = micro_opt->count() ? "--micro" : "zero-estimate's default, --micro 1";
+      settings.accumulation_from = "as zero-train fills it";
+      const train::FilledAutos autos = train::fill_trainer_autos(config::read_config_text(config_path), settings);
+      const config::Config c = autos.filled.empty() ? config::load_config(config_path, world)
+                                                    : config::parse_config(autos.text, world, config_path);
+      for (const std::string& f : autos.filled) {
+        if (f.rfind("scheduler.", 0) == 0) continue;
+        std::printf("config %s: \"auto\" filled: %s\n", config_path.c_str(), f.c_str());
+      }
       for (const std::string& w : c.warnings) std::fprintf(stderr, "config warning: %s\n", w.c_str());
       auto unless = [&](const char* flag) { return app.get_option(flag)->count() == 0; };
       const auto& z = c.zero_optimization;
@@ -165,6 +183,7 @@ int main(int argc, char** argv) {
       if (unless("--offload-ratio") && offload) offload_ratio = oo.ratio;
       if (unless("--precision")) precision = c.fp16.enabled ? "fp16" : c.bf16.enabled ? "bf16" : "fp32";
       if (unless("--optimizer")) optimizer = c.optimizer.type;
+      optimizer_kind.ns_method = c.optimizer.ns_method;  // (Muon's work)
       if (unless("--micro") && app.get_option("--params")->count() == 0) micro = c.train_micro_batch_size_per_gpu;
       if (unless("--bucket")) bucket = z.reduce_bucket_size;
       if (at == 3 && unless("--prefetch")) prefetch = z.stage3_prefetch_bucket_size;
@@ -182,6 +201,7 @@ int main(int argc, char** argv) {
                   static_cast<long long>(z.reduce_bucket_size), " (flags given override it)");
     }
     // Flags first, each error naming the fix: a usage error (exit 2).
+    models::GptConfig gpt;  // (with --model)
     try {
       if (!stage_text.empty()) {
         ZERO_CHECK(stage_text.find_first_not_of("0123456789") == std::string::npos && stage_text.size() <= 2,
@@ -243,6 +263,21 @@ int main(int argc, char** argv) {
       if (!params_text.empty()) parse_count(params_text);
       if (!device_mem_text.empty()) parse_bytes("--device-mem", device_mem_text);
       if (!host_mem_text.empty()) parse_bytes("--host-mem", host_mem_text);
+      if (params_text.empty()) {
+        // The GPT: its preset, and the overrides given (given means given:
+        // 0 is not "the preset's", as zero-train refuses it too).
+        gpt = models::gpt_preset(model);
+        if (layer_opt->count()) gpt.n_layer = n_layer;
+        if (head_opt->count()) gpt.n_head = n_head;
+        if (embd_opt->count()) gpt.n_embd = n_embd;
+        if (block_opt->count()) gpt.block_size = block_size;
+        ZERO_CHECK(gpt.n_layer > 0 && gpt.n_head > 0 && gpt.n_embd > 0 && gpt.block_size > 0 &&
+                       gpt.n_embd % gpt.n_head == 0,
+                   "the model's shape must be positive with --n-embd a multiple of --n-head: n_layer ", gpt.n_layer,
+                   ", n_head ", gpt.n_head, ", n_embd ", gpt.n_embd, ", block_size ", gpt.block_size);
+        ZERO_CHECK(seq <= gpt.block_size, "--seq ", seq, " is longer than the model's block_size ", gpt.block_size,
+                   ": use --seq <= ", gpt.block_size, " or --block-size ", seq);
+      }
     } catch (const zero::Error& e) {
       std::fprintf(stderr, "zero-estimate: error: %s\n", e.what());
       return 2;
@@ -258,17 +293,7 @@ int main(int argc, char** argv) {
     if (!params_text.empty()) {
       in.params = parse_count(params_text);
     } else {
-      models::GptConfig g = models::gpt_preset(model);
-      // Given means given: 0 is not "the preset's" (zero-train refuses it too).
-      if (layer_opt->count()) g.n_layer = n_layer;
-      if (head_opt->count()) g.n_head = n_head;
-      if (embd_opt->count()) g.n_embd = n_embd;
-      if (block_opt->count()) g.block_size = block_size;
-      ZERO_CHECK(g.n_layer > 0 && g.n_head > 0 && g.n_embd > 0 && g.block_size > 0 && g.n_embd % g.n_head == 0,
-                 "the model's shape must be positive with --n-embd a multiple of --n-head: n_layer ", g.n_layer,
-                 ", n_head ", g.n_head, ", n_embd ", g.n_embd, ", block_size ", g.block_size);
-      ZERO_CHECK(seq <= g.block_size, "--seq ", seq, " is longer than the model's block_size ", g.block_size,
-                 ": use --seq <= ", g.block_size, " or --block-size ", seq);
+      const models::GptConfig& g = gpt;
       in.params = g.num_parameters();
       in.param_numels = g.parameter_numels();
       in.param_units = g.parameter_units();
@@ -280,6 +305,15 @@ int main(int argc, char** argv) {
       in.vocab = g.vocab_size;
       in.checkpoint_activations = checkpoint || cpu_checkpoint;
       in.cpu_checkpointing = cpu_checkpoint;
+      if (optimizer_kind.is_muon()) {
+        // zero-train's choice: every matrix but the token and position
+        // tables (the first two), which Adam steps.
+        in.muon_gram = optimizer_kind.ns_method != "standard";
+        const auto shapes = g.parameter_shapes();
+        for (std::size_t i = 2; i < shapes.size(); ++i) {
+          if (shapes[i].size() >= 2) in.muon.push_back(muon_matrix(static_cast<int>(i), shapes[i]));
+        }
+      }
     }
     const std::int64_t device_mem = device_mem_text.empty() ? 0 : parse_bytes("--device-mem", device_mem_text);
     const std::int64_t host_mem = host_mem_text.empty() ? 0 : parse_bytes("--host-mem", host_mem_text);
@@ -350,29 +384,23 @@ int main(int argc, char** argv) {
       break;
     }
     for (const Row& r : rows) {
+      if (r.e.device_workspace == 0) continue;
+      std::printf("(Muon's step holds up to %s per rank on the device after backward, for its whole matrices and "
+                  "Newton-Schulz products: dev total counts it where it is larger than backward's buckets and "
+                  "activations)\n", memory::format_bytes(r.e.device_workspace).c_str());
+      break;
+    }
+    if (optimizer_kind.is_muon() && !params_text.empty()) {
+      std::printf("(Muon's step work is not counted with --params: give --model for the matrices' shapes)\n");
+    }
+    for (const Row& r : rows) {
       if (r.e.device_staging == 0) continue;
       std::printf("(dev total includes %s per rank of staging for the device share's update: offload_optimizer.ratio "
                   "%.2f keeps %.0f%% of the optimizer state on the device)\n",
                   memory::format_bytes(r.e.device_staging).c_str(), offload_ratio, 100.0 * (1.0 - offload_ratio));
       break;
     }
-    if (json) {
-      std::printf("{\"params\":%lld,\"world\":%d,\"configs\":[", (long long)in.params, world);
-      for (std::size_t i = 0; i < rows.size(); ++i) {
-        const MemoryEstimate& e = rows[i].e;
-        std::printf("%s{\"stage\":%d,\"offload\":%s,\"device_model_states\":%lld,\"host_model_states\":%lld,"
-                    "\"device_buckets\":%lld,\"device_gathered\":%lld,\"device_padding\":%lld,\"device_staging\":%lld,"
-                    "\"device_activations\":%lld,\"host_activations\":%lld,"
-                    "\"device_total\":%lld,\"host_total\":%lld,\"nvme_total\":%lld,\"fits\":%s}",
-                    i ? "," : "", rows[i].stage, rows[i].offload ? "true" : "false",
-                    (long long)e.device_model_states(), (long long)e.host_model_states(), (long long)e.device_buckets,
-                    (long long)e.device_gathered,
-                    (long long)e.device_padding, (long long)e.device_staging, (long long)e.device_activations, (long long)e.host_activations,
-                    (long long)e.device_total(),
-                    (long long)e.host_total(), (long long)e.nvme_total(), rows[i].fits ? "true" : "false");
-      }
-      std::printf("]}\n");
-    }
+    bool nothing_fits = false;
     if (device_mem || host_mem) {
       const Row* best = nullptr;
       for (const Row& r : rows) if (r.fits && !best) best = &r;
@@ -384,9 +412,30 @@ int main(int argc, char** argv) {
                     params_off ? (param_nvme ? ", offload_param.device=\"nvme\"" : ", offload_param.device=\"cpu\"") : "");
       } else {
         std::printf("nothing fits: add ranks (--world), lower the micro-batch, or use more host memory\n");
-        return 2;
+        nothing_fits = true;
       }
     }
+    // The JSON last, as --help says (a script reads the last line).
+    if (json) {
+      std::printf("{\"params\":%lld,\"world\":%d,\"configs\":[", (long long)in.params, world);
+      for (std::size_t i = 0; i < rows.size(); ++i) {
+        const MemoryEstimate& e = rows[i].e;
+        std::printf("%s{\"stage\":%d,\"offload\":%s,\"device_model_states\":%lld,\"host_model_states\":%lld,"
+                    "\"device_buckets\":%lld,\"device_gathered\":%lld,\"device_padding\":%lld,\"device_staging\":%lld,"
+                    "\"device_workspace\":%lld,"
+                    "\"device_activations\":%lld,\"host_activations\":%lld,"
+                    "\"device_total\":%lld,\"host_total\":%lld,\"nvme_total\":%lld,\"fits\":%s}",
+                    i ? "," : "", rows[i].stage, rows[i].offload ? "true" : "false",
+                    (long long)e.device_model_states(), (long long)e.host_model_states(), (long long)e.device_buckets,
+                    (long long)e.device_gathered,
+                    (long long)e.device_padding, (long long)e.device_staging, (long long)e.device_workspace,
+                    (long long)e.device_activations, (long long)e.host_activations,
+                    (long long)e.device_total(),
+                    (long long)e.host_total(), (long long)e.nvme_total(), rows[i].fits ? "true" : "false");
+      }
+      std::printf("]}\n");
+    }
+    if (nothing_fits) return 3;  // (documented: 2 is a usage error)
   } catch (const zero::Error& e) {
     std::fprintf(stderr, "zero-estimate: error: %s\n", e.what());
     return 1;

@@ -23,6 +23,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <new>
 #include <optional>
 #include <random>
 #include <sstream>
@@ -34,27 +35,31 @@
 #include <ATen/ops/zeros.h>
 #include <CLI/CLI.hpp>
 #include <c10/core/GradMode.h>
+#include <c10/util/Exception.h>
 #include <torch/utils.h>
 
 #include "common/cli_range.h"
 #include "common/tool_paths.h"
 #include "common/usage_rank.h"
 #include "progress.h"
+#include "rank_agreement.h"
 #include "run_files.h"
 #include "stop_signals.h"
 #include "wall_clock.h"
 #include "train_device.h"
 #include "train_precision.h"
 #include "train_report.h"
-#include "trainer_autos.h"
+#include "common/trainer_autos.h"
 #include "zero/ckpt/checkpoint_dir.h"
 #include "zero/ckpt/consolidate.h"
 #include "zero/ckpt/crc32c.h"
 #include "zero/comm/communicator.h"
 #include "zero/comm/fail_job.h"
+#include "zero/comm/launcher_env.h"
 #include "zero/config/config.h"
 #include "zero/core/cpu_bf16.h"
 #include "zero/core/error.h"
+#include "zero/core/host_memory.h"
 #include "zero/data/batch_sampler.h"
 #include "zero/data/byte_tokenizer.h"
 #include "zero/data/text_corpus.h"
@@ -67,6 +72,24 @@ namespace fs = std::filesystem;
 using namespace zero;
 
 namespace {
+
+// What a run out of memory outside the engine (a micro-batch's activations
+// in forward or backward) can change.
+constexpr const char* kOutOfMemoryFix =
+    "Lower train_micro_batch_size_per_gpu (raise gradient_accumulation_steps to keep the batch), shorten "
+    "--seq-len, use --checkpoint-activations, or run fewer ranks per node";
+
+// LibTorch's own error without its C++ backtrace (what() carries one), and
+// for an allocation that failed, what to do about it.
+std::string libtorch_error_message(const c10::Error& e) {
+  const std::string said = e.what_without_backtrace();
+  const bool memory = dynamic_cast<const c10::OutOfMemoryError*>(&e) != nullptr ||
+                      said.find("can't allocate memory") != std::string::npos ||
+                      said.find("not enough memory") != std::string::npos ||
+                      said.find("out of memory") != std::string::npos;
+  if (!memory) return said;
+  return "out of memory while training: " + said + ". " + kOutOfMemoryFix;
+}
 
 constexpr const char* kDefaultConfig = R"({
   "train_micro_batch_size_per_gpu": 16,
@@ -89,6 +112,7 @@ struct Options {
   double min_lr_ratio = 0.1;
   bool warmup_given = false, min_lr_ratio_given = false, checkpoint_activations = false;
   std::uint64_t seed = 1234;
+  std::vector<std::string> arguments;  // argv after the program's name (every rank's must agree)
   bool seed_given = false;  // --seed on the command line
   std::vector<std::string> corpus;
 };
@@ -200,16 +224,20 @@ void write_plot(const fs::path& dir, bool with_val) {
 using tools::at_least;
 using tools::in_range;
 // CLI11 would read -1 into an unsigned seed as 2^64-1.
+// At most 2^63-1: the config's seed, and the report's, are JSON integers
+// that DeepSpeed reads as signed (a larger one would come back as -1).
 CLI::Validator seed_number() {
   return CLI::Validator(
       [](std::string& in) -> std::string {
-        const bool digits = !in.empty() && in.size() <= 20 &&
+        const bool digits = !in.empty() &&
                             std::all_of(in.begin(), in.end(), [](char c) { return c >= '0' && c <= '9'; });
         std::uint64_t v = 0;
-        return digits && CLI::detail::lexical_cast(in, v) ? std::string()
-                                                          : "must be a whole number in [0, 2^64-1], got " + in;
+        const auto [end, ec] = std::from_chars(in.data(), in.data() + in.size(), v);
+        const bool fits = digits && ec == std::errc() && end == in.data() + in.size() &&
+                          v <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+        return fits ? std::string() : "must be a whole number in [0, 2^63-1], got " + in;
       },
-      "in [0, 2^64-1]");
+      "in [0, 2^63-1]");
 }
 
 // The output paths, checked before anything is built, so that a typo costs
@@ -267,6 +295,13 @@ void prepare_outputs(const Options& o, bool root) {
                  "), so no checkpoint could be saved: give a writable folder (--save-dir), or --on-save-error "
                  "continue to train without saving (resuming from a read-only folder, say)");
     }
+    // ... and one that cannot be made (under /proc, say): made now, as
+    // --out is (every rank writes its shards there) ...
+    std::error_code made;
+    fs::create_directories(o.save_dir, made);
+    ZERO_CHECK(!made || fs::is_directory(o.save_dir, ec), "--save-dir ", o.save_dir, ": cannot create the folder (",
+               made.message(), "), so no checkpoint could be saved: give a folder that can be created, or an existing "
+               "one (--save-dir), or --on-save-error continue to train without saving");
   }
   if (!root || o.report.empty()) return;
   const bool existed = fs::exists(o.report, ec);
@@ -381,6 +416,8 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
   if (o.seq_len == 0) o.seq_len = gc.block_size;
   ZERO_CHECK(o.seq_len <= gc.block_size, "--seq-len ", o.seq_len, " is longer than the model's block_size ",
              gc.block_size, ": use --seq-len <= ", gc.block_size, " or --block-size ", o.seq_len);
+  // (As the user resolved it, before paths made absolute on this node.)
+  const std::string resolved_config = config::to_json(cfg).dump();
   // Timeouts and the flight recorder for zero-train's own collectives too;
   // the flight-recorder files go beside the metrics unless the config says.
   if (cfg.flight_recorder.dir.empty()) cfg.flight_recorder.dir = (fs::absolute(o.out_dir) / "flight-recorder").string();
@@ -389,6 +426,8 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
   std::vector<fs::path> paths(o.corpus.begin(), o.corpus.end());
   if (paths.empty()) paths = data::default_corpus_files();
   const data::Corpus corpus = data::load_corpus(paths);
+  // Every rank the same training, before anything collective depends on it.
+  train::check_ranks_agree(*comm, train::fingerprint_run(o.arguments, resolved_config, corpus.train, corpus.validation));
   // Each split holds at least one sequence (and its next byte), said before
   // the model is built; the validation split is the corpus's last 10%.
   ZERO_CHECK(static_cast<std::int64_t>(corpus.train.size()) > o.seq_len + 1, "the training split (the first 90% of "
@@ -430,12 +469,16 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
   // token table is the output head too) take its Adam half, as DeepSpeed's
   // choice leaves embeddings and lm_head to Adam.
   if (cfg.optimizer.is_muon()) build.use_muon = muon_except_named({"wte", "wpe"});
+  // What the host offers before the engine allocates (the engine checks its
+  // own buffers against it; on the CPU the activations come out of it too).
+  const std::optional<std::int64_t> host_available = host_memory_available();
   Engine engine(model, cfg, td.device_comm ? *td.device_comm : *comm, std::move(build));
   const std::int64_t micro = cfg.train_micro_batch_size_per_gpu, accum = cfg.gradient_accumulation_steps;
-  if (cfg.device_memory_limit > 0) {
-    // The engine's persistent buffers are already checked against the budget;
-    // the activations of one micro-batch and the transient gradient buckets
-    // (allocated in the first backward) come on top (zero-estimate's formulas).
+  if (cfg.device_memory_limit > 0 || (td.device.is_cpu() && host_available)) {
+    // The engine's persistent buffers are already checked against the budget
+    // (and the host); the activations of one micro-batch and the transient
+    // gradient buckets (allocated in the first backward) come on top
+    // (zero-estimate's formulas).
     EstimateInput in;
     in.params = engine.num_parameters();
     in.world = comm->world_size();
@@ -471,7 +514,30 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
     const std::int64_t buckets = std::max<std::int64_t>(
         0, est.device_buckets - snap.current[static_cast<int>(memory::Tier::kDevice)][static_cast<int>(memory::Kind::kBuckets)]);
     const std::int64_t held = snap.tier_current[static_cast<int>(memory::Tier::kDevice)];
-    ZERO_CHECK(held + buckets + activations <= cfg.device_memory_limit, "a micro-batch of ", micro, " x ", o.seq_len,
+    if (td.device.is_cpu() && host_available) {
+      // On the CPU the "device" is host memory: the engine's buffers (both
+      // tiers), the buckets and the activations, times the ranks on this node.
+      const std::int64_t per_rank = snap.tier_current[static_cast<int>(memory::Tier::kHost)] + held + buckets +
+                                    activations;
+      const std::int64_t local = comm::launcher_local_size().value_or(1);
+      float short_here = per_rank * local > *host_available ? 1.0f : 0.0f;
+      comm::AllReduceOptions any;
+      any.op = comm::ReduceOp::kMax;
+      comm->all_reduce(&short_here, 1, DType::kFloat32, any)->wait();
+      ZERO_CHECK(per_rank * local <= *host_available || short_here == 0.0f, "host memory: a micro-batch of ", micro,
+                 " x ", o.seq_len, " tokens needs about ", memory::format_bytes(activations), " of activations",
+                 gc.checkpoint_activations ? " (checkpointed)" : "", " and ", memory::format_bytes(buckets),
+                 " of gradient buckets beside the ", memory::format_bytes(per_rank - activations - buckets),
+                 " the engine holds: ", memory::format_bytes(per_rank), " per rank, ",
+                 memory::format_bytes(per_rank * local), " for the ", local, " rank(s) on this node, but ",
+                 memory::format_bytes(*host_available), " is available (", host_memory_source(),
+                 "): lower train_micro_batch_size_per_gpu (and raise gradient_accumulation_steps), shorten "
+                 "--seq-len, ", gc.checkpoint_activations ? "" : "use --checkpoint-activations, ",
+                 "or run fewer ranks per node");
+      ZERO_CHECK(short_here == 0.0f, "host memory: another rank found its node's host memory too small for a "
+                 "micro-batch (its message says by how much)");
+    }
+    ZERO_CHECK(cfg.device_memory_limit <= 0 || held + buckets + activations <= cfg.device_memory_limit, "a micro-batch of ", micro, " x ", o.seq_len,
                " tokens needs about ", memory::format_bytes(activations), " of activations",
                gc.checkpoint_activations ? " (checkpointed)" : "", " and ", memory::format_bytes(buckets),
                " of gradient buckets on top of the ", memory::format_bytes(held),
@@ -951,7 +1017,8 @@ int main(int argc, char** argv) {
       ->check(at_least<std::int64_t>(1))
       ->capture_default_str();
   auto* warmup = app.add_option("--warmup", o.warmup,
-                                "LR warm-up steps when the config has no scheduler, or its warmup_num_steps is \"auto\" (default: max(1, steps/10))")
+                                "LR warm-up steps when the config has no scheduler, or its warmup_num_steps is \"auto\" (default: max(1, steps/10); "
+                                "DeepSpeed's schedules warm up over at least 2)")
                     ->check(at_least<std::int64_t>(0));
   auto* min_lr = app.add_option("--min-lr-ratio", o.min_lr_ratio,
                                 "cosine floor as a fraction of the lr, when the config has no scheduler")
@@ -973,6 +1040,7 @@ int main(int argc, char** argv) {
   app.add_option("--device", o.device,
                  "auto (a GPU per rank when the node has enough, else the CPU), cpu, or cuda (rank r on "
                  "cuda:<local rank r>; several ranks talk over NCCL)")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
   app.add_option("--seed", o.seed, "seed of the model and the data order")->check(seed_number())->capture_default_str();
   app.add_option("--save-every", o.save_every,
@@ -1006,6 +1074,7 @@ int main(int argc, char** argv) {
              "--save-dir, and exit with status 75 (resume with --resume latest); SIGUSR1 saves a checkpoint and "
              "trains on. Under mpirun, send SIGUSR2/SIGUSR1 to mpirun (it forwards them). docs/train.md, \"Signals\".");
   const bool says = tools::says_usage_errors();
+  o.arguments.assign(argv + 1, argv + argc);
   try {
     app.parse(argc, argv);
     o.seed_given = app.get_option("--seed")->count() > 0;
@@ -1028,6 +1097,10 @@ int main(int argc, char** argv) {
   std::unique_ptr<comm::Communicator> comm;
   try {
     return run(o, comm);
+  } catch (const c10::Error& e) {
+    comm::fail_job(comm.get(), Error(libtorch_error_message(e)), "zero-train");
+  } catch (const std::bad_alloc&) {
+    comm::fail_job(comm.get(), Error("out of memory (std::bad_alloc). " + std::string(kOutOfMemoryFix)), "zero-train");
   } catch (const std::exception& e) {
     comm::fail_job(comm.get(), e, "zero-train");
   }

@@ -268,6 +268,12 @@ std::optional<std::int64_t> SectionReader::read_int(std::string_view key, IntRan
   const Json* v = find_unless_auto(key);
   if (!v) return std::nullopt;
   std::optional<std::int64_t> i = v->is_number() ? as_int64(*v) : std::nullopt;
+  // A whole number past the 64-bit integers is an integer too large, not
+  // "not an integer".
+  if (!i && v->is_number() && std::fabs(v->get<double>()) >= 9.2e18 && std::isfinite(v->get<double>())) {
+    fail(key, "expected " + range.describe() + ", got " + describe_value(*v) + ": too large (at most " +
+                  std::to_string(std::min(range.hi, std::numeric_limits<std::int64_t>::max())) + ")");
+  }
   if (!i || *i < range.lo || *i > range.hi) fail_expected(key, range.describe(), *v);
   return i;
 }

@@ -404,6 +404,8 @@ TEST(Config, RangesAreChecked) {
       {R"("zero_optimization": {"stage3_max_live_parameters": -2})", "zero_optimization.stage3_max_live_parameters: expected an integer >= 0"},
       {R"("zero_optimization": {"stage3_param_persistence_threshold": -1})", "zero_optimization.stage3_param_persistence_threshold: expected an integer >= 0, got -1"},
       {R"("zero_optimization": {"reduce_bucket_size": 1e30})", "zero_optimization.reduce_bucket_size: expected an integer >= 0, got 1e+30"},
+      {R"("seed": 18446744073709551615)", "seed: expected an integer, got 18446744073709551615: too large (at most 9223372036854775807)"},
+      {R"("train_micro_batch_size_per_gpu": 1e20)", "train_micro_batch_size_per_gpu: expected a positive integer, got 1e+20: too large (at most 9223372036854775807)"},
       {R"("zero_optimization": {"reduce_bucket_size": 18446744073709551615})", "zero_optimization.reduce_bucket_size: expected an integer >= 0, got 18446744073709551615"},
       {R"("zero_optimization": {"offload_optimizer": {"cpu_threads": -1}})", "zero_optimization.offload_optimizer.cpu_threads: expected an integer >= 0"},
       {R"("zero_optimization": {"offload_optimizer": {"device": "cpu", "ratio": 1.5}})", "zero_optimization.offload_optimizer.ratio: expected a number in [0, 1], got 1.5"},

@@ -52,4 +52,22 @@ grep -q "^stage 2 + offload " "$work/s3to2.out" || { cat "$work/s3to2.out"; fail
 printf '{"train_batch_size": 6, "train_micro_batch_size_per_gpu": 2}' >"$work/batch.json"
 "$est" --model gpt2-small-test --world 2 --config "$work/batch.json" >"$work/batch.out" 2>&1 && fail "a batch 6 = 2 x 2 x k was taken"
 grep -q "batch.json: batch sizes: " "$work/batch.out" || { cat "$work/batch.out"; fail "no batch-size error naming the config"; }
-echo "zero-estimate --config: equal to its flags, overridden by flags, fp32 by default, errors named"
+# A Hugging Face Trainer config ("auto" batch and schedule) is read as
+# zero-train reads it: the batch from --micro (else 1), said so.
+printf '{"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
+  "bf16": {"enabled": "auto"}, "zero_optimization": {"stage": 3, "stage3_prefetch_bucket_size": "auto"},
+  "scheduler": {"type": "WarmupDecayLR", "params": {"total_num_steps": "auto", "warmup_num_steps": "auto"}}}' >"$work/hf.json"
+"$est" --model gpt2-small-test --world 2 --config "$work/hf.json" --micro 4 >"$work/hf.out" 2>&1 \
+  || { cat "$work/hf.out"; fail "a Hugging Face config with --micro failed"; }
+grep -q '"auto" filled: train_micro_batch_size_per_gpu = 4 (--micro)' "$work/hf.out" && grep -q "^stage 3 " "$work/hf.out" \
+  && ! grep -q "total_num_steps" "$work/hf.out" || { cat "$work/hf.out"; fail "the \"auto\" batch was not filled from --micro"; }
+"$est" --model gpt2-small-test --world 2 --config "$work/hf.json" >"$work/hf1.out" 2>&1 \
+  || { cat "$work/hf1.out"; fail "a Hugging Face config without --micro failed"; }
+grep -q "train_micro_batch_size_per_gpu = 1 (zero-estimate's default, --micro 1)" "$work/hf1.out" \
+  || { cat "$work/hf1.out"; fail "the \"auto\" batch without --micro was not 1"; }
+# Nothing fits: exit status 3 (not 2, a usage error), and the JSON still the last line.
+"$est" --model gpt2-small-test --device-mem 1MB --json >"$work/nofit.out" 2>&1
+rc=$?
+[ "$rc" = 3 ] && grep -q "^nothing fits" "$work/nofit.out" && tail -1 "$work/nofit.out" | grep -q '^{"params"' \
+  || { cat "$work/nofit.out"; fail "nothing fits: exit status $rc (want 3), or the JSON is not the last line"; }
+echo "zero-estimate --config: equal to its flags, overridden by flags, fp32 by default, Hugging Face autos filled, errors named"
