@@ -27,11 +27,14 @@ CLI::Validator in_range(T lo, T hi, const std::string& note = "") {
       [lo, hi, r = range.str(), note](std::string& in) -> std::string {
         T v{};
         if constexpr (std::is_integral_v<T>) {
-          // (CLI11's strtoll would read 10^20 as the largest integer, silently.)
+          // (CLI11's strtoll would read 10^20 as the largest integer, silently,
+          // and 010 as octal 8.)
           const char* begin = in.data() + (!in.empty() && in[0] == '+');
+          const char* digits = begin + (begin < in.data() + in.size() && *begin == '-');
           const auto [end, ec] = std::from_chars(begin, in.data() + in.size(), v);
-          if (ec == std::errc::result_out_of_range) return "must be " + r + note + ", got " + in + " (too large)";
+          if (ec == std::errc::result_out_of_range) return "must be " + r + note + ", got " + in + " (out of range)";
           if (ec != std::errc() || end != in.data() + in.size() || begin == end) return "'" + in + "' is not a whole number";
+          if (*digits == '0' && end - digits > 1) return "'" + in + "' has a leading zero: write it without (" + std::to_string(v) + ")";
         } else if (!CLI::detail::lexical_cast(in, v) || std::isnan(static_cast<double>(v))) {
           return "'" + in + "' is not a number";
         }

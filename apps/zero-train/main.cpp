@@ -112,10 +112,27 @@ struct Options {
   double min_lr_ratio = 0.1;
   bool warmup_given = false, min_lr_ratio_given = false, checkpoint_activations = false;
   std::uint64_t seed = 1234;
-  std::vector<std::string> arguments;  // argv after the program's name (every rank's must agree)
   bool seed_given = false;  // --seed on the command line
   std::vector<std::string> corpus;
 };
+
+// The options that shape the training, which every rank must share (not
+// --out, --report or the corpus's paths: rank 0 writes the outputs, and
+// the corpus's bytes are compared).
+std::vector<std::pair<std::string, std::string>> training_options(const Options& o) {
+  auto n = [](auto v) { return std::to_string(v); };
+  return {{"--model", o.model},          {"--device", o.device},
+          {"--save-dir", o.save_dir},    {"--resume", o.resume},
+          {"--save-every", n(o.save_every)}, {"--sync-save", n(o.sync_save)},
+          {"--on-save-error", o.on_save_error}, {"--decay", o.decay},
+          {"--n-layer", n(o.n_layer)},   {"--n-head", n(o.n_head)},
+          {"--n-embd", n(o.n_embd)},     {"--block-size", n(o.block_size)},
+          {"--seq-len", n(o.seq_len)},   {"--steps", n(o.steps)},
+          {"--warmup", n(o.warmup)},     {"--eval-every", n(o.eval_every)},
+          {"--eval-batches", n(o.eval_batches)}, {"--sample", n(o.sample)},
+          {"--min-lr-ratio", n(o.min_lr_ratio)}, {"--checkpoint-activations", n(o.checkpoint_activations)},
+          {"--seed", n(o.seed)}};
+}
 
 // The warm-up of zero-train's own schedule, and of an "auto" one: --warmup,
 // or max(1, steps/10).
@@ -427,7 +444,8 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
   if (paths.empty()) paths = data::default_corpus_files();
   const data::Corpus corpus = data::load_corpus(paths);
   // Every rank the same training, before anything collective depends on it.
-  train::check_ranks_agree(*comm, train::fingerprint_run(o.arguments, resolved_config, corpus.train, corpus.validation));
+  train::check_ranks_agree(*comm, train::fingerprint_run(training_options(o), resolved_config, corpus.train,
+                                                         corpus.validation));
   // Each split holds at least one sequence (and its next byte), said before
   // the model is built; the validation split is the corpus's last 10%.
   ZERO_CHECK(static_cast<std::int64_t>(corpus.train.size()) > o.seq_len + 1, "the training split (the first 90% of "
@@ -1074,7 +1092,6 @@ int main(int argc, char** argv) {
              "--save-dir, and exit with status 75 (resume with --resume latest); SIGUSR1 saves a checkpoint and "
              "trains on. Under mpirun, send SIGUSR2/SIGUSR1 to mpirun (it forwards them). docs/train.md, \"Signals\".");
   const bool says = tools::says_usage_errors();
-  o.arguments.assign(argv + 1, argv + argc);
   try {
     app.parse(argc, argv);
     o.seed_given = app.get_option("--seed")->count() > 0;

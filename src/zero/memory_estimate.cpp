@@ -88,13 +88,6 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
     (dev ? e.device_padding : e.host_padding) += pad;
   }
   e.device_construction = plan.construction_peak(memory::Tier::kDevice);
-  // Muon's work differs by rank (which matrices lie across its chunks'
-  // ends): the most any rank holds.
-  for (int r = 0; r + 1 < in.world && !in.muon.empty(); ++r) {
-    const std::size_t n = muon_work_elements(plan.layout, plan_muon(plan.layout, r, in.muon), in.muon,
-                                             pi.muon_window_bytes, in.muon_gram);
-    e.device_workspace = std::max(e.device_workspace, static_cast<std::int64_t>(n) * 4);
-  }
   // A model given only by its parameter count is one parameter here, and one
   // bucket; a real model's parameters fill buckets of reduce_bucket_size.
   if (in.param_numels.empty() && e.device_buckets > 0) {

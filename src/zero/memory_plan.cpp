@@ -239,7 +239,13 @@ MemoryPlan plan_memory(const PlanInput& in) {
     set(Buffer::kBuckets, make(Tier::kDevice, Kind::kBuckets, Lifetime::kBackward, n, n, es, "gradient buckets"));
   }
   if (!in.muon.empty()) {
-    const std::size_t n = muon_work_elements(L, plan_muon(L, p.shard_rank, in.muon), in.muon, in.muon_window_bytes, in.muon_gram);
+    // The most any rank holds (which matrices lie across its chunk's ends
+    // differs by rank): every rank budgets the same, so that a
+    // device_memory_limit refuses on every rank alike.
+    std::size_t n = 0;
+    for (int r = 0; r < L.shard_world(); ++r) {
+      n = std::max(n, muon_work_elements(L, plan_muon(L, r, in.muon), in.muon, in.muon_window_bytes, in.muon_gram));
+    }
     set(Buffer::kMuonWork, make(Tier::kDevice, Kind::kWorkspace, Lifetime::kStep, n, n, 4,
                                 "Muon's whole matrices and Newton-Schulz products"));
   }

@@ -34,6 +34,7 @@ std::vector<MuonBucketPlan> plan_muon(const FlatLayout& layout, int shard_rank,
                                       const std::vector<MuonMatrix>& matrices) {
   std::vector<std::vector<std::size_t>> of_bucket(layout.buckets().size());
   for (std::size_t i = 0; i < matrices.size(); ++i) {
+    if (matrices[i].numel() == 0) continue;  // (nothing to orthogonalize, nor to gather)
     const int p = matrices[i].param;
     ZERO_CHECK(p >= 0 && static_cast<std::size_t>(p) < layout.params().size(), "Muon matrix ", i,
                " names parameter ", p, ", which the layout does not have");

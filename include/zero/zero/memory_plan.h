@@ -97,7 +97,7 @@ enum class Buffer : std::uint8_t {
   kDevStaging,   // its updated training-precision values until they are published (bf16/fp16)
   kSwapBuffers,  // NVMe: the host buffers the state goes through, one piece's master and moments each
   kParamSwapBuffers,  // stage 3, parameters on NVMe: the host buffers the chunks go through, one chunk each
-  kMuonWork,     // Muon: its whole matrices, gather windows and Newton-Schulz products, at their bound (fp32)
+  kMuonWork,     // Muon: its whole matrices, gather windows and Newton-Schulz products, at their bound over the ranks (fp32)
 };
 inline constexpr int kNumBuffers = 22;
 

@@ -65,8 +65,9 @@ struct MuonBucketPlan {
   std::vector<std::pair<std::size_t, std::size_t>> gather_ranges(std::size_t chunk) const;
 };
 
-// The buckets holding a Muon matrix, in bucket order: every rank gets the
-// same buckets with the same head and tail (its collectives match).
+// The buckets holding a Muon matrix (of at least one element), in bucket
+// order: every rank gets the same buckets with the same head and tail (its
+// collectives match).
 std::vector<MuonBucketPlan> plan_muon(const FlatLayout& layout, int shard_rank,
                                       const std::vector<MuonMatrix>& matrices);
 
