@@ -134,6 +134,24 @@ std::vector<std::pair<std::string, std::string>> training_options(const Options&
           {"--seed", n(o.seed)}};
 }
 
+// A sample as the terminal can show it: control bytes other than newline and
+// tab (an undertrained model emits them; they would move the cursor or ring
+// the bell) as \xNN; UTF-8 as it is.
+std::string printable(const std::string& text) {
+  std::string out;
+  for (const char ch : text) {
+    const auto c = static_cast<unsigned char>(ch);
+    if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7f) {
+      char esc[5];
+      std::snprintf(esc, sizeof esc, "\\x%02x", c);
+      out += esc;
+    } else {
+      out += ch;
+    }
+  }
+  return out;
+}
+
 // The warm-up of zero-train's own schedule, and of an "auto" one: --warmup,
 // or max(1, steps/10).
 std::int64_t warmup_steps(const Options& o) {
@@ -1006,7 +1024,7 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
     // Every rank runs the same forwards (at stage 3 each one gathers its
     // blocks from every rank); rank 0 prints.
     const std::string text = generate(*model, o.sample, gc.block_size, o.seed, td.device);
-    if (root) std::printf("---- sample (%lld bytes) ----\n%s\n----\n", (long long)o.sample, text.c_str());
+    if (root) std::printf("---- sample (%lld bytes) ----\n%s\n----\n", (long long)o.sample, printable(text).c_str());
   }
   comm->barrier()->wait();
   return 0;

@@ -31,6 +31,13 @@ execute_process(
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "zero-train failed (${rc}):\n${out}\n${err}")
 endif()
+# The sample (an undertrained model's bytes) reaches the terminal without
+# control bytes: they are shown as \xNN.
+string(ASCII 1 2 3 4 5 6 7 8 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 127 _ctrl)
+string(REGEX MATCH "[${_ctrl}]" _raw "${out}")
+if(_raw)
+  message(FATAL_ERROR "the sample printed a raw control byte:\n${out}")
+endif()
 foreach(f report.json metrics.jsonl)
   if(NOT EXISTS "${WORK}/${f}")
     message(FATAL_ERROR "zero-train did not write ${f}")
