@@ -622,7 +622,18 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
   // and the schedule stand (both functions of the step).
   std::int64_t first_step = 0;
   if (!o.resume.empty()) {
-    const nlohmann::json client = engine.load_checkpoint(o.save_dir, o.resume);
+    nlohmann::json client;
+    try {
+      client = engine.load_checkpoint(o.save_dir, o.resume);
+    } catch (const Error& e) {
+      // The engine's words are a C++ caller's (EngineOptions' rules); here
+      // those settings come from zero-train's options.
+      const std::string said = e.what();
+      if (said.find("EngineOptions") == std::string::npos && said.find("fresh engine") == std::string::npos) throw;
+      throw Error(said + ". In zero-train, the settings per parameter follow --decay (the weight decay of the "
+                  "matrices only, or of all parameters) and Muon's matrices the config's optimizer.type: resume "
+                  "with the --decay and the optimizer the checkpoint was trained with (zero-ckpt inspect shows them)");
+    }
     first_step = client.value("step", std::int64_t{0});
     // (A save of the same tag between resume_step() and here would change it.)
     ZERO_CHECK(first_step == saved_step, "checkpoint '", o.resume, "' in ", o.save_dir, " changed while the model was "

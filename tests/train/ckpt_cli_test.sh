@@ -16,7 +16,8 @@
 #    prints the phases of a step;
 #  - a complete run with --save-every leaves its last step saved; with
 #    --save-dir alone it says that only signals save;
-#  - an export's --out that is a device, a pipe or the wrong kind is refused.
+#  - an export's --out that is a device, a pipe or the wrong kind is refused;
+#  - a resume with another optimizer is refused in zero-train's words.
 # usage: ckpt_cli_test.sh ZERO_TRAIN ZERO_CKPT CORPUS WORK
 set -u
 train=$1 ckpt=$2 corpus=$3 work=$4
@@ -78,6 +79,13 @@ grep -q "warning: the checkpoint was trained with --decay matrices, this run has
   || { cat "$work/corpus.log"; fail "a resume with another --decay gave no warning"; }
 grep -q "warning: the checkpoint was trained on another corpus" "$work/corpus.log" \
   || { cat "$work/corpus.log"; fail "a resume on another corpus gave no warning"; }
+# Another optimizer: refused, in zero-train's words (not only the engine's
+# EngineOptions and "fresh engine").
+cp -r "$ck" "$work/ck_lion"
+printf '{"train_micro_batch_size_per_gpu": 16, "optimizer": {"type": "Lion", "params": {"lr": 1e-4}}, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}' >"$work/lion.json"
+expect_fail "$work/lion.log" "holds the state of optimizer AdamW, this engine's is Lion.*In zero-train, .*resume with the --decay and the optimizer the checkpoint was trained with" \
+  "$train" "$corpus" --model gpt2-tiny --out "$work/out_lion" --save-dir "$work/ck_lion" --steps 5 --eval-every 0 \
+  --sample 0 --resume latest --config "$work/lion.json"
 # A complete run that saves every K steps leaves its last step saved, also
 # where K does not divide --steps (the resume above: step-3); with
 # --save-dir alone only signals save, said at the start.
