@@ -45,6 +45,19 @@ FilledAutos fill_trainer_autos(const std::string& text, const TrainerSettings& s
            s.warmup_given ? "--warmup" : "--warmup's default, max(1, steps/10)");
     }
   }
+  // The precision: the Trainer's --bf16/--fp16 are zero-train's default,
+  // bf16 (a literal fp16 true keeps bf16 off: the two exclude each other).
+  auto fill_enabled = [&](const char* section, bool value, const char* from) {
+    if (!root.contains(section) || !is_auto(root[section], "enabled")) return false;
+    root[section]["enabled"] = value;
+    out.filled.push_back(std::string(section) + ".enabled = " + (value ? "true" : "false") + " (" + from + ")");
+    return true;
+  };
+  const bool fp16_true = root.contains("fp16") && root["fp16"].is_object() && root["fp16"].contains("enabled") &&
+                         root["fp16"]["enabled"].is_boolean() && root["fp16"]["enabled"].get<bool>();
+  out.filled_bf16 = fill_enabled("bf16", !fp16_true,
+                                 fp16_true ? "the config's fp16 is on" : "zero-train's default precision");
+  fill_enabled("fp16", false, "zero-train trains fp16 only where a config says true");
   if (!out.filled.empty()) out.text = root.dump(2);
   return out;
 }

@@ -3,7 +3,10 @@
 // batch from --micro) as the
 // Hugging Face Trainer fills them from its arguments
 // (transformers' HfTrainerDeepSpeedConfig): the decay's end from --steps,
-// the warm-up from --warmup, the batch from zero-train's default micro-batch.
+// the warm-up from --warmup, the batch from zero-train's default micro-batch,
+// the precision from zero-train's default (bf16: `bf16.enabled` "auto" is
+// true, `fp16.enabled` "auto" false; on a CPU without native bf16 zero-train
+// then trains fp32, as with its embedded default: train_precision.h).
 // An "auto" left unfilled is read by parse_config as "not given", with a
 // note (docs/config.md).
 #pragma once
@@ -27,6 +30,7 @@ struct FilledAutos {
   std::string text;                 // the config with the values filled in
   std::vector<std::string> filled;  // "scheduler.params.total_num_steps = 300 (--steps)", ...
   bool filled_warmup = false;       // scheduler.params.warmup_num_steps was "auto"
+  bool filled_bf16 = false;         // bf16.enabled was "auto" (and is now zero-train's default, true)
 };
 
 // `text` is the config's JSON; a text that is not a JSON object comes back

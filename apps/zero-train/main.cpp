@@ -485,8 +485,8 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
   const train::TrainDevice td = train::choose_device(o.device, *comm);
   if (root) std::fprintf(stderr, "%s\n", td.reason.c_str());
   const train::PrecisionChoice pc =
-      train::choose_precision(td.device.is_cpu(), cfg.bf16.enabled, cfg.fp16.enabled, !o.config_path.empty(),
-                              cpu_bf16());
+      train::choose_precision(td.device.is_cpu(), cfg.bf16.enabled, cfg.fp16.enabled,
+                              /*config_given=*/!o.config_path.empty() && !autos.filled_bf16, cpu_bf16());
   cfg.bf16.enabled = pc.bf16;
   if (root && !pc.line.empty()) std::fprintf(stderr, "%s\n", pc.line.c_str());
   // Built on the meta device: no rank holds the model before the engine
@@ -1049,7 +1049,7 @@ int main(int argc, char** argv) {
   app.add_option("corpus", o.corpus,
                  "text files or folders, read recursively (default: the top-level English files of "
                  "/usr/share/games/fortunes)");
-  app.add_option("--config", o.config_path, "DeepSpeed-style JSON config (default: ZeRO-2 + CPU offload + bf16; fp32 on a CPU without native bf16); a Hugging Face config's \"auto\" batch, total_num_steps and warmup_num_steps take zero-train's values");
+  app.add_option("--config", o.config_path, "DeepSpeed-style JSON config (default: ZeRO-2 + CPU offload + bf16; fp32 on a CPU without native bf16); a Hugging Face config's \"auto\" batch, total_num_steps, warmup_num_steps and precision take zero-train's values");
   app.add_option("--model", o.model, "preset: gpt2-tiny, gpt2-small-test, gpt2, gpt2-medium, gpt2-large, gpt2-xl")
       ->capture_default_str();
   app.add_option("--n-layer", o.n_layer, "override the preset's layers")->check(at_least<std::int64_t>(1));

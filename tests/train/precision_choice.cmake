@@ -2,9 +2,11 @@
 # the CPUID check forced both ways by ZERO_CPU_NATIVE_BF16: the embedded
 # default becomes fp32 without native bf16 and says so; a config that asks
 # for bf16 keeps it, with a warning; with native bf16 the default stays bf16;
-# a config that asks for fp16 keeps it, with a warning.
+# a config that asks for fp16 keeps it, with a warning; a Hugging Face
+# config's "auto" precision takes zero-train's default (bf16, fp32 on a CPU
+# without native bf16), as the Trainer takes its --bf16/--fp16.
 # And a run without evaluation prints no sentinel validation loss.
-#   cmake -DTRAIN=<zero-train> -DCORPUS=<file> -DOUT=<dir> -DBF16_CONFIG=<json> -DFP16_CONFIG=<json> -P precision_choice.cmake
+#   cmake -DTRAIN=<zero-train> -DCORPUS=<file> -DOUT=<dir> -DBF16_CONFIG=<json> -DFP16_CONFIG=<json> -DAUTO_CONFIG=<json> -P precision_choice.cmake
 set(common ${CORPUS} --steps 1 --eval-every 0 --device cpu --out ${OUT})
 function(run_with value)
   execute_process(COMMAND ${CMAKE_COMMAND} -E env ZERO_CPU_NATIVE_BF16=${value} ${TRAIN} ${common} ${ARGN}
@@ -50,6 +52,21 @@ expect_said("no native bf16, bf16 config (with a warning, and zero-train's sched
 # fp16 on the CPU: kept, with a warning of its cost (no bf16 check in it).
 run_with(1 --config ${FP16_CONFIG})
 expect_said("fp16 config on the CPU" "warning: the config asks for fp16, which the CPU computes slowly" "stage 2, Half on cpu")
+
+# "auto" precision (a Hugging Face Trainer config): zero-train's default,
+# bf16, where the CPU computes it natively; else fp32, said as for the
+# embedded default (not the warning a config's own bf16 gets).
+run_with(1 --config ${AUTO_CONFIG})
+expect_said("\"auto\" precision, native bf16"
+            "\"auto\" values, filled as the Hugging Face Trainer fills them: bf16.enabled = true \\(zero-train's default precision\\), fp16.enabled = false"
+            "precision: bf16 \\(this CPU computes bf16 natively" "stage 2, BFloat16 on cpu")
+run_with(0 --config ${AUTO_CONFIG})
+expect_said("\"auto\" precision, no native bf16"
+            "bf16.enabled = true \\(zero-train's default precision\\)"
+            "precision: fp32, not the default's bf16: this CPU has ZERO_CPU_NATIVE_BF16=0" "stage 2, Float on cpu")
+if(err MATCHES "warning: the config asks for bf16" OR err MATCHES "is \"auto\"")
+  message(FATAL_ERROR "\"auto\" precision: warned as a config's own bf16, or left \"auto\":\n${err}")
+endif()
 
 run_with(maybe)
 if(rc EQUAL 0 OR NOT err MATCHES "ZERO_CPU_NATIVE_BF16='maybe' is not 0 or 1")
