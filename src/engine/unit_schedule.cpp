@@ -13,8 +13,11 @@ namespace zero::detail {
 UnitAssignment assign_units(const torch::nn::Module& root, const std::vector<at::Tensor>& params,
                             std::int64_t persistence_threshold) {
   UnitAssignment a;
+  // A module registered under two names (a block shared by two layers) is
+  // listed by named_modules() under each: it is one unit, named by the first.
+  std::unordered_set<const torch::nn::Module*> listed;
   for (const auto& item : root.named_modules(/*name_prefix=*/"", /*include_self=*/true)) {
-    if (!is_unit(*item.value())) continue;
+    if (!is_unit(*item.value()) || !listed.insert(item.value().get()).second) continue;
     a.units.push_back(item.value().get());
     a.names.push_back(item.key());
   }
@@ -56,11 +59,19 @@ UnitSchedule::UnitSchedule(const UnitAssignment& units, ParamStore& store, comm:
     for (int b : units_[u].buckets) units_[u].elements += L.buckets()[static_cast<std::size_t>(b)].padded;
     handlers_.emplace_back(this, static_cast<int>(u));
   }
-  for (std::size_t u = 0; u < modules_.size(); ++u) set_unit_handler(*modules_[u], &handlers_[u]);
+  // A unit with nothing of its own to gather (all of it frozen, shared with
+  // another unit, or kept) gets no handler: zero::unit() then just calls it,
+  // and data that needs no gradient does not become a leaf that does (a
+  // frozen stem would otherwise be back-propagated through).
+  for (std::size_t u = 0; u < modules_.size(); ++u) {
+    if (!units_[u].buckets.empty()) set_unit_handler(*modules_[u], &handlers_[u]);
+  }
 }
 
 UnitSchedule::~UnitSchedule() {
-  for (const torch::nn::Module* m : modules_) set_unit_handler(*m, nullptr);
+  for (std::size_t u = 0; u < modules_.size(); ++u) {
+    if (!units_[u].buckets.empty()) set_unit_handler(*modules_[u], nullptr);
+  }
   for (UnitState& s : units_) {
     for (auto& g : s.pending) {
       try {

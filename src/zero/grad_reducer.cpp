@@ -1,9 +1,11 @@
 #include "zero/zero/grad_reducer.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <functional>
 #include <vector>
 
+#include <ATen/ops/from_blob.h>
 #include <ATen/ops/zeros.h>
 
 #include "zero/core/error.h"
@@ -23,11 +25,13 @@ GradReducer::GradReducer(const FlatLayout& layout, comm::Communicator& comm,
       like_(like),
       consume_(std::move(consume)),
       pending_(layout.buckets().size(), 0),
+      order_(layout.buckets().size()),
       storage_(layout.buckets().size()),
       storage_reg_(layout.buckets().size()) {
   ZERO_INTERNAL_ASSERT(opts_.mode == GradReduceMode::kReduceScatter || full_grads_.defined());
   ZERO_INTERNAL_ASSERT(opts_.mode != GradReduceMode::kReduceScatter || (like_.defined() && consume_));
   ZERO_INTERNAL_ASSERT(opts_.max_in_flight >= 1);
+  for (std::size_t b = 0; b < order_.size(); ++b) order_[b] = static_cast<int>(b);
 }
 
 void GradReducer::begin_backward(bool reduce) {
@@ -37,6 +41,7 @@ void GradReducer::begin_backward(bool reduce) {
   for (std::size_t b = 0; b < pending_.size(); ++b) {
     pending_[b] = static_cast<int>(layout_.buckets()[b].params.size());
   }
+  completed_.clear();
 }
 
 at::Tensor GradReducer::bucket_storage(int b) {
@@ -79,7 +84,7 @@ void GradReducer::on_grad(int param, const at::Tensor& grad) {
   dst.add_(grad.reshape({-1}));
   int& pending = pending_[static_cast<std::size_t>(slot.bucket)];
   ZERO_INTERNAL_ASSERT(pending > 0, "parameter ", param, " produced two gradients in one backward");
-  --pending;
+  if (--pending == 0 && reducing_ && !order_agreed_) completed_.push_back(slot.bucket);
   if (reducing_ && opts_.overlap_comm) {
     poll();
     launch_ready();
@@ -93,8 +98,8 @@ void GradReducer::on_grad(int param, const at::Tensor& grad) {
 
 void GradReducer::launch_ready() {
   const int n = static_cast<int>(pending_.size());
-  while (next_launch_ < n && pending_[static_cast<std::size_t>(next_launch_)] == 0) {
-    launch(next_launch_++);
+  while (next_launch_ < n && pending_[static_cast<std::size_t>(order_[static_cast<std::size_t>(next_launch_)])] == 0) {
+    launch(order_[static_cast<std::size_t>(next_launch_++)]);
   }
 }
 
@@ -140,11 +145,46 @@ void GradReducer::poll() {
 void GradReducer::end_backward() {
   if (reducing_) {
     const int n = static_cast<int>(pending_.size());
-    while (next_launch_ < n) launch(next_launch_++);
+    while (next_launch_ < n) launch(order_[static_cast<std::size_t>(next_launch_++)]);
     while (!in_flight_.empty()) finish_oldest();
   }
   confirm();
+  if (reducing_ && !order_agreed_) agree_order();
   reducing_ = false;
+}
+
+void GradReducer::agree_order() {
+  // Rank 0's order: its buckets as they completed, then those that did not
+  // (a parameter without a gradient), in layout order. Every rank takes it,
+  // so all issue the same collectives in the same order from now on.
+  const std::size_t n = order_.size();
+  std::vector<std::int32_t> order(completed_.begin(), completed_.end());
+  std::vector<char> done(n, 0);
+  for (int b : completed_) done[static_cast<std::size_t>(b)] = 1;
+  for (std::size_t b = 0; b < n; ++b) {
+    if (!done[b]) order.push_back(static_cast<std::int32_t>(b));
+  }
+  ZERO_INTERNAL_ASSERT(order.size() == n);
+  if (comm_.world_size() > 1) {
+    // Bucket numbers, sent as 4-byte words (a broadcast copies them; the
+    // buffer lives where the communicator reads: device memory for NCCL).
+    const auto count = static_cast<std::int64_t>(n);
+    at::Tensor words = at::from_blob(order.data(), {count}, at::kInt).to(like_.device(), false, /*copy=*/true);
+    wait_for_use(comm_.broadcast(words.data_ptr(), n, DType::kFloat32, {/*root=*/0, /*tag=*/0}), like_.device(),
+                 unconfirmed_);
+    confirm();
+    words = words.to(at::kCPU);
+    std::copy(words.data_ptr<std::int32_t>(), words.data_ptr<std::int32_t>() + count, order.begin());
+  }
+  std::vector<char> seen(n, 0);
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::int32_t b = order[i];
+    ZERO_INTERNAL_ASSERT(b >= 0 && static_cast<std::size_t>(b) < n && !seen[static_cast<std::size_t>(b)],
+                         "the launch order from rank 0 is not a permutation of the buckets");
+    seen[static_cast<std::size_t>(b)] = 1;
+    order_[i] = b;
+  }
+  order_agreed_ = true;
 }
 
 void GradReducer::confirm() {

@@ -174,7 +174,12 @@ TEST_P(Formula, BytesMatchDesignTable) {
   }
   const std::uint64_t grads_and_params = static_cast<std::uint64_t>(2 * (N - 1) * padded / N * es);
   const std::uint64_t norm_bytes = stage == 0 ? 0 : static_cast<std::uint64_t>(2 * (N - 1) * 4);
-  EXPECT_EQ(c.total_bytes(), grads_and_params + norm_bytes);
+  // The first step only: the ranks agree on the buckets' launch order, one
+  // broadcast of 4 bytes per bucket (zero/zero/grad_reducer.h).
+  const std::uint64_t order_bytes =
+      comm::ring_bytes_sent(comm::CollectiveKind::kBroadcast, layout.buckets().size(), 4, static_cast<int>(N));
+  EXPECT_EQ(c.bytes_sent[int(comm::CollectiveKind::kBroadcast)], order_bytes);
+  EXPECT_EQ(c.total_bytes(), grads_and_params + norm_bytes + order_bytes);
   if (stage == 2 || offload) {
     EXPECT_EQ(c.bytes_sent[int(comm::CollectiveKind::kReduceScatter)], grads_and_params / 2);
     EXPECT_EQ(c.bytes_sent[int(comm::CollectiveKind::kAllGather)], grads_and_params / 2);
@@ -1128,6 +1133,123 @@ TEST(Modules, FrozenStaysAndUnusedParametersTrainAsZeroGradient) {
         EXPECT_TRUE(at::allclose(model->spare->weight, spare_before * decay, 1e-6, 1e-7)) << what;
       }
     }
+  }
+}
+
+// Six layers and a spare registered last that the forward never uses (a
+// pooler left out of the loss): the spare's buckets are the first of the
+// layout's back-to-front order. Launched in layout order, they would never
+// complete and would hold back every bucket after them until the end of
+// backward: the whole gradient alive at once, not ZeRO-R's three buckets.
+struct DeepWithSpare : torch::nn::Module {
+  DeepWithSpare() {
+    for (int i = 0; i < 6; ++i) layers.push_back(register_module("l" + std::to_string(i), torch::nn::Linear(32, 32)));
+    spare = register_module("spare", torch::nn::Linear(32, 32));
+  }
+  // use_spare: the spare's output added last (its gradient is the first
+  // backward computes).
+  at::Tensor forward(at::Tensor h, bool use_spare = false) {
+    for (auto& l : layers) h = at::gelu(l->forward(h));
+    return use_spare ? h + spare->forward(h) : h;
+  }
+  std::vector<torch::nn::Linear> layers;
+  torch::nn::Linear spare{nullptr};
+};
+
+// From the second step on (the ranks agree on the launch order at the end of
+// the first backward: its buckets as they completed, unused ones last), the
+// buckets alive at any point of backward stay within the three the memory
+// plan budgets, at stage 2 and with offload (transient buckets), and the
+// spare still trains as a zero gradient.
+TEST(Buckets, AnUnusedParameterRegisteredLastHoldsBackNoBucketAfterTheFirstStep) {
+  comm::Communicator& comm = world_comm();
+  const int world = comm.world_size();
+  for (bool offload : {false, true}) {
+    torch::manual_seed(11);
+    auto model = std::make_shared<DeepWithSpare>();
+    config::Config cfg = make_config(2, offload, /*bf16=*/false, world, 2, 1);
+    cfg.zero_optimization.reduce_bucket_size = 1000;
+    Engine engine(model, cfg, comm);
+    std::vector<std::size_t> numels;
+    for (const auto& p : model->parameters()) numels.push_back(static_cast<std::size_t>(p.numel()));
+    const FlatLayout layout(numels, 1000, world, world, kPlanAlignElements);
+    ASSERT_GT(layout.buckets().size(), static_cast<std::size_t>(kPlanLiveBuckets) + 3);
+    std::size_t largest = 0;
+    for (const Bucket& b : layout.buckets()) largest = std::max(largest, b.padded);
+    const std::int64_t bound = kPlanLiveBuckets * static_cast<std::int64_t>(largest) * 4;
+    // The bucket bytes alive whenever a gradient arrives (a tensor hook runs
+    // before the engine takes that gradient).
+    std::int64_t live = 0;
+    for (auto& l : model->layers) {
+      for (at::Tensor& p : l->parameters()) {
+        p.register_hook([&](const at::Tensor& g) {
+          live = std::max(live, engine.ledger().snapshot().bytes(Tier::kDevice, Kind::kBuckets));
+          return g;
+        });
+      }
+    }
+    const at::Tensor spare_before = model->spare->weight.clone();
+    for (int step = 0; step < 3; ++step) {
+      live = 0;
+      engine.backward(at::mse_loss(model->forward(at::randn({2, 32})), at::zeros({2, 32})));
+      EXPECT_TRUE(engine.step());
+      if (step > 0) {
+        EXPECT_LE(live, bound) << "step " << step << (offload ? ", offload" : "") << ": " << live
+                               << " bytes of buckets alive at once, " << layout.buckets().size() << " buckets of at most "
+                               << largest << " elements";
+      }
+      EXPECT_GT(live, 0);
+    }
+    // No gradient: only AdamW's decoupled weight decay moves it.
+    const std::vector<at::Tensor> master = engine.gather_master_params();
+    EXPECT_TRUE(at::allclose(master[12], spare_before * std::pow(1.0 - 1e-2 * 0.01, 3), 1e-6, 1e-7));
+  }
+}
+
+// Ranks whose forwards use different parameters (the spare only on odd
+// ranks: there its buckets complete first, on rank 0 never) complete their
+// buckets in different orders; they take rank 0's launch order, so their
+// reductions pair up, and the training is that of the mean gradient: a
+// plain LibTorch AdamW over the ranks' gradients averaged by hand.
+TEST(Buckets, RanksThatUseDifferentParametersTakeRankZerosOrder) {
+  comm::Communicator& comm = world_comm();
+  const int world = comm.world_size(), rank = comm.rank();
+  if (world == 1) GTEST_SKIP() << "one rank has one order";
+  torch::manual_seed(12);
+  auto model = std::make_shared<DeepWithSpare>();
+  torch::manual_seed(12);
+  auto plain = std::make_shared<DeepWithSpare>();
+  config::Config cfg = make_config(2, /*offload=*/false, /*bf16=*/false, world, 2, 1);
+  cfg.zero_optimization.reduce_bucket_size = 1000;
+  Engine engine(model, cfg, comm);
+  const auto& o = cfg.optimizer;
+  torch::optim::AdamW adamw(plain->parameters(), torch::optim::AdamWOptions(o.lr)
+                                                     .betas({o.beta1, o.beta2})
+                                                     .eps(o.eps)
+                                                     .weight_decay(o.weight_decay));
+  const bool use_spare = rank % 2 == 1;
+  for (int step = 0; step < 3; ++step) {
+    torch::manual_seed(300 + step);
+    const at::Tensor x = at::randn({2 * world, 32}).narrow(0, 2 * rank, 2);
+    engine.backward(at::mse_loss(model->forward(x, use_spare), at::zeros({2, 32})));
+    EXPECT_TRUE(engine.step());
+    adamw.zero_grad();
+    at::mse_loss(plain->forward(x, use_spare), at::zeros({2, 32})).backward();
+    for (at::Tensor& p : plain->parameters()) {
+      if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
+      at::Tensor g = p.grad().contiguous();
+      comm.all_reduce(g.data_ptr(), static_cast<std::size_t>(g.numel()), DType::kFloat32)->wait();
+      p.mutable_grad() = g / world;
+    }
+    torch::nn::utils::clip_grad_norm_(plain->parameters(), cfg.gradient_clipping);
+    adamw.step();
+  }
+  const std::vector<at::Tensor> master = engine.gather_master_params();
+  const std::vector<at::Tensor> want = plain->parameters();
+  ASSERT_EQ(master.size(), want.size());
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    EXPECT_TRUE(at::allclose(master[i], want[i], 1e-5, 1e-6))
+        << "parameter " << i << ": max difference " << (master[i] - want[i]).abs().max().item<double>();
   }
 }
 

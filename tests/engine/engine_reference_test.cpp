@@ -26,6 +26,7 @@
 #include <ATen/ops/gelu.h>
 #include <ATen/ops/mse_loss.h>
 #include <ATen/ops/tensor.h>
+#include <ATen/ops/zeros_like.h>
 #include <gtest/gtest.h>
 #include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/adagrad.h>
@@ -168,11 +169,12 @@ const Trace& reference(ModelKind kind, const config::Config& cfg, Opt which = Op
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
   auto model = make_model(kind);
-  // Each tensor once (a tied weight is listed under both of its names), as
-  // the engine steps it.
+  // Each trainable tensor once (a tied weight is listed under both of its
+  // names), as the engine steps it.
   std::vector<at::Tensor> params;
   for (const at::Tensor& p : model->parameters()) {
-    if (std::none_of(params.begin(), params.end(), [&](const at::Tensor& q) { return q.is_same(p); })) {
+    if (p.requires_grad() &&
+        std::none_of(params.begin(), params.end(), [&](const at::Tensor& q) { return q.is_same(p); })) {
       params.push_back(p);
     }
   }
@@ -183,6 +185,11 @@ const Trace& reference(ModelKind kind, const config::Config& cfg, Opt which = Op
     set_rate(*opt, lr_at(step), group_scales(grouping));
     opt->zero_grad();
     t.losses.push_back(accumulate_reference_grads(kind, *model, batch_at(kind, step), kAccumulation));
+    // A parameter the forward did not use steps with a zero gradient, as in
+    // the engine (and DeepSpeed's ZeRO); LibTorch's optimizers would skip it.
+    for (at::Tensor& p : params) {
+      if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
+    }
     t.norms.push_back(
         static_cast<float>(torch::nn::utils::clip_grad_norm_(params, cfg.gradient_clipping)));
     opt->step();
@@ -258,6 +265,7 @@ const char* model_name(ModelKind kind) {
     case ModelKind::kTransformer: return "transformer_";
     case ModelKind::kTiedMlp: return "tied_mlp_";
     case ModelKind::kUnitMlp: return "unit_mlp_";
+    case ModelKind::kSharedUnitMlp: return "shared_unit_mlp_";
   }
   return "";
 }
@@ -370,6 +378,16 @@ INSTANTIATE_TEST_SUITE_P(
     Stage3Models, Reference,
     testing::Combine(testing::Values(ModelKind::kUnitMlp, ModelKind::kTiedMlp),
                      testing::Values(Precision::kFp32, Precision::kBf16), testing::Values(5, 6, 9, 10)),
+    [](const testing::TestParamInfo<Case>& info) { return case_name(info); });
+
+// A frozen unit, a block registered under two names and a spare layer the
+// forward never uses (SharedUnitMlp), at stage 2 (the spare's buckets come
+// first in the launch order until the ranks agree on another) and the
+// stage-3 layouts, fp32 and bf16.
+INSTANTIATE_TEST_SUITE_P(
+    SharedUnits, Reference,
+    testing::Combine(testing::Values(ModelKind::kSharedUnitMlp), testing::Values(Precision::kFp32, Precision::kBf16),
+                     testing::Values(2, 4, 5, 6, 9, 10)),
     [](const testing::TestParamInfo<Case>& info) { return case_name(info); });
 
 // The options the parity grid does not vary, each against its LibTorch
@@ -887,6 +905,11 @@ const Trace& muon_reference(ModelKind kind, const config::Config& cfg) {
     muon_opt.zero_grad();
     adam_opt.zero_grad();
     t.losses.push_back(accumulate_reference_grads(kind, *model, batch_at(kind, step), kAccumulation));
+    // A parameter the forward did not use steps with a zero gradient, as in
+    // the engine (and DeepSpeed's ZeRO); LibTorch's optimizers would skip it.
+    for (at::Tensor& p : params) {
+      if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
+    }
     t.norms.push_back(static_cast<float>(torch::nn::utils::clip_grad_norm_(params, cfg.gradient_clipping)));
     muon_opt.step();
     adam_opt.step();

@@ -423,6 +423,32 @@ bool in_a_block(const std::string& name) { return name.size() > 1 && name[0] == 
 // gives an empty tensor instead of a read of freed memory, and a write
 // fails on the shape. gather_parameters() gives the module every value (in
 // fp32 training, the master weights) until its scope ends.
+// A block registered under two names (SharedUnitMlp's b0 and b1) is one
+// unit, partitioned like any other: hollow between steps, gathered while it
+// runs. (named_modules() lists it twice; as two units that each held its
+// parameters, neither inside the other, they stayed gathered on every rank.)
+// A frozen unit fed data that needs no gradient leaves none: nothing of it
+// trains, so nothing is back-propagated through it.
+TEST(Stage3, ABlockRegisteredTwiceIsOneUnitAndAFrozenUnitLeavesNoGradientPath) {
+  comm::Communicator& comm = world_comm();
+  auto model = std::make_shared<SharedUnitMlp>();
+  config::Config cfg = make_config(3, false, /*bf16=*/false, comm.world_size(), 2, 1);
+  Engine engine(model, cfg, comm);
+  EXPECT_EQ(model->block->weight.numel(), 0) << "the shared block stays gathered";
+  EXPECT_EQ(model->head->weight.numel(), 0);
+  EXPECT_EQ(model->stem->weight.numel(), 16 * 32) << "a frozen unit is each rank's whole (not partitioned)";
+  const at::Tensor x = at::randn({2, 16});
+  const at::Tensor stem_out = as_unit(model->stem, x);
+  EXPECT_FALSE(stem_out.requires_grad()) << "data through a frozen unit needs a gradient: its backward would run";
+  // And it trains: a step through the shared block, hollow again after it.
+  for (int step = 0; step < 2; ++step) {
+    engine.backward(at::mse_loss(model->forward(at::randn({2, 16})), at::zeros({2, 4})));
+    engine.step();
+  }
+  EXPECT_EQ(model->block->weight.numel(), 0);
+  EXPECT_GT(engine.stats().grad_norm, 0.0f);
+}
+
 TEST(Stage3, BetweenStepsAUnitsParameterIsHollowAndGatherParametersGivesItsValues) {
   comm::Communicator& comm = world_comm();
   auto model = make_gpt();

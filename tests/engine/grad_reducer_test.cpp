@@ -84,10 +84,10 @@ class FakeCommunicator final : public zero::comm::Communicator {
 
 // Six parameters of 8 elements in buckets of 16 (three buckets), two ranks.
 struct Rig {
-  explicit Rig(bool device, int max_in_flight = 1)
+  explicit Rig(bool device, int max_in_flight = 1, std::vector<std::size_t> numels = {8, 8, 8, 8, 8, 8})
       : log(std::make_shared<Log>()),
         comm(device, log),
-        layout({8, 8, 8, 8, 8, 8}, 16, /*pad_world=*/2, /*shard_world=*/2, /*align=*/1) {
+        layout(numels, 16, /*pad_world=*/2, /*shard_world=*/2, /*align=*/1) {
     // A host wait for an op the device never gets to fails in 2 s, not 600.
     comm.set_timeout(std::chrono::seconds(2));
     comm.set_flight_recorder(16, testing::TempDir());
@@ -101,13 +101,18 @@ struct Rig {
           EXPECT_EQ(chunk.numel(), static_cast<std::int64_t>(layout.buckets()[static_cast<std::size_t>(b)].chunk));
         });
   }
-  // One backward: every parameter's gradient, in reverse order (as autograd
-  // finishes them); returns the log up to end_backward().
-  Log backward() {
+  // One backward: every parameter's gradient (but `unused`'s), in reverse
+  // order (as autograd finishes them); returns the log up to end_backward().
+  // `live_peak`: the most bucket bytes held at once inside it.
+  Log backward(int unused = -1, std::int64_t* live_peak = nullptr) {
     reducer->begin_backward(true);
+    std::int64_t peak = 0;
     for (int i = static_cast<int>(layout.params().size()) - 1; i >= 0; --i) {
+      if (i == unused) continue;
       reducer->on_grad(i, at::ones({static_cast<std::int64_t>(layout.params()[static_cast<std::size_t>(i)].numel)}));
+      peak = std::max(peak, ledger.snapshot().bytes(zero::memory::Tier::kDevice, zero::memory::Kind::kBuckets));
     }
+    if (live_peak != nullptr) *live_peak = peak;
     Log during = *log;
     reducer->end_backward();
     return during;
@@ -124,6 +129,10 @@ int count_prefix(const Log& log, const std::string& prefix) {
   for (const std::string& e : log) n += e.rfind(prefix, 0) == 0 ? 1 : 0;
   return n;
 }
+
+// The first backward ends with the launch order's broadcast (once): one op
+// more, ordered on the device and waited for on the host like the others.
+constexpr int kOrderBroadcast = 1;
 
 TEST(GradReducerWaits, ADeviceBackendIsWaitedForOnTheDeviceInBackwardAndOnTheHostOnceAtItsEnd) {
   Rig s(/*device=*/true);
@@ -144,9 +153,9 @@ TEST(GradReducerWaits, ADeviceBackendIsWaitedForOnTheDeviceInBackwardAndOnTheHos
   // end_backward(): the last one ordered and consumed, then every op waited
   // for on the host, each once, after all were consumed.
   const Log& all = *s.log;
-  EXPECT_EQ(count_prefix(all, "device "), 3) << testing::PrintToString(all);
+  EXPECT_EQ(count_prefix(all, "device "), 3 + kOrderBroadcast) << testing::PrintToString(all);
   EXPECT_EQ(count_prefix(all, "consume "), 3);
-  EXPECT_EQ(count_prefix(all, "host "), 3) << testing::PrintToString(all);
+  EXPECT_EQ(count_prefix(all, "host "), 3 + kOrderBroadcast) << testing::PrintToString(all);
   for (int op = 0; op < 3; ++op) {
     const auto host = std::find(all.begin(), all.end(), "host " + std::to_string(op));
     EXPECT_GT(host - all.begin(), std::find(all.begin(), all.end(), "consume 2") - all.begin())
@@ -163,7 +172,7 @@ TEST(GradReducerWaits, AHostBackendIsWaitedForOnTheHostBeforeEachChunkIsUsed) {
   s.backward();
   const Log& all = *s.log;
   EXPECT_EQ(count_prefix(all, "device "), 0);
-  EXPECT_EQ(count_prefix(all, "host "), 3);
+  EXPECT_EQ(count_prefix(all, "host "), 3 + kOrderBroadcast);
   for (std::size_t i = 0; i < all.size(); ++i) {
     if (all[i].rfind("consume ", 0) == 0) {
       ASSERT_GT(i, 0u);
@@ -184,7 +193,37 @@ TEST(GradReducerWaits, AbortWaitsOnTheHostForWhatOnlyTheDeviceWaitedFor) {
   *s.comm.drained = false;
   s.log->clear();
   s.backward();
-  EXPECT_EQ(count_prefix(*s.log, "host "), 3);
+  EXPECT_EQ(count_prefix(*s.log, "host "), 3 + kOrderBroadcast);  // the first backward that ended
+}
+
+// Ten parameters in five buckets, packed back to front: parameter 9, the
+// last registered, is in bucket 0, the first launched in layout order. It
+// never gets a gradient (a spare head), so in the first backward bucket 0
+// never completes and holds back every bucket after it: all five live at
+// once. After it the launch order is the buckets' completion order with the
+// incomplete one last, and the next backward holds at most max_in_flight + 1
+// buckets, as ZeRO-R's constant-size buffers ask.
+TEST(GradReducerOrder, AParameterWithoutAGradientHoldsBackNoOtherBucketAfterTheFirstBackward) {
+  Rig s(/*device=*/false, /*max_in_flight=*/1, std::vector<std::size_t>(10, 8));
+  ASSERT_EQ(s.layout.buckets().size(), 5u);
+  ASSERT_EQ(s.layout.params()[9].bucket, 0);
+  const std::int64_t bucket_bytes = 16 * 4;
+  std::int64_t first = 0, second = 0, third = 0;
+  s.backward(/*unused=*/9, &first);
+  EXPECT_EQ(first, 5 * bucket_bytes) << "the first backward, in layout order, holds every bucket";
+  s.log->clear();
+  s.backward(/*unused=*/9, &second);
+  EXPECT_LE(second, 2 * bucket_bytes) << "held back by the unused parameter's bucket after the order was agreed";
+  // Every bucket still reduced and consumed, the unused one last, and no
+  // second broadcast.
+  EXPECT_EQ(count_prefix(*s.log, "consume "), 5) << testing::PrintToString(*s.log);
+  EXPECT_EQ(s.log->back(), "consume 0") << testing::PrintToString(*s.log);
+  EXPECT_EQ(count_prefix(*s.log, "host "), 5);
+  // Using it again (a step where it has a gradient) changes nothing but when bucket 0 goes.
+  s.log->clear();
+  s.backward(/*unused=*/-1, &third);
+  EXPECT_LE(third, 2 * bucket_bytes);
+  EXPECT_EQ(count_prefix(*s.log, "consume "), 5);
 }
 
 }  // namespace

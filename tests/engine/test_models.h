@@ -162,6 +162,32 @@ struct UnitMlp : torch::nn::Module {
   at::Tensor scale;
 };
 
+// What a user's own model brings beyond UnitMlp: `stem`, a frozen unit fed
+// the data first (no gradient flows into or out of it); `block`, one module
+// registered under two names (a block shared by two layers) and called as
+// both; and `spare`, a trainable layer registered last that the forward
+// never uses (a pooler left out of the loss): its buckets come first in the
+// layout, which is launched back to front, and it trains as a zero gradient
+// (weight decay only), as DeepSpeed's ZeRO treats it.
+struct SharedUnitMlp : torch::nn::Module {
+  SharedUnitMlp() {
+    stem = register_module("stem", torch::nn::Linear(16, 32));
+    for (at::Tensor& p : stem->parameters()) p.set_requires_grad(false);
+    block = register_module("b0", torch::nn::Linear(32, 32));
+    register_module("b1", block);
+    head = register_module("head", torch::nn::Linear(32, 4));
+    spare = register_module("spare", torch::nn::Linear(32, 32));
+    for (auto* l : {&stem, &block, &head}) zero::mark_unit(**l);
+  }
+  at::Tensor forward(const at::Tensor& x) {
+    at::Tensor h = at::gelu(as_unit(stem, x));
+    h = at::gelu(as_unit(block, h));
+    h = at::gelu(as_unit(block, h));
+    return as_unit(head, h);
+  }
+  torch::nn::Linear stem{nullptr}, block{nullptr}, head{nullptr}, spare{nullptr};
+};
+
 // bf16 runs against a stage-0 bf16 or an fp32 reference: the largest
 // difference of a final fp32 master weight allowed, and of each tensor's mean
 // difference (engine_parity_test.cpp justifies them with the measured values).

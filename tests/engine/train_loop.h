@@ -19,7 +19,7 @@
 
 namespace zero::test {
 
-enum class ModelKind { kMlp, kTransformer, kTiedMlp, kUnitMlp };
+enum class ModelKind { kMlp, kTransformer, kTiedMlp, kUnitMlp, kSharedUnitMlp };
 
 // The job's communicator (MPI under mpirun, else one process), made once.
 inline comm::Communicator& world_comm() {
@@ -39,6 +39,7 @@ inline std::shared_ptr<torch::nn::Module> make_model(ModelKind kind) {
   if (kind == ModelKind::kMlp) return std::make_shared<Mlp>();
   if (kind == ModelKind::kTiedMlp) return std::make_shared<TiedMlp>();
   if (kind == ModelKind::kUnitMlp) return std::make_shared<UnitMlp>();
+  if (kind == ModelKind::kSharedUnitMlp) return std::make_shared<SharedUnitMlp>();
   return std::make_shared<TinyTransformer>();
 }
 
@@ -69,6 +70,10 @@ inline at::Tensor micro_loss(ModelKind kind, torch::nn::Module& model, const at:
   }
   if (kind == ModelKind::kUnitMlp) {
     at::Tensor out = static_cast<UnitMlp&>(model).forward(x.to(dtype));
+    return at::mse_loss(out.to(at::kFloat), y);
+  }
+  if (kind == ModelKind::kSharedUnitMlp) {
+    at::Tensor out = static_cast<SharedUnitMlp&>(model).forward(x.to(dtype));
     return at::mse_loss(out.to(at::kFloat), y);
   }
   at::Tensor logits = static_cast<TinyTransformer&>(model).forward(x);

@@ -4,11 +4,20 @@
 // has finished it (a post-accumulate-grad hook). The gradient is added into
 // its bucket, the parameter's own .grad is released by the caller, and a
 // bucket whose parameters have all arrived is reduced asynchronously while
-// backward continues (overlap_comm). Buckets are launched strictly in bucket
-// order, so every rank issues the same collectives in the same order even if
-// autograd finishes parameters in a different order (or never, for a
-// parameter that got no gradient: its slot stays zero and its bucket goes at
-// end_backward()).
+// backward continues (overlap_comm). Buckets are launched strictly in one
+// launch order, the same on every rank, so every rank issues the same
+// collectives in the same order even if autograd finishes parameters in a
+// different order (or never, for a parameter that got no gradient: its slot
+// stays zero and its bucket goes at end_backward()). The order is the
+// layout's for the first reducing backward; at its end the ranks take rank
+// 0's (one broadcast of 4 bytes per bucket, once): its buckets as they
+// completed, then those that did not. A bucket that completes late, or
+// never (an unused parameter registered last lands in the first bucket),
+// would otherwise hold back every bucket after it, alive and unreduced, up
+// to the whole gradient. (DDP rebuilds its buckets after the first
+// iteration in the order gradients arrived, for the same reason.) Parameters
+// used in some steps only (a layer skipped at random) still hold the buckets
+// launched after theirs in the steps they are used late or not at all.
 //
 // Three modes:
 //  - kAllReduceFull (stage 0) and kReduceScatterFull (stage 1): buckets are
@@ -25,7 +34,7 @@
 //    buffers: `max_in_flight` being reduced, one being filled): a new bucket
 //    waits for the oldest reduction first. Only when autograd
 //    leaves more buckets than that partially filled at once (an order far
-//    from the layout's) do more exist.
+//    from the launch order) do more exist.
 // Without overlap_comm a bucket is reduced, blocking, as soon as it is full.
 // Sums, not means: the engine folds 1/(world * accumulation) into the
 // optimizer's grad_scale.
@@ -91,6 +100,9 @@ class GradReducer {
   at::Tensor bucket_storage(int b);
   void launch_ready();
   void launch(int b);
+  // After the first reducing backward: every rank takes rank 0's order.
+  // Collective.
+  void agree_order();
   void finish_oldest();
   void poll();
   // The reductions only the device waited for, waited for on the host.
@@ -104,8 +116,11 @@ class GradReducer {
   at::Tensor like_;
   Consumer consume_;
   bool reducing_ = false;
-  int next_launch_ = 0;
+  int next_launch_ = 0;        // into order_
   std::vector<int> pending_;  // parameters not yet arrived, per bucket
+  std::vector<int> order_;    // the launch order: bucket numbers
+  std::vector<int> completed_;  // buckets as they completed in this backward, until the order is agreed
+  bool order_agreed_ = false;
   std::vector<at::Tensor> storage_;
   std::vector<memory::MemoryLedger::Registration> storage_reg_;
   std::deque<InFlight> in_flight_;
