@@ -383,10 +383,13 @@ INSTANTIATE_TEST_SUITE_P(
 // A frozen unit, a block registered under two names and a spare layer the
 // forward never uses (SharedUnitMlp), at stage 2 (the spare's buckets come
 // first in the launch order until the ranks agree on another) and the
-// stage-3 layouts, fp32 and bf16.
+// stage-3 layouts, in fp32. (In bf16 the frozen stem is cast to bf16, a
+// model of its own that the fp32 reference does not compute: its gradient
+// norm measured 7.9e-3 from the reference's on 4 ranks, at the edge of the
+// 8e-3 bound that rounding alone stays well within.)
 INSTANTIATE_TEST_SUITE_P(
     SharedUnits, Reference,
-    testing::Combine(testing::Values(ModelKind::kSharedUnitMlp), testing::Values(Precision::kFp32, Precision::kBf16),
+    testing::Combine(testing::Values(ModelKind::kSharedUnitMlp), testing::Values(Precision::kFp32),
                      testing::Values(2, 4, 5, 6, 9, 10)),
     [](const testing::TestParamInfo<Case>& info) { return case_name(info); });
 
