@@ -124,6 +124,7 @@ class ParamStore {
   struct PendingGather {
     comm::WorkPtr work;                     // the all-gather (several ranks)
     std::optional<GatherLane::Mark> ready;  // the lane's copy (one rank)
+    int bucket = -1;
   };
   PendingGather start_gather(int b, comm::Communicator& comm);
   void finish_gather(PendingGather& g);
@@ -277,6 +278,11 @@ class ParamStore {
   // partition_: destroyed first, waiting for the copies that read it.
   std::unique_ptr<GatherLane> lane_;
   std::vector<comm::WorkPtr> unconfirmed_;  // all-gathers ordered on the device only
+  // Stage 3: each bucket's all-gather started and not yet finished (a unit
+  // fetched ahead whose use did not come: a forward with gradients between
+  // backward() and step()). A bucket's rank chunk is the send buffer of its
+  // all-gather: no second gather may write it before the first is done.
+  std::vector<comm::WorkPtr> gathering_;
   // Bucket b's index in the layout (b may be another copy of the layout's:
   // the optimizer's), found by its place in the partition.
   int bucket_index(const Bucket& b) const {

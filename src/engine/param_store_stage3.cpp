@@ -82,6 +82,9 @@ void ParamStore::adopt_partitioned(comm::Communicator& comm, memory::MemoryLedge
 ParamStore::PendingGather ParamStore::start_gather(int bi, comm::Communicator& comm) {
   const Bucket& b = layout_.buckets()[static_cast<std::size_t>(bi)];
   BucketStorage& st = buckets_[static_cast<std::size_t>(bi)];
+  if (gathering_.size() != buckets_.size()) gathering_.resize(buckets_.size());
+  ZERO_INTERNAL_ASSERT(!gathering_[static_cast<std::size_t>(bi)], "bucket ", bi,
+                       "'s all-gather started while its last one is in flight");
   if (!st.held()) {
     try {
       st.refill();
@@ -127,6 +130,8 @@ ParamStore::PendingGather ParamStore::start_gather(int bi, comm::Communicator& c
   };
   // After the lane's copy; then the host's wait for the all-gather covers it.
   g.work = lane_ ? lane_->issue_after(comm, issue) : issue();
+  g.bucket = bi;
+  gathering_[static_cast<std::size_t>(bi)] = g.work;
   return g;
 }
 
@@ -144,6 +149,9 @@ void ParamStore::open_swap(const std::filesystem::path& file, offload::SwapFile:
 }
 
 void ParamStore::finish_gather(PendingGather& g) {
+  if (g.bucket >= 0 && gathering_[static_cast<std::size_t>(g.bucket)] == g.work) {
+    gathering_[static_cast<std::size_t>(g.bucket)].reset();
+  }
   if (g.work) wait_for_use(std::move(g.work), device_, unconfirmed_);
   if (g.ready) lane_->compute_waits(*g.ready);
   g = PendingGather{};
