@@ -147,6 +147,11 @@ class ParamStore {
   void hollow(int b);
   void hollow_released();
   bool gathered(int b) const { return buckets_[static_cast<std::size_t>(b)].held(); }
+  // Whether `t` is a view into bucket b's gathered memory.
+  bool in_bucket(int b, const at::Tensor& t) const {
+    const at::Tensor& mine = buckets_[static_cast<std::size_t>(b)].tensor();
+    return t.has_storage() && mine.defined() && t.storage().is_alias_of(mine.storage());
+  }
   // Stage 3, when the engine goes while unwinding (no collective then):
   // released buckets get zeros, so that the module can be given back. A
   // bucket with no memory for it leaves its parameters empty (0 elements);

@@ -274,6 +274,11 @@ std::string UnitSchedule::describe(std::int64_t persistence_threshold, c10::Scal
          "stage3_param_persistence_threshold=" + std::to_string(persistence_threshold) + " elements)";
 }
 
+bool UnitSchedule::shares_gathered_memory(int u, const at::Tensor& t) const {
+  const UnitState& s = units_[static_cast<std::size_t>(u)];
+  return std::any_of(s.buckets.begin(), s.buckets.end(), [&](int b) { return store_.in_bucket(b, t); });
+}
+
 UnitSchedule::PrefetchCounts UnitSchedule::take_prefetched() {
   const PrefetchCounts c = counts_;
   counts_ = {};

@@ -66,6 +66,8 @@ class UnitSchedule {
   void release(int unit);
   // gather(), released at end_backward() (or abort()).
   void gather_until_backward_ends(int unit);
+  // Whether `t` lives in one of the unit's gathered buckets.
+  bool shares_gathered_memory(int unit, const at::Tensor& t) const;
   // Around the engine's backward (its gathers are recorded whatever the
   // grad mode inside autograd's engine).
   void begin_backward() { in_backward_ = true; }
@@ -96,6 +98,9 @@ class UnitSchedule {
     void gather() override { schedule->gather(unit); }
     void release() override { schedule->release(unit); }
     void gather_until_backward_ends() override { schedule->gather_until_backward_ends(unit); }
+    bool shares_gathered_memory(const at::Tensor& t) const override {
+      return schedule->shares_gathered_memory(unit, t);
+    }
     UnitSchedule* schedule;
     int unit;
   };

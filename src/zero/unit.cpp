@@ -133,7 +133,11 @@ at::Tensor unit(const torch::nn::Module& m, const at::Tensor& x,
     h->release();
     throw;
   }
+  const bool view_of_parameters = out.defined() && h->shares_gathered_memory(out);
   h->release();
+  ZERO_CHECK(!view_of_parameters, "zero::unit: the output of unit '", m.name(), "' is a view of its own parameters, "
+             "whose memory stage 3 releases when the unit returns: return a copy (e.g. the view's .clone()) or a "
+             "result computed from them");
   if (track && out.requires_grad()) {
     auto state = std::make_shared<BackwardState>(h, /*until_end=*/!in.requires_grad());
     out.register_hook([state](const at::Tensor& g) {

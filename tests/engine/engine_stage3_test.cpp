@@ -492,6 +492,32 @@ TEST(Stage3, ABlockRegisteredTwiceIsOneUnitAndAFrozenUnitLeavesNoGradientPath) {
   EXPECT_GT(engine.stats().grad_norm, 0.0f);
 }
 
+// A unit whose output is a view of its own parameter (a weight returned
+// transposed) would hand out memory that the release right after takes
+// away: refused, naming the unit and the fix; a copy is fine.
+TEST(Stage3, AUnitOutputThatIsAViewOfItsParametersIsRefused) {
+  comm::Communicator& comm = world_comm();
+  auto model = std::make_shared<SharedUnitMlp>();
+  config::Config cfg = make_config(3, false, /*bf16=*/false, comm.world_size(), 2, 1);
+  Engine engine(model, cfg, comm);
+  const at::Tensor x = at::randn({2, 32});
+  const auto& head = model->head;
+  try {
+    zero::unit(*head, x, [&](const at::Tensor&) { return head->weight.t(); });
+    ADD_FAILURE() << "a view of the unit's weight was handed out";
+  } catch (const zero::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("is a view of its own parameters"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("return a copy"), std::string::npos) << e.what();
+  }
+  const at::Tensor copy = zero::unit(*head, x, [&](const at::Tensor&) { return head->weight.t().clone(); });
+  EXPECT_EQ(copy.sizes(), (std::vector<std::int64_t>{32, 4}));
+  EXPECT_TRUE(copy.isfinite().all().item<bool>());
+  EXPECT_EQ(head->weight.numel(), 0) << "released after the call";
+  // And training goes on.
+  engine.backward(at::mse_loss(model->forward(at::randn({2, 16})), at::zeros({2, 4})));
+  engine.step();
+}
+
 TEST(Stage3, BetweenStepsAUnitsParameterIsHollowAndGatherParametersGivesItsValues) {
   comm::Communicator& comm = world_comm();
   auto model = make_gpt();

@@ -49,6 +49,12 @@ class UnitHandler {
   // A gather() whose release() comes when the whole backward ends (the
   // backward of a unit whose input cannot carry a gradient).
   virtual void gather_until_backward_ends() = 0;
+  // Whether `t` shares the memory the unit's parameters are gathered into
+  // (a view of a parameter): release() takes that memory away.
+  virtual bool shares_gathered_memory(const at::Tensor& t) const {
+    (void)t;
+    return false;
+  }
   // Expires with the handler: a unit's backward hooks (which may outlive
   // the engine, with the graph that holds them) use it only while alive.
   std::weak_ptr<const void> liveness() const { return alive_; }
@@ -67,7 +73,9 @@ bool is_unit(const torch::nn::Module& m);
 void set_unit_handler(const torch::nn::Module& m, UnitHandler* handler);
 UnitHandler* unit_handler(const torch::nn::Module& m);
 
-// Runs fn(x) as unit `m` (see the file comment). fn must return one tensor.
+// Runs fn(x) as unit `m` (see the file comment). fn must return one tensor,
+// not a view of the unit's own parameters (their memory is released when fn
+// returns: such an output is refused, naming the unit; return a copy).
 at::Tensor unit(const torch::nn::Module& m, const at::Tensor& x,
                 const std::function<at::Tensor(const at::Tensor&)>& fn);
 
