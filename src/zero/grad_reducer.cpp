@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <numeric>
 #include <vector>
 
 #include <ATen/ops/from_blob.h>
@@ -31,7 +32,7 @@ GradReducer::GradReducer(const FlatLayout& layout, comm::Communicator& comm,
   ZERO_INTERNAL_ASSERT(opts_.mode == GradReduceMode::kReduceScatter || full_grads_.defined());
   ZERO_INTERNAL_ASSERT(opts_.mode != GradReduceMode::kReduceScatter || (like_.defined() && consume_));
   ZERO_INTERNAL_ASSERT(opts_.max_in_flight >= 1);
-  for (std::size_t b = 0; b < order_.size(); ++b) order_[b] = static_cast<int>(b);
+  std::iota(order_.begin(), order_.end(), 0);
 }
 
 void GradReducer::begin_backward(bool reduce) {
@@ -159,10 +160,8 @@ void GradReducer::agree_order() {
   // so all issue the same collectives in the same order from now on.
   const std::size_t n = order_.size();
   std::vector<std::int32_t> order(completed_.begin(), completed_.end());
-  std::vector<char> done(n, 0);
-  for (int b : completed_) done[static_cast<std::size_t>(b)] = 1;
   for (std::size_t b = 0; b < n; ++b) {
-    if (!done[b]) order.push_back(static_cast<std::int32_t>(b));
+    if (pending_[b] != 0) order.push_back(static_cast<std::int32_t>(b));  // never completed
   }
   ZERO_INTERNAL_ASSERT(order.size() == n);
   if (comm_.world_size() > 1) {
