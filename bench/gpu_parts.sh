@@ -19,6 +19,16 @@ gpu_time_left() {
   echo $((deadline - ($(date +%s) - t_start) - ${report_reserve_s:-30}))
 }
 
+# Seconds ctest -L cuda may take: the time left, and at most
+# ZERO_GPU_TEST_LIMIT when that is set, so that the benchmarks keep their
+# share of one device call.
+gpu_test_limit() {
+  local left cap=${ZERO_GPU_TEST_LIMIT:-0}
+  left=$(gpu_time_left)
+  ((left >= 1)) || left=1
+  if ((cap > 0 && cap < left)); then echo "$cap"; else echo "$left"; fi
+}
+
 # run_part NAME TIMEOUT_S COMMAND...: stdout and stderr to $results/NAME-$stamp.log
 # (and, but for JSON lines, to the terminal). A failure is reported, not
 # fatal. A part not in ZERO_GPU_PARTS is passed over; one that would start

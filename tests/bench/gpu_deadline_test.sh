@@ -41,6 +41,13 @@ out=$(run_part fsdp2-offload 60 sleep 30)
 [[ $out == "(fsdp2-offload: not in ZERO_GPU_PARTS)" ]] || fail "a part outside ZERO_GPU_PARTS: $out"
 [[ ! -e $results/fsdp2-offload-t.log ]] || fail "a part outside ZERO_GPU_PARTS left a log"
 
+# ctest's share: the time left, capped by ZERO_GPU_TEST_LIMIT when set.
+deadline=100 t_start=$(date +%s)
+limit=$(gpu_test_limit); ((limit >= 99 && limit <= 100)) || fail "ctest without a cap should get the time left, got $limit"
+limit=$(ZERO_GPU_TEST_LIMIT=20 gpu_test_limit); ((limit == 20)) || fail "ZERO_GPU_TEST_LIMIT=20 gave ctest $limit s"
+deadline=100 t_start=$(($(date +%s) - 90))
+limit=$(ZERO_GPU_TEST_LIMIT=20 gpu_test_limit); ((limit <= 10)) || fail "a cap above the time left gave ctest $limit s"
+
 report=$("$python" "$root/bench/gpu_report.py" --dir "$results" --stamp t --out "$results/gpu.json")
 grep -qF "deepspeed-offload: skipped: not run: " <<<"$report" || fail "the report does not show the skipped part: $report"
 grep -qF "cpp-engine-offload-dpu: cut off" <<<"$report" || fail "the report does not show the cut-off part: $report"
