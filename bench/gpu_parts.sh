@@ -29,6 +29,13 @@ gpu_test_limit() {
   if ((cap > 0 && cap < left)); then echo "$cap"; else echo "$left"; fi
 }
 
+# ctest_skipped LOG: ctest reported a test Skipped or Not Run (no device
+# visible). Only ctest's own result lines count: the verbose log also holds
+# gtest's "[  SKIPPED ]" lines of cases that skip by design.
+ctest_skipped() {
+  grep -qE '^ *[0-9]+/[0-9]+ Test +#[0-9]+: .*\*\*\*(Skipped|Not Run)' "$1"
+}
+
 # run_part NAME TIMEOUT_S COMMAND...: stdout and stderr to $results/NAME-$stamp.log
 # (and, but for JSON lines, to the terminal). A failure is reported, not
 # fatal. A part not in ZERO_GPU_PARTS is passed over; one that would start

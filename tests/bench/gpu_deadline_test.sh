@@ -48,6 +48,15 @@ limit=$(ZERO_GPU_TEST_LIMIT=20 gpu_test_limit); ((limit == 20)) || fail "ZERO_GP
 deadline=100 t_start=$(($(date +%s) - 90))
 limit=$(ZERO_GPU_TEST_LIMIT=20 gpu_test_limit); ((limit <= 10)) || fail "a cap above the time left gave ctest $limit s"
 
+# A device seen: gtest's own skips in the verbose log are not ctest's.
+printf '%s\n' '160: [  SKIPPED ] CudaHost.WithoutADeviceCudaFailuresAreZeroErrors (0 ms)' \
+  '1/3 Test #160: cuda_host_test ...................   Passed    0.53 sec' >"$results/ctest.log"
+! ctest_skipped "$results/ctest.log" || fail "gtest's [  SKIPPED ] read as ctest's Skipped"
+echo '2/3 Test #161: cuda_test ........................***Skipped   0.50 sec' >>"$results/ctest.log"
+ctest_skipped "$results/ctest.log" || fail "ctest's ***Skipped not seen"
+echo '3/3 Test #162: engine_cuda_test .................***Not Run   0.00 sec' >"$results/ctest.log"
+ctest_skipped "$results/ctest.log" || fail "ctest's ***Not Run not seen"
+
 report=$("$python" "$root/bench/gpu_report.py" --dir "$results" --stamp t --out "$results/gpu.json")
 grep -qF "deepspeed-offload: skipped: not run: " <<<"$report" || fail "the report does not show the skipped part: $report"
 grep -qF "cpp-engine-offload-dpu: cut off" <<<"$report" || fail "the report does not show the cut-off part: $report"
