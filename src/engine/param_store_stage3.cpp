@@ -36,10 +36,12 @@ void ParamStore::adopt_partitioned(comm::Communicator& comm, memory::MemoryLedge
   } else if (deferred_gathers_requested()) {
     lane_ = make_deferred_lane();
   }
-  // One bucket of fp32 at a time (the largest one's size), counted while it lives.
+  // One bucket of fp32 at a time (the largest one's size) and its copy in
+  // the training precision, counted while they live (the plan's 4 + es bytes
+  // per element).
   const PlannedBuffer& temp = plan[Buffer::kFlat32];
   at::Tensor flat32 = at::zeros({i64(temp.elements)}, at::TensorOptions().dtype(at::kFloat).device(device()));
-  flat32_temp_ = ledger.add(temp.tier, temp.kind, i64(flat32.nbytes()), temp.what);
+  flat32_temp_ = ledger.add(temp.tier, temp.kind, temp.bytes(), temp.what);
   const std::vector<Bucket>& buckets = layout_.buckets();
   buckets_.resize(buckets.size());
   bucket_regs_.resize(buckets.size());

@@ -45,8 +45,13 @@ void plan_stage3_params(const PlanInput& in, MemoryPlan& p) {
     if (unit_padded.size() <= static_cast<std::size_t>(b.group)) unit_padded.resize(b.group + 1, 0);
     unit_padded[static_cast<std::size_t>(b.group)] += b.padded;
   }
-  set(Buffer::kFlat32, make(Tier::kDevice, Kind::kStaging, Lifetime::kConstruction, largest_bucket, largest_bucket, 4,
-                            "one bucket of the parameters in fp32 (construction only)"));
+  // Each bucket is made in fp32, then copied into its storage in the
+  // training precision while the fp32 one still lives: 4 + es bytes per
+  // element of the largest bucket (measured by the CUDA allocator's peak in
+  // engine_cuda_test's EngineCudaBuild).
+  set(Buffer::kFlat32, make(Tier::kDevice, Kind::kStaging, Lifetime::kConstruction, largest_bucket, largest_bucket,
+                            4 + es, "one bucket of the parameters in fp32 and in the training precision "
+                            "(construction only)"));
   if (in.param_nvme) {
     // Each bucket's chunk is a region of the swap file; a host buffer holds one.
     std::size_t file = 0, largest = 0;
