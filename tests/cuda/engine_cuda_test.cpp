@@ -11,7 +11,9 @@
 // Tolerances: the two devices sum in different orders (GEMM tiles, norms), so
 // fp32 agrees to ~1e-6 per step and bf16/fp16 to their rounding. The final
 // update (master weights minus initial weights) must agree in relative L2 norm
-// within 1e-3 (fp32) or 5e-2 (bf16/fp16); losses and gradient norms per step
+// within 1e-3 (fp32) or 5e-2 (bf16/fp16; 16-bit Lion and Muon instead no
+// further from the CPU's fp32 run than the CPU's own 16-bit run, see
+// MatchesTheCpuEngine); losses and gradient norms per step
 // within 1e-4 / 3e-2 relative; fp16 skips the same steps. A wrong grad scale,
 // a missed micro-batch, clipping or an update not applied moves them by far
 // more (scripts/mutants).
@@ -208,7 +210,26 @@ TEST_P(EngineCuda, MatchesTheCpuEngine) {
   expect_close(gpu.clipped_norms, cpu.clipped_norms, per_step, "clipped grad norm");
   EXPECT_EQ(gpu.skipped, cpu.skipped);
   const double err = relative_update_error(gpu, cpu);
-  EXPECT_LT(err, half || lion ? 5e-2 : adagrad ? 1e-2 : 1e-3) << "relative difference of the updates";
+  if (half && (lion || k.optimizer == "Muon")) {
+    // In 16 bits Lion's signs and Muon's orthogonalized directions are set by
+    // rounding on this small model: two bf16 runs that round differently
+    // (the devices' kernels) are as far apart as bf16 is from fp32 (measured
+    // on an H200: Lion 0.29 between the devices against 0.31 between bf16
+    // and fp32 on the CPU; Muon 0.089 against 0.086). So the GPU's run is
+    // held to the precision's own distance from the fp32 run on the CPU: no
+    // further from it than the CPU's 16-bit run, with half again as margin.
+    // A wrong sign, rate or a step not applied moves it by several times that.
+    Case full = k;
+    full.dtype = "fp32";
+    const TrainRun fp32 = train(full, at::Device(at::kCPU));
+    const double own = relative_update_error(cpu, fp32), gpu_err = relative_update_error(gpu, fp32);
+    std::printf("[ measured ] %s: update difference GPU-CPU %.4f; from the fp32 run: CPU %.4f, GPU %.4f\n",
+                k.name.c_str(), err, own, gpu_err);
+    EXPECT_LT(gpu_err, 1.5 * own + 1e-2) << "the GPU's " << k.dtype << " run is further from the fp32 run than the "
+                                         << "CPU's (" << own << ")";
+  } else {
+    EXPECT_LT(err, half || lion ? 5e-2 : adagrad ? 1e-2 : 1e-3) << "relative difference of the updates";
+  }
   // The run trained: the update is not empty.
   double moved = 0;
   for (std::size_t i = 0; i < cpu.final.size(); ++i) moved += (gpu.final[i] - gpu.initial[i]).abs().sum().item<double>();
@@ -320,8 +341,9 @@ TEST(EngineCudaErrors, AdagradWithoutOffloadIsRefused) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("offload the optimizer"), std::string::npos) << e.what();
   }
-  // The module is untouched and trainable by another engine.
-  Engine ok(model, make_config(Case{}), *single);
+  // The module is untouched and trainable by another engine (destroyed
+  // before the next try: one engine per module).
+  { Engine ok(model, make_config(Case{}), *single); }
   // Offloaded in part, its device share would need a device Adagrad.
   k.offload = "cpu";
   k.stage = 2;
@@ -336,8 +358,8 @@ TEST(EngineCudaErrors, AdagradWithoutOffloadIsRefused) {
 
 // A model built on the CPU (or on meta) and trained on the GPU through
 // EngineOptions::device: at stage 3 the device never holds the model, only
-// the partition (none with offload_param), one bucket in fp32 and the kept
-// parameters, measured by the CUDA allocator's peak while the engine is
+// the partition (none with offload_param), one bucket in fp32 (and its bf16
+// copy) and the kept parameters, measured by the CUDA allocator's peak while the engine is
 // built (the bound from the model's sizes); and it trains exactly as the
 // same model built on meta and filled on the GPU.
 struct BuiltElsewhere {
@@ -389,8 +411,10 @@ TEST_P(EngineCudaBuild, DeviceHoldsThePartitionNotTheModel) {
     torch::cuda::synchronize(0);
     const std::int64_t peak = at::accelerator::getDeviceStats(0).allocated_bytes[0].peak - before;
     const std::int64_t slack = tensors * static_cast<std::int64_t>(kPlanAlignElements);  // padding of every bucket, at most
-    const std::int64_t bound = (offload_param ? 0 : 2 * (psi + slack)) + 4 * (std::max(largest, kept) + slack) +
-                               2 * (kept + slack) + (1 << 20);
+    // The partition, one bucket in fp32 and its bf16 copy (made while the
+    // fp32 one lives), the kept parameters, and 1 MiB for the rest.
+    const std::int64_t bound = (offload_param ? 0 : 2 * (psi + slack)) +
+                               (4 + 2) * (std::max(largest, kept) + slack) + 2 * (kept + slack) + (1 << 20);
     std::printf("[ measured ] built on %s, offload_param=%d: device peak while built %lld B, bound %lld B, the model "
                 "in fp32 %lld B\n",
                 on_meta ? "meta" : "the CPU", offload_param, static_cast<long long>(peak),
