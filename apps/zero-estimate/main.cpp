@@ -26,7 +26,7 @@ namespace {
 // A parameter count: digits with an optional fraction or exponent ("7.5e9")
 // and an optional K, M, B or T suffix for thousand, million, billion,
 // trillion ("1.5B" = 1,500,000,000). Byte units are refused: this is a count.
-std::int64_t parse_count(const std::string& s) {
+std::int64_t parse_count(const std::string& s, const char* flag = "--params") {
   const std::string fix = "'" + s + "' is not a parameter count: write digits with an optional K, M, B or T "
                           "(thousand, million, billion, trillion), e.g. 350M, 1.5B or 7500000000";
   std::size_t pos = 0;
@@ -34,7 +34,7 @@ std::int64_t parse_count(const std::string& s) {
   try {
     v = std::stod(s, &pos);
   } catch (const std::exception&) {
-    ZERO_CHECK(false, "--params ", fix);
+    ZERO_CHECK(false, flag, " ", fix);
   }
   std::string unit = s.substr(pos);
   for (auto& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
@@ -44,7 +44,7 @@ std::int64_t parse_count(const std::string& s) {
   else if (unit == "M") m = 1e6;
   else if (unit == "B") m = 1e9;
   else if (unit == "T") m = 1e12;
-  ZERO_CHECK(m > 0.0 && std::isfinite(v) && v > 0.0 && v * m < 9.2e18, "--params ", fix);
+  ZERO_CHECK(m > 0.0 && std::isfinite(v) && v > 0.0 && v * m < 9.2e18, flag, " ", fix);
   return static_cast<std::int64_t>(std::llround(v * m));
 }
 
@@ -73,7 +73,7 @@ std::string format_count(std::int64_t n) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string config_path, model = "gpt2", params_text, device_mem_text, host_mem_text, precision = "bf16", stage_text, optimizer = "AdamW";
+  std::string config_path, model = "gpt2", params_text, frozen_text, device_mem_text, host_mem_text, precision = "bf16", stage_text, optimizer = "AdamW";
   config::OptimizerConfig optimizer_kind;  // --optimizer's type, for its moments
   int world = 1, stage = -1;
   bool offload = false, dpu = false, json = false, checkpoint = false, cpu_checkpoint = false, on_gpu = false;
@@ -88,6 +88,9 @@ int main(int argc, char** argv) {
                                    "gpt2-large, gpt2-xl")->capture_default_str();
   app.add_option("--params", params_text, "parameter count instead of a model (K, M, B, T = "
                                     "thousand ... trillion: 1.5B, 7.5e9); no activation estimate");
+  app.add_option("--frozen-params", frozen_text, "frozen parameters beside the trained ones (a base model under "
+                 "adapters; same suffixes as --params): in the training precision, whole on every rank at every "
+                 "stage (stage 3 partitions trained parameters only), counted in dev total");
   auto* layer_opt = app.add_option("--n-layer", n_layer, "override the preset's layers");
   auto* head_opt = app.add_option("--n-head", n_head, "override the preset's heads");
   auto* embd_opt = app.add_option("--n-embd", n_embd, "override the preset's width");
@@ -261,6 +264,7 @@ int main(int argc, char** argv) {
                  nvme ? "--nvme (offload_optimizer.device \"nvme\")" : "--offload-ratio below 1",
                  " is not available: zerocpp's Muon keeps its state in host or device memory, in one place");
       if (!params_text.empty()) parse_count(params_text);
+      if (!frozen_text.empty()) parse_count(frozen_text, "--frozen-params");
       if (!device_mem_text.empty()) parse_bytes("--device-mem", device_mem_text);
       if (!host_mem_text.empty()) parse_bytes("--host-mem", host_mem_text);
       if (params_text.empty()) {
@@ -290,6 +294,7 @@ int main(int argc, char** argv) {
     in.on_gpu = on_gpu;
     in.prefetch_elements = prefetch;
     in.persistence_threshold = persistence;
+    if (!frozen_text.empty()) in.frozen_params = parse_count(frozen_text, "--frozen-params");
     if (!params_text.empty()) {
       in.params = parse_count(params_text);
     } else {
@@ -317,8 +322,10 @@ int main(int argc, char** argv) {
     }
     const std::int64_t device_mem = device_mem_text.empty() ? 0 : parse_bytes("--device-mem", device_mem_text);
     const std::int64_t host_mem = host_mem_text.empty() ? 0 : parse_bytes("--host-mem", host_mem_text);
-    std::printf("%s: %s parameters, %d rank(s), %s%s%s\n", params_text.empty() ? model.c_str() : "model",
-                format_count(in.params).c_str(), world, precision.c_str(),
+    std::printf("%s: %s parameters%s, %d rank(s), %s%s%s\n", params_text.empty() ? model.c_str() : "model",
+                format_count(in.params).c_str(),
+                in.frozen_params ? (" + " + format_count(in.frozen_params) + " frozen").c_str() : "", world,
+                precision.c_str(),
                 in.micro_batch ? (", activations of micro-batch " + std::to_string(micro) + " x " + std::to_string(in.seq_len)).c_str() : "",
                 in.checkpoint_activations ? (in.cpu_checkpointing ? ", checkpointed on the host" : ", checkpointed") : "");
     if (params_text.empty() == false && (stage < 0 || stage == 3)) {
@@ -393,6 +400,11 @@ int main(int argc, char** argv) {
     if (optimizer_kind.is_muon() && !params_text.empty()) {
       std::printf("(Muon's step work is not counted with --params: give --model for the matrices' shapes)\n");
     }
+    if (in.frozen_params > 0 && !rows.empty()) {
+      std::printf("(dev total includes %s per rank for the %s frozen parameters: whole on every rank at every "
+                  "stage, as zerocpp keeps them)\n",
+                  memory::format_bytes(rows.front().e.device_frozen).c_str(), format_count(in.frozen_params).c_str());
+    }
     for (const Row& r : rows) {
       if (r.e.device_staging == 0) continue;
       std::printf("(dev total includes %s per rank of staging for the device share's update: offload_optimizer.ratio "
@@ -422,13 +434,14 @@ int main(int argc, char** argv) {
         const MemoryEstimate& e = rows[i].e;
         std::printf("%s{\"stage\":%d,\"offload\":%s,\"device_model_states\":%lld,\"host_model_states\":%lld,"
                     "\"device_buckets\":%lld,\"device_gathered\":%lld,\"device_padding\":%lld,\"device_staging\":%lld,"
-                    "\"device_workspace\":%lld,"
+                    "\"device_workspace\":%lld,\"device_frozen\":%lld,"
                     "\"device_activations\":%lld,\"host_activations\":%lld,"
                     "\"device_total\":%lld,\"host_total\":%lld,\"nvme_total\":%lld,\"fits\":%s}",
                     i ? "," : "", rows[i].stage, rows[i].offload ? "true" : "false",
                     (long long)e.device_model_states(), (long long)e.host_model_states(), (long long)e.device_buckets,
                     (long long)e.device_gathered,
                     (long long)e.device_padding, (long long)e.device_staging, (long long)e.device_workspace,
+                    (long long)e.device_frozen,
                     (long long)e.device_activations, (long long)e.host_activations,
                     (long long)e.device_total(),
                     (long long)e.host_total(), (long long)e.nvme_total(), rows[i].fits ? "true" : "false");

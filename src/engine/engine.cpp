@@ -552,12 +552,20 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
     if (m.rank == 0) {
       const std::size_t nb = L.buckets().size();
       std::fprintf(stderr,
-                   "zerocpp: stage %d, %s on %s, %d rank%s, %zu parameters in %zu bucket%s (%zu frozen), "
+                   "zerocpp: stage %d, %s on %s, %d rank%s, %zu parameters in %zu bucket%s (%zu frozen%s), "
                    "optimizer %s%s%s%s\n",
                    m.stage, c10::toString(dtype), device.str().c_str(), m.world, m.world == 1 ? "" : "s", L.numel(), nb,
-                   nb == 1 ? "" : "s", static_cast<std::size_t>(P.frozen_count()), config_.optimizer.type.c_str(),
+                   nb == 1 ? "" : "s", static_cast<std::size_t>(P.frozen_count()),
+                   P.frozen_bytes() > 0 ? (", " + memory::format_bytes(P.frozen_bytes()) + " on every rank").c_str() : "",
+                   config_.optimizer.type.c_str(),
                    m.offload ? offload_text(m.plan).c_str() : "", offload_param_text(m.plan).c_str(),
                    dpu ? (", delayed update after " + std::to_string(m.delayed->warmup()) + " steps").c_str() : "");
+    }
+    if (m.rank == 0 && m.stage == 3 && P.frozen_bytes() > 0) {
+      std::fprintf(stderr,
+                   "zerocpp: note: stage 3 partitions the trainable parameters only: the %zu frozen ones (%s) stay "
+                   "whole on every rank, as at stage 0 (counted in the memory ledger; zero-estimate --frozen-params)\n",
+                   static_cast<std::size_t>(P.frozen_count()), memory::format_bytes(P.frozen_bytes()).c_str());
     }
     m.guard.commit();
     P.remember_storages();

@@ -135,10 +135,10 @@ void ParamStore::adopt(at::Tensor flat32, comm::Communicator& comm, memory::Memo
     replace_data(params_[i], flat_.narrow(0, i64(s.offset), i64(s.numel)).view(params_[i].sizes()));
     params_[i].mutable_grad().reset();
   }
-  cast_frozen_and_buffers(comm, guard);
+  cast_frozen_and_buffers(comm, guard, ledger);
 }
 
-void ParamStore::cast_frozen_and_buffers(comm::Communicator& comm, ModuleGuard& guard) {
+void ParamStore::cast_frozen_and_buffers(comm::Communicator& comm, ModuleGuard& guard, memory::MemoryLedger& ledger) {
   // In bf16/fp16, frozen floating-point parameters and buffers meet the
   // training-precision activations, so they take the training precision too
   // (a frozen fp32 Linear fed bf16 inputs would fail in LibTorch with a
@@ -163,6 +163,26 @@ void ParamStore::cast_frozen_and_buffers(comm::Communicator& comm, ModuleGuard& 
     if (!item.value().requires_grad()) settle(item.key(), item.value(), /*cast=*/true);
   }
   for (const auto& item : module_->named_buffers(/*recurse=*/true)) settle(item.key(), item.value(), /*cast=*/true);
+  // Their bytes, each storage once (a frozen table tied to another, a
+  // buffer viewing a parameter), in the ledger: device_memory_limit and the
+  // memory report see them, as zero-estimate's --frozen-params does. Every
+  // rank holds the same, so every rank refuses alike, before the broadcasts.
+  {
+    std::unordered_set<const c10::StorageImpl*> seen;
+    std::int64_t frozen = 0, buffers = 0;
+    auto count = [&](const at::Tensor& t, std::int64_t& into) {
+      if (!t.defined() || !t.has_storage() || t.is_meta()) return;
+      if (seen.insert(t.storage().unsafeGetStorageImpl()).second) into += static_cast<std::int64_t>(t.storage().nbytes());
+    };
+    for (const auto& [name, p] : frozen_params_) count(p, frozen);
+    for (const at::Tensor& b : module_->buffers(/*recurse=*/true)) count(b, buffers);
+    frozen_bytes_ = frozen;
+    if (frozen + buffers > 0) {
+      regs_.push_back(ledger.add(memory::Tier::kDevice, memory::Kind::kFrozen, frozen + buffers,
+                                 "the frozen parameters and the module's buffers (whole on every rank, at every "
+                                 "stage: not partitioned)"));
+    }
+  }
   // Frozen parameters and floating-point buffers start equal on every rank,
   // as the trainable ones do (DDP broadcasts its buffers too): rank 0's.
   if (world_ > 1) {

@@ -82,6 +82,9 @@ class ParamStore {
   // ones do not (a change after construction would be ignored silently).
   void check_intact() const;
   std::int64_t frozen_count() const { return frozen_; }
+  // The frozen parameters' bytes on the device, once construction is done
+  // (in the training precision where they are floating point).
+  std::int64_t frozen_bytes() const { return frozen_bytes_; }
   const FlatLayout& layout() const { return layout_; }
   c10::Device device() const { return device_; }
   int shard_rank() const { return shard_rank_; }
@@ -223,7 +226,9 @@ class ParamStore {
   void initial_value(std::size_t i, const at::Tensor& dst) const;
   // `value` (on the device) filled by init for the meta tensor `name`.
   void run_init(const std::string& name, const at::Tensor& value) const;
-  void cast_frozen_and_buffers(comm::Communicator& comm, ModuleGuard& guard);
+  // Also counts their bytes in the ledger (budget checked): every rank holds
+  // them whole, at every stage.
+  void cast_frozen_and_buffers(comm::Communicator& comm, ModuleGuard& guard, memory::MemoryLedger& ledger);
   // Stage 3: bucket bi's gathered bytes into the ledger (values, padding),
   // not checked against the budget (the construction check covers them).
   void register_bucket(std::size_t bi, const char* what);
@@ -239,7 +244,7 @@ class ParamStore {
   std::vector<std::vector<std::int64_t>> shapes_;
   ParamClaim claim_;  // no other live engine trains these parameters
   std::vector<const c10::StorageImpl*> storages_;
-  std::int64_t frozen_ = 0;
+  std::int64_t frozen_ = 0, frozen_bytes_ = 0;
   // The frozen parameters as built (check_intact: still frozen).
   std::vector<std::pair<std::string, at::Tensor>> frozen_params_;
   FlatLayout layout_;

@@ -78,7 +78,7 @@ void ParamStore::adopt_partitioned(comm::Communicator& comm, memory::MemoryLedge
   if (swap_) swap_->flush();
   flat32 = at::Tensor();
   flat32_temp_.release();
-  cast_frozen_and_buffers(comm, guard);
+  cast_frozen_and_buffers(comm, guard, ledger);
 }
 
 ParamStore::PendingGather ParamStore::start_gather(int bi, comm::Communicator& comm) {

@@ -27,6 +27,7 @@ std::string_view kind_name(Kind k) {
     case Kind::kPadding: return "padding";
     case Kind::kStaging: return "staging";
     case Kind::kWorkspace: return "workspace";
+    case Kind::kFrozen: return "frozen";
   }
   return "?";
 }

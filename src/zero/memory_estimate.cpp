@@ -84,10 +84,12 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
       case memory::Kind::kStaging: (dev ? e.device_staging : e.host_staging) += b.bytes(); continue;
       case memory::Kind::kWorkspace: e.device_workspace += b.bytes(); continue;  // (the plan has it on the device)
       case memory::Kind::kPadding: break;
+      case memory::Kind::kFrozen: break;  // (not planned: EstimateInput::frozen_params below)
     }
     (dev ? e.device_padding : e.host_padding) += pad;
   }
   e.device_construction = plan.construction_peak(memory::Tier::kDevice);
+  e.device_frozen = in.frozen_params * es;
   // A model given only by its parameter count is one parameter here, and one
   // bucket; a real model's parameters fill buckets of reduce_bucket_size.
   if (in.param_numels.empty() && e.device_buckets > 0) {

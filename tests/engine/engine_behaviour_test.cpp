@@ -23,6 +23,7 @@
 #include "zero/config/config.h"
 #include "zero/core/error.h"
 #include "zero/zero/flat_layout.h"
+#include "zero/zero/memory_estimate.h"
 #include "zero/zero/memory_plan.h"
 #include "zero/zero/muon_plan.h"
 
@@ -1830,6 +1831,66 @@ TEST(Modules, FrozenParametersAndBuffersStartEqualOnEveryRank) {
       EXPECT_TRUE(at::equal(sum / world, t.detach().to(at::kFloat))) << "rank " << comm.rank() << " bf16 " << bf16;
     }
     EXPECT_TRUE(at::equal(model->scale.to(at::kFloat), at::ones({4})));  // rank 0's value
+  }
+}
+
+// A large frozen layer under a small trained head (a base under adapters).
+struct FrozenBase : torch::nn::Module {
+  FrozenBase() {
+    base = register_module("base", torch::nn::Linear(256, 256));
+    head = register_module("head", torch::nn::Linear(256, 4));
+    scale = register_buffer("scale", at::ones({4}));
+    for (auto& p : base->parameters()) p.requires_grad_(false);
+  }
+  at::Tensor forward(const at::Tensor& x) { return head->forward(at::gelu(base->forward(x))) * scale; }
+  torch::nn::Linear base{nullptr}, head{nullptr};
+  at::Tensor scale;
+};
+
+// The frozen parameters and buffers are whole on every rank at every stage:
+// the ledger counts their bytes (as they are after construction, in the
+// training precision), zero-estimate's --frozen-params counts the same, and
+// device_memory_limit refuses a budget they do not fit, naming them.
+TEST(Modules, FrozenParametersAndBuffersAreInTheLedgerAndTheBudget) {
+  comm::Communicator& comm = world_comm();
+  const int world = comm.world_size();
+  for (int stage : {0, 2, 3}) {
+    for (bool bf16 : {false, true}) {
+      const std::string what = "stage " + std::to_string(stage) + (bf16 ? " bf16" : " fp32");
+      torch::manual_seed(5);
+      auto model = std::make_shared<FrozenBase>();
+      config::Config cfg = make_config(stage, false, bf16, world, 2, 1);
+      std::int64_t held = 0;
+      {
+        Engine engine(model, cfg, comm);
+        std::int64_t want = 0;
+        for (const at::Tensor& t : {model->base->weight, model->base->bias, model->scale}) {
+          want += static_cast<std::int64_t>(t.nbytes());
+        }
+        const auto s = engine.ledger().snapshot();
+        EXPECT_EQ(s.bytes(Tier::kDevice, Kind::kFrozen), want) << what;
+        EXPECT_EQ(want, (bf16 ? 2 : 4) * (256 * 256 + 256 + 4)) << what;
+        EstimateInput in;
+        in.params = 256 * 4 + 4;
+        in.frozen_params = 256 * 256 + 256;
+        in.element_bytes = bf16 ? 2 : 4;
+        in.world = world;
+        in.stage = stage;
+        EXPECT_EQ(estimate_memory(in).device_frozen, want - (bf16 ? 2 : 4) * 4) << what << " (the buffer aside)";
+        held = s.tier_current[int(Tier::kDevice)];
+      }
+      // A budget that the frozen parameters do not fit: refused at construction, naming them.
+      torch::manual_seed(5);
+      model = std::make_shared<FrozenBase>();
+      cfg.device_memory_limit = held - (bf16 ? 2 : 4) * 256 * 128;
+      try {
+        Engine engine(model, cfg, comm);
+        ADD_FAILURE() << what << ": a budget the frozen parameters do not fit was accepted";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("the frozen parameters and the module's buffers"), std::string::npos)
+            << what << ": " << e.what();
+      }
+    }
   }
 }
 

@@ -85,3 +85,29 @@ foreach(pair "--model;gpt2-tiny;gpt2-tiny: 120.6K parameters" "--params;1.5B;mod
     message(FATAL_ERROR "zero-estimate ${flag} ${value}: expected '${expected}' (status ${rc}):\n${out}")
   endif()
 endforeach()
+# --frozen-params: a frozen base under adapters is whole on every rank at
+# every stage, in the training precision: dev total grows by 2 bytes per
+# frozen parameter (bf16) at stage 3 as at stage 0, and the output says so.
+execute_process(COMMAND ${ESTIMATE} --params 10M --world 8 --stage 3 --json RESULT_VARIABLE rc OUTPUT_VARIABLE plain)
+execute_process(COMMAND ${ESTIMATE} --params 10M --frozen-params 7B --world 8 --stage 3 --json RESULT_VARIABLE rc
+                OUTPUT_VARIABLE out)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "zero-estimate --frozen-params 7B failed (${rc}):\n${out}")
+endif()
+string(REGEX MATCH "{[^\n]*}\n?$" json "${out}")
+string(REGEX MATCH "{[^\n]*}\n?$" json0 "${plain}")
+string(JSON with GET "${json}" configs 0 device_total)
+string(JSON without GET "${json0}" configs 0 device_total)
+string(JSON frozen GET "${json}" configs 0 device_frozen)
+math(EXPR grew "${with} - ${without}")
+if(NOT frozen EQUAL 14000000000 OR NOT grew EQUAL 14000000000)
+  message(FATAL_ERROR "--frozen-params 7B at stage 3 should add 14000000000 bytes (bf16, whole on every rank); "
+                      "device_frozen ${frozen}, dev total grew by ${grew}:\n${out}")
+endif()
+if(NOT out MATCHES "7.000B frozen parameters: whole on every rank")
+  message(FATAL_ERROR "--frozen-params: the output does not say where the frozen parameters are:\n${out}")
+endif()
+execute_process(COMMAND ${ESTIMATE} --params 10M --frozen-params 7GB RESULT_VARIABLE rc ERROR_VARIABLE err)
+if(rc EQUAL 0 OR NOT err MATCHES "--frozen-params '7GB' is not a parameter count")
+  message(FATAL_ERROR "--frozen-params 7GB (bytes) should be refused, naming the flag (${rc}):\n${err}")
+endif()

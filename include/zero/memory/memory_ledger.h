@@ -28,8 +28,9 @@ enum class Kind : std::uint8_t {
   kPadding,      // padding that makes partitions equal and aligned
   kStaging,      // copy buffers between tiers (offload)
   kWorkspace,    // an optimizer step's scratch (Muon: its whole matrices, gather windows, Newton-Schulz products)
+  kFrozen,       // the frozen parameters and the module's buffers: whole on every rank, at every stage
 };
-inline constexpr int kNumKinds = 8;
+inline constexpr int kNumKinds = 9;
 
 std::string_view tier_name(Tier t);
 std::string_view kind_name(Kind k);

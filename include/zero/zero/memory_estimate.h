@@ -15,6 +15,11 @@ namespace zero {
 
 struct EstimateInput {
   std::int64_t params = 0;  // Psi
+  // Frozen parameters beside them (a fine-tuned model's base under its
+  // adapters), in the training precision: whole on every rank at every
+  // stage (stage 3 partitions the trainable ones only), no gradient, no
+  // optimizer state.
+  std::int64_t frozen_params = 0;
   int world = 1;
   int stage = 0;
   bool offload = false;     // offload_optimizer.device = "cpu" (or "nvme")
@@ -91,17 +96,19 @@ struct MemoryEstimate {
   // the parameters beside the flat parameters and, without offload, the
   // master weights), before any activation.
   std::int64_t device_construction = 0;
+  std::int64_t device_frozen = 0;  // the frozen parameters (whole on every rank)
 
   std::int64_t device_model_states() const { return device_params + device_grads + device_master + device_moments; }
   std::int64_t host_model_states() const { return host_params + host_grads + host_master + host_moments; }
   // The device peak: the largest of construction, forward and backward, and
   // the optimizer step.
   std::int64_t device_total() const {
-    const std::int64_t held = device_model_states() + device_padding + device_staging;
+    const std::int64_t held = device_model_states() + device_padding + device_staging + device_frozen;
     const std::int64_t backward = held + device_buckets + device_gathered + device_activations;
     const std::int64_t step = held + device_workspace;
     const std::int64_t most = backward > step ? backward : step;
-    return most > device_construction ? most : device_construction;
+    const std::int64_t built = device_construction + device_frozen;
+    return most > built ? most : built;
   }
   std::int64_t host_total() const { return host_model_states() + host_padding + host_staging + host_activations; }
 };
