@@ -222,9 +222,10 @@ void UnitSchedule::end_backward() {
 
 void UnitSchedule::abort() {
   until_backward_ends_.clear();
+  // Under hold_all() every unit is gathered and finished, and stays so.
   for (std::size_t u = 0; u < units_.size(); ++u) {
-    units_[u].refs = 0;
-    drop(static_cast<int>(u));
+    units_[u].refs = holds_;
+    if (holds_ == 0) drop(static_cast<int>(u));
   }
   store_.hollow_released();
   current_.clear();
@@ -241,6 +242,7 @@ void UnitSchedule::hold_all() {
     }
     for (std::size_t u = 0; u < units_.size(); ++u) finish(static_cast<int>(u));
     store_.confirm_collectives();
+    ++holds_;
   } catch (...) {
     // As if not called: what it started is waited for and released.
     for (std::size_t u = 0; u < units_.size(); ++u) {
@@ -252,6 +254,7 @@ void UnitSchedule::hold_all() {
 }
 
 void UnitSchedule::release_all() {
+  if (holds_ > 0) --holds_;
   for (std::size_t u = 0; u < units_.size(); ++u) {
     UnitState& s = units_[u];
     if (s.refs > 0 && --s.refs == 0) drop(static_cast<int>(u));

@@ -74,7 +74,8 @@ class UnitSchedule {
   // After a backward: every unit released (prefetched ones unused are
   // released too); the step's order recorded.
   void end_backward();
-  // After a backward that threw: everything released.
+  // After a backward that threw: everything the backward gathered released;
+  // the holds of hold_all() (a gather_parameters() scope still open) kept.
   void abort();
   // Every unit's buckets gathered and held (one reference each) until
   // release_all(): Engine::gather_parameters(), and the engine going (the
@@ -138,6 +139,7 @@ class UnitSchedule {
   bool following_ = false;               // this step has matched the recording so far
   bool in_backward_ = false;
   std::vector<int> until_backward_ends_;  // units gathered by gather_until_backward_ends()
+  int holds_ = 0;                         // hold_all()s not yet released: one reference on every unit each
   PrefetchCounts counts_;
 };
 

@@ -710,6 +710,41 @@ TEST(Stage3, TrainingInsideGatherParametersIsTheSame) {
   }
 }
 
+// A backward that fails inside gather_parameters() (here a hook on the loss
+// that throws, as a user's check might) drops that backward's window, not
+// the scope's hold: inside the scope the module still has every parameter,
+// a forward gives the loss it gave before, and training goes on after the
+// scope as if the failed backward had not been.
+TEST(Stage3, ABackwardThatFailsInsideGatherParametersKeepsTheScopesHold) {
+  comm::Communicator& comm = world_comm();
+  auto run = [&](bool fail) {
+    auto model = make_gpt();
+    Engine engine(model, stage3_config(comm.world_size(), /*bf16=*/false), comm);
+    GptRun first = train_gpt(*model, engine, comm, 2);
+    if (fail) {
+      GatheredParameters held = engine.gather_parameters();
+      torch::manual_seed(42);
+      const at::Tensor b = at::randint(tiny_gpt().vocab_size, {2, kSeq + 1});
+      at::Tensor loss = model->loss(b.narrow(1, 0, kSeq), b.narrow(1, 1, kSeq));
+      const float before = loss.item<float>();
+      loss.register_hook([](const at::Tensor&) -> at::Tensor { throw std::runtime_error("planted in a hook"); });
+      EXPECT_THROW(engine.backward(loss), std::exception);
+      for (const auto& [name, p] : trainable(*model)) EXPECT_GT(p.numel(), 0) << name << " inside the scope";
+      at::NoGradGuard no_grad;
+      EXPECT_EQ(model->loss(b.narrow(1, 0, kSeq), b.narrow(1, 1, kSeq)).item<float>(), before);
+    }
+    GptRun second = train_gpt(*model, engine, comm, 2);
+    second.losses.insert(second.losses.begin(), first.losses.begin(), first.losses.end());
+    return second;
+  };
+  const GptRun plain = run(false), failed = run(true);
+  ASSERT_EQ(plain.losses.size(), failed.losses.size());
+  for (std::size_t i = 0; i < plain.losses.size(); ++i) EXPECT_EQ(plain.losses[i], failed.losses[i]) << "step " << i;
+  for (std::size_t i = 0; i < plain.params.size(); ++i) {
+    EXPECT_TRUE(at::equal(plain.params[i], failed.params[i])) << "parameter " << i;
+  }
+}
+
 // At stage 2 the module always has its parameters: the scope holds nothing.
 TEST(Stage3, GatherParametersAtStageTwoHoldsNothing) {
   comm::Communicator& comm = world_comm();
