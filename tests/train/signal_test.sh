@@ -30,6 +30,10 @@ wait_lines() {  # FILE N: until FILE has N lines (at most 120 s)
   for _ in $(seq 1200); do [ "$(lines "$1")" -ge "$2" ] && return 0; sleep 0.1; done
   fail "$1 did not reach $2 lines"
 }
+wait_grep() {  # FILE PATTERN: until FILE has a line matching PATTERN (at most 120 s)
+  for _ in $(seq 1200); do grep -qE "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
+  fail "$1 has no line matching '$2'"
+}
 # The loss is printed with %.17g by nlohmann::json: compare the text.
 losses() { sed -E 's/.*"loss":([^,]*),.*"step":([0-9]+).*/\2 \1/' "$1" | sort -n; }
 
@@ -42,7 +46,11 @@ out=$work/stopped
 job=$!
 wait_lines "$out/metrics.jsonl" 20
 kill -USR1 $job
-wait_lines "$out/metrics.jsonl" 40
+# SIGUSR1's save seen before SIGUSR2 is sent: on a loaded machine mpirun
+# may forward both within one step, and the stop's save then serves both.
+wait_grep "$work/stopped.log" 'saving to .* \(asked for by SIGUSR1\)'
+k1=$(lines "$out/metrics.jsonl")
+wait_lines "$out/metrics.jsonl" $((k1 + 5))
 kill -USR2 $job
 wait $job; rc=$?
 [ $rc = 75 ] || { tail -20 "$work/stopped.log"; fail "the run stopped by SIGUSR2 exited $rc, not 75"; }
