@@ -132,7 +132,8 @@ struct EngineOptions {
   // module may be elsewhere (built on the CPU for a GPU, or on the meta
   // device): the engine copies each parameter to it bucket by bucket, so at
   // stage 3 the device never holds more than this rank's partition, one
-  // bucket in fp32 and the gathered units. Afterwards the module lives there.
+  // bucket in fp32 (beside its copy in the training precision) and the
+  // gathered units. Afterwards the module lives there.
   std::optional<c10::Device> device;
   // For parameters and buffers on the meta device (zero/zero/deferred_init.h:
   // zero::to_meta): init(name, value) fills `value` in place (normal_,
