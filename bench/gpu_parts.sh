@@ -36,6 +36,27 @@ ctest_skipped() {
   grep -qE '^ *[0-9]+/[0-9]+ Test +#[0-9]+: .*\*\*\*(Skipped|Not Run)' "$1"
 }
 
+# share_ratios LIST: ZERO_GPU_OFFLOAD_RATIO's ratios ("0.7", "0.6,0.8"), one
+# per line; a value outside (0, 1] stops the run before anything is built.
+share_ratios() {
+  local r
+  for r in ${1//,/ }; do
+    if ! [[ $r =~ ^(0?\.[0-9]*[1-9][0-9]*|1(\.0*)?)$ ]]; then
+      echo "bench/gpu: ZERO_GPU_OFFLOAD_RATIO: '$r' is not a ratio in (0, 1] (a list: 0.6,0.8)" >&2
+      return 1
+    fi
+    echo "$r"
+  done
+}
+
+# keep_share_log R: cpp-engine-offload-share's log of ratio R under a name of
+# its own (cpp-engine-offload-share-rR-STAMP.log), one row each in the report.
+keep_share_log() {
+  local log=$results/cpp-engine-offload-share-$stamp.log
+  [[ -e $log ]] && mv "$log" "$results/cpp-engine-offload-share-r$1-$stamp.log"
+  return 0
+}
+
 # run_part NAME TIMEOUT_S COMMAND...: stdout and stderr to $results/NAME-$stamp.log
 # (and, but for JSON lines, to the terminal). A failure is reported, not
 # fatal. A part not in ZERO_GPU_PARTS is passed over; one that would start

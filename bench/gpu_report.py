@@ -18,7 +18,8 @@ marked "cut off"). The parts:
     cpp-engine-offload zero-bench fit-plain --optimizer engine --stage 2 --offload cpu --checkpoint
     cpp-engine-offload-dpu  the same with --dpu
     cpp-engine-stage3-param the same at --stage 3 with --offload-param
-    cpp-engine-offload-share the DPU part with --offload-ratio (Twin-Flow: the rest stepped on the GPU)
+    cpp-engine-offload-share the DPU part with --offload-ratio (Twin-Flow: the rest stepped on the GPU);
+                       one log per ratio (cpp-engine-offload-share-rR-STAMP.log), one row each
     deepspeed-offload  bench/deepspeed_offload.py --checkpoint
     fsdp2-offload      bench/fsdp2_offload.py --checkpoint
 
@@ -31,8 +32,10 @@ activation checkpointing.
 Only the standard library is used.
 """
 import argparse
+import glob
 import json
 import os
+import re
 import sys
 import time
 
@@ -140,6 +143,20 @@ def main():
     a = ap.parse_args()
 
     parts = {n: read_part(os.path.join(a.dir, f"{n}-{a.stamp}.log")) for n in PARTS}
+    # Twin-Flow: one log per ratio (bench/gpu's keep_share_log), in ratio order.
+    shares = []
+    for path in glob.glob(os.path.join(a.dir, f"cpp-engine-offload-share-r*-{a.stamp}.log")):
+        m = re.search(r"-share-r([0-9.]+)-", os.path.basename(path))
+        if m:
+            shares.append((float(m.group(1)), m.group(1), path))
+    shares.sort()
+    share_parts = []
+    for _, r, path in shares:
+        name = f"cpp-engine-offload-share-r{r}"
+        parts[name] = read_part(path)
+        share_parts.append((f"zerocpp Z2 + offload + DPU, ratio {r}", name))
+    if share_parts:
+        del parts["cpp-engine-offload-share"]
     ct = parts["cpp-torch-adamw"]
     mm = ct["summary"] or ct["matmul"] or {}
     peak = mm.get("matmul_peak_tflops")
@@ -164,14 +181,14 @@ def main():
     loops2 = [("plain PyTorch", "python-plain-ckpt"), ("C++ plain, zero::cuda Adam", "cpp-zero-adam-ckpt"),
               ("zerocpp Z2 + CPU offload", "cpp-engine-offload"), ("zerocpp Z2 + offload + DPU", "cpp-engine-offload-dpu"),
               ("zerocpp Z3 + offload_param + DPU", "cpp-engine-stage3-param"),
-              ("zerocpp Z2 + offload + DPU, ratio<1", "cpp-engine-offload-share"),
+              *(share_parts or [("zerocpp Z2 + offload + DPU, ratio<1", "cpp-engine-offload-share")]),
               ("DeepSpeed Z2 + CPU offload", "deepspeed-offload"), ("FSDP2 + CPUOffloadPolicy", "fsdp2-offload")]
     print("\nTable 2. With activation checkpointing per block: the offload peers beside the plain loops")
     print("of plain = plain PyTorch's step / this step; GPU = peak allocated GiB; host = peak RSS GiB")
-    print_rows(parts, loops2, 32, ("of plain", 8),
+    print_rows(parts, loops2, 38, ("of plain", 8),
                [("GPU", 6, gib("peak_mem_gib")), ("host", 6, gib("host_peak_rss_gib"))])
     print()
-    for n in PARTS:
+    for n in parts:
         print(part_status(n, parts[n]))
     if mismatch:
         print(f"ERROR: parameter counts differ between the C++ and Python models for {', '.join(mismatch)}",

@@ -63,4 +63,34 @@ ctest_skipped "$results/ctest.log" || fail "ctest's ***Not Run not seen"
 report=$("$python" "$root/bench/gpu_report.py" --dir "$results" --stamp t --out "$results/gpu.json")
 grep -qF "deepspeed-offload: skipped: not run: " <<<"$report" || fail "the report does not show the skipped part: $report"
 grep -qF "cpp-engine-offload-dpu: cut off" <<<"$report" || fail "the report does not show the cut-off part: $report"
+# ZERO_GPU_OFFLOAD_RATIO: a ratio or a list of them, each in (0, 1].
+[[ "$(share_ratios 0.6,0.8 | tr '\n' ' ')" == "0.6 0.8 " ]] || fail "share_ratios 0.6,0.8: $(share_ratios 0.6,0.8)"
+[[ "$(share_ratios 1 | tr '\n' ' ')" == "1 " && "$(share_ratios .5)" == ".5" ]] || fail "share_ratios 1 / .5"
+for bad in 0 0.0 1.5 abc 0.6,2; do
+  ! share_ratios "$bad" >/dev/null 2>&1 || fail "share_ratios accepted '$bad'"
+done
+# keep_share_log: each ratio's log under its own name.
+echo '{"skipped": "x"}' >"$results/cpp-engine-offload-share-t.log"
+keep_share_log 0.6
+[[ -e $results/cpp-engine-offload-share-r0.6-t.log && ! -e $results/cpp-engine-offload-share-t.log ]] ||
+  fail "keep_share_log did not move the log to its ratio's name"
+
+# The report over the H200's own logs (2026-11-28): one row per Twin-Flow
+# ratio, in ratio order, each against plain PyTorch of the same run.
+fixture=$root/tests/bench/fixtures/h200-20261128
+real=$(mktemp -d)
+trap 'rm -rf "$results" "$real"' EXIT
+cp "$fixture"/*.log "$real/"
+sed 's/"step_ms":665.97693/"step_ms":700.0/' "$fixture/cpp-engine-offload-share-r0.7-20261128-143738.log" \
+  >"$real/cpp-engine-offload-share-r0.85-20261128-143738.log"
+report=$("$python" "$root/bench/gpu_report.py" --dir "$real" --stamp 20261128-143738 --out "$real/gpu.json")
+grep -qE "^40x3072 +4535.4 plain PyTorch +574.1 +399 +1.000" <<<"$report" || fail "plain PyTorch's row: $report"
+grep -qE "^40x3072 +4535.4 zerocpp Z2 \+ offload \+ DPU +889.0 +258 +0.646" <<<"$report" || fail "the DPU row: $report"
+grep -qE "^40x3072 +4535.4 zerocpp Z2 \+ offload \+ DPU, ratio 0.7 +666.0 +344 +0.862" <<<"$report" ||
+  fail "the ratio 0.7 row: $report"
+grep -qE "ratio 0.85 +700.0 " <<<"$report" || fail "the ratio 0.85 row: $report"
+[[ $(grep -n "ratio 0.7 " <<<"$report" | cut -d: -f1) -lt $(grep -n "ratio 0.85 " <<<"$report" | cut -d: -f1) ]] ||
+  fail "the ratios are not in order: $report"
+grep -qE "^40x3072 +4535.4 DeepSpeed Z2 \+ CPU offload +2755.7 +83 +0.208" <<<"$report" || fail "DeepSpeed's row: $report"
+! grep -q "ratio<1" <<<"$report" || fail "the single-ratio row shown beside the per-ratio rows: $report"
 echo "gpu deadline: ok"
