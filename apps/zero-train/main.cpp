@@ -898,6 +898,11 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
                           {"grad_norm", engine.stats().grad_norm}, {"device_bytes", p.device_bytes},
                           {"host_bytes", p.host_bytes}, {"comm_bytes", train::comm_bytes_json(last_comm)}};
       if (val >= 0) m["val_loss"] = val;
+      if (engine.stats().delayed_cpu_ms > 0) {
+        // The delayed update: the step before's CPU step, and this step's wait for it.
+        m["delayed_cpu_ms"] = engine.stats().delayed_cpu_ms;
+        m["delayed_wait_ms"] = engine.stats().delayed_wait_ms;
+      }
       files.metrics << m.dump() << "\n";
       files.loss << p.step << " " << loss << " " << p.device_bytes << " " << p.host_bytes << "\n";
       if (val >= 0) files.val << p.step << " " << val << "\n";

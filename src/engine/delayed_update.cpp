@@ -1,5 +1,6 @@
 #include "delayed_update.h"
 
+#include <chrono>
 #include <cstdio>
 
 namespace zero::detail {
@@ -34,10 +35,13 @@ void DelayedUpdate::submit(std::function<void()> job, std::int64_t step) {
   worker_->submit([this, job = std::move(job)] {
     struct Ended {  // on return and on throw
       DelayedUpdate* self;
+      std::chrono::steady_clock::time_point began = std::chrono::steady_clock::now();
       ~Ended() {
         {
           const std::lock_guard<std::mutex> lock(self->progress_mu_);
           self->job_ended_ = true;
+          self->last_job_ms_ =
+              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began).count();
         }
         self->progress_cv_.notify_all();
       }
@@ -54,6 +58,11 @@ void DelayedUpdate::advance() {
     ++buckets_done_;
   }
   progress_cv_.notify_all();
+}
+
+double DelayedUpdate::last_job_ms() const {
+  const std::lock_guard<std::mutex> lock(progress_mu_);
+  return last_job_ms_;
 }
 
 bool DelayedUpdate::wait_for(std::size_t n) {

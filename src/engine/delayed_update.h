@@ -56,6 +56,9 @@ class DelayedUpdate {
   // (true) or the job has ended, done or failed, short of n (false).
   void advance();
   bool wait_for(std::size_t n);
+  // How long the last finished job ran on the worker, in milliseconds (0
+  // before the first).
+  double last_job_ms() const;
 
  private:
   std::unique_ptr<offload::BackgroundWorker> worker_;
@@ -63,10 +66,11 @@ class DelayedUpdate {
   bool pending_ = false;
   std::int64_t pending_step_ = 0;
   std::exception_ptr error_;
-  std::mutex progress_mu_;
+  mutable std::mutex progress_mu_;
   std::condition_variable progress_cv_;
   std::size_t buckets_done_ = 0;
   bool job_ended_ = false;
+  double last_job_ms_ = 0.0;
 };
 
 }  // namespace zero::detail

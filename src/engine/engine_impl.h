@@ -3,6 +3,7 @@
 // backward, step) and engine_checkpoint.cpp (save and load).
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -67,6 +68,12 @@ struct Engine::Impl {
     return schedule ? schedule->applied_betas(optimizer_step) : held_betas;
   }
   comm::CommStats comm_at_step_start;
+  // The delayed update's timing (StepStats::delayed_wait_ms, delayed_cpu_ms)
+  // and whether the note of dpu_advice.h was decided.
+  std::optional<std::chrono::steady_clock::time_point> last_step_call;
+  double last_delayed_wait_ms = 0;
+  int delayed_steps_timed = 0;
+  bool dpu_note_decided = false;
   // Declared last, so destroyed first: the hooks go before what they call,
   // and the module gets its own tensors back while the flat buffer is alive.
   detail::ModuleGuard guard;

@@ -3,8 +3,10 @@
 // what the destructor drops is said on stderr. White-box: the part is
 // private to zero_engine, so the test includes its header from src/.
 #include <atomic>
+#include <chrono>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -22,6 +24,19 @@ TEST(DelayedUpdate, WarmupStepsAreOrdinary) {
   EXPECT_TRUE(on.enabled());
   EXPECT_FALSE(on.should_delay(2));
   EXPECT_TRUE(on.should_delay(3));
+}
+
+TEST(DelayedUpdate, LastJobMsIsHowLongTheJobRan) {
+  DelayedUpdate d(true, 0);
+  EXPECT_EQ(d.last_job_ms(), 0.0);
+  d.submit([] { std::this_thread::sleep_for(std::chrono::milliseconds(60)); }, 1);
+  d.wait();
+  EXPECT_GE(d.last_job_ms(), 55.0);
+  EXPECT_LT(d.last_job_ms(), 60000.0);
+  d.applied();
+  d.submit([] {}, 2);
+  d.wait();
+  EXPECT_LT(d.last_job_ms(), 55.0) << "the last job's, not the longest";
 }
 
 TEST(DelayedUpdate, AFailedJobSticksOnEveryLaterWait) {

@@ -325,6 +325,38 @@ TEST(DelayedUpdate, EqualsSerialOneStepLateReference) {
   }
 }
 
+// StepStats' timing of the delayed update: nothing until a delayed step is
+// pending at a step(), then how long its CPU step ran (more than nothing)
+// and how long the host waited for it (never longer than the step before
+// took to run plus the wait: the wait is inside the step() call).
+TEST(DelayedUpdate, StepStatsTimeTheCpuStepAndTheWait) {
+  comm::Communicator& comm = world_comm();
+  const int world = comm.world_size();
+  constexpr int kSteps = 6, kWarmup = 2;
+  config::Config cfg = make_config(2, true, false, world, kGlobalBatch / world, 1);
+  cfg.zero_optimization.offload_optimizer.delayed_param_update = true;
+  cfg.zero_optimization.offload_optimizer.delayed_param_update_warmup_steps = kWarmup;
+  const RunResult got = train(ModelKind::kMlp, cfg, comm, kSteps);
+  ASSERT_EQ(got.stats.size(), static_cast<std::size_t>(kSteps));
+  for (int k = 0; k < kSteps; ++k) {
+    const StepStats& s = got.stats[static_cast<std::size_t>(k)];
+    // step() k finds the step before's CPU step pending from k = warmup + 1 on.
+    if (k <= kWarmup) {
+      EXPECT_EQ(s.delayed_cpu_ms, 0.0) << "step " << k;
+      EXPECT_EQ(s.delayed_wait_ms, 0.0) << "step " << k;
+    } else {
+      EXPECT_GT(s.delayed_cpu_ms, 0.0) << "step " << k;
+      EXPECT_GE(s.delayed_wait_ms, 0.0) << "step " << k;
+      EXPECT_LT(s.delayed_wait_ms, 60000.0) << "step " << k;
+    }
+  }
+  cfg.zero_optimization.offload_optimizer.delayed_param_update = false;
+  for (const StepStats& s : train(ModelKind::kMlp, cfg, comm, 3).stats) {
+    EXPECT_EQ(s.delayed_cpu_ms, 0.0);
+    EXPECT_EQ(s.delayed_wait_ms, 0.0);
+  }
+}
+
 TEST(DelayedUpdate, SkippedStepIsTheIdentityUnderTheDelay) {
   // engine.h: a skipped step submits nothing, nothing is pending after it,
   // and the next step runs on the newest parameters; in the serial reference

@@ -121,6 +121,14 @@ struct StepStats {
   std::int64_t param_chunks_read = 0;
   std::int64_t param_chunks_read_ahead = 0;
   std::int64_t param_read_waits = 0;
+  // With the delayed update (offload_optimizer.delayed_param_update), in the
+  // last step(): how long the host waited for the step before's CPU
+  // optimizer step (and its upload), and how long that CPU step ran on its
+  // worker, in milliseconds (0 when no delayed step was pending). A wait of
+  // more than a tenth of the step means the CPU step is the bound; on a GPU
+  // the engine then says once which offload_optimizer.ratio would hide it.
+  double delayed_wait_ms = 0;
+  double delayed_cpu_ms = 0;
 };
 
 // Where the engine trains, and how it fills a module built without memory
