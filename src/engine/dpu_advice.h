@@ -16,15 +16,18 @@ namespace zero::detail {
 
 struct DpuTiming {
   double step_ms = 0;  // between two step() calls: forward, backward and the step
-  double wait_ms = 0;  // of it, the host's wait for the CPU step of the step before (and its upload)
+  double wait_ms = 0;  // of it, the wait for the CPU step of the step before, from the end of backward
+                       // on the device (the engine synchronizes the device once, for this)
   double cpu_ms = 0;   // how long that CPU step ran
   double ratio = 1;    // offload_optimizer.ratio now: the share the CPU steps
 };
 
 // The note to print, or nothing when the wait is under a tenth of the step
-// (the CPU step is hidden, or near enough) or the timing says nothing. The
-// ratio it names is the CPU's share that would take about forward and
-// backward's time, rounded down to 0.05 (at least 0.05).
+// (the CPU step is hidden, or near enough), longer than the CPU step itself
+// (then it is not the CPU step's), or the timing says nothing. The CPU step
+// began with forward (it is submitted at the end of step()), so forward and
+// backward took about cpu_ms - wait_ms; the ratio named is the CPU's share
+// that would take about that long, rounded down to 0.05 (at least 0.05).
 std::optional<std::string> dpu_bound_note(const DpuTiming& t);
 
 // That ratio alone (the note's), or nothing in the same cases.

@@ -742,6 +742,10 @@ bool Engine::step_at_boundary() {
       m.last_step_call ? std::chrono::duration<double, std::milli>(called - *m.last_step_call).count() : 0.0;
   m.last_step_call = called;
   const bool was_pending = m.delayed->pending();
+  const bool deciding = was_pending && !m.dpu_note_decided && m.delayed_steps_timed + 1 >= 3;
+  // Once, for the note below: the wait measured from the end of backward on
+  // the device, not from the host's step() call, which may run ahead of it.
+  if (deciding && m.ctx.on_accelerator()) m.ctx.current_stream().synchronize();
   m.finish_delayed(comm_);
   stats_.delayed_wait_ms = was_pending ? m.last_delayed_wait_ms : 0.0;
   stats_.delayed_cpu_ms = was_pending ? m.delayed->last_job_ms() : 0.0;

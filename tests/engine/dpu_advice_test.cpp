@@ -14,34 +14,38 @@ namespace zero::detail {
 namespace {
 
 TEST(DpuAdvice, TheH200sStepNamesTheRatioThatFitsTheCpuStepInForwardAndBackward) {
-  // 4.54B, ZeRO-2 + offload + DPU: a step of 889 ms, of which 397 waiting
-  // for a CPU step of 890 ms; forward and backward 492 ms: 492 / 890 = 0.553.
-  const DpuTiming t{889.0, 397.0, 890.0, 1.0};
+  // 4.54B, ZeRO-2 + offload + DPU: a step of 889 ms; forward and backward
+  // end on the device at 492 ms, the CPU step of 890 ms 398 ms later:
+  // 492 / 890 = 0.553.
+  const DpuTiming t{889.0, 398.0, 890.0, 1.0};
   ASSERT_TRUE(dpu_ratio_to_fit(t).has_value());
   EXPECT_DOUBLE_EQ(*dpu_ratio_to_fit(t), 0.55);
   const auto note = dpu_bound_note(t);
   ASSERT_TRUE(note.has_value());
   EXPECT_NE(note->find("CPU optimizer step (890 ms) outlasts forward and backward (492 ms)"), std::string::npos) << *note;
-  EXPECT_NE(note->find("each step waits 397 ms (45%)"), std::string::npos) << *note;
+  EXPECT_NE(note->find("each step waits 398 ms (45%)"), std::string::npos) << *note;
   EXPECT_NE(note->find("offload_optimizer.ratio 0.55 (now 1.00)"), std::string::npos) << *note;
   EXPECT_NE(note->find("--offload-ratio 0.55"), std::string::npos) << *note;
 }
 
 TEST(DpuAdvice, AShareAlreadyOnTheDeviceScalesFromIt) {
-  // The CPU steps 70% in 600 ms; forward and backward take 566: 0.7 * 566 / 600 = 0.660.
+  // The CPU steps 70% in 600 ms; forward and backward take 500: 0.7 * 500 / 600 = 0.583.
   const DpuTiming t{666.0, 100.0, 600.0, 0.7};
-  EXPECT_DOUBLE_EQ(dpu_ratio_to_fit(t).value_or(-1), 0.65);
+  EXPECT_DOUBLE_EQ(dpu_ratio_to_fit(t).value_or(-1), 0.55);
   const auto note = dpu_bound_note(t);
   ASSERT_TRUE(note.has_value());
-  EXPECT_NE(note->find("offload_optimizer.ratio 0.65 (now 0.70)"), std::string::npos) << *note;
+  EXPECT_NE(note->find("offload_optimizer.ratio 0.55 (now 0.70)"), std::string::npos) << *note;
 }
 
 TEST(DpuAdvice, NothingWhenTheCpuStepIsHidden) {
   EXPECT_FALSE(dpu_bound_note({600.0, 59.0, 500.0, 1.0}).has_value()) << "a wait under a tenth of the step";
   EXPECT_FALSE(dpu_bound_note({600.0, 0.0, 500.0, 1.0}).has_value());
-  // A wait that the CPU step does not explain (it is shorter than forward
-  // and backward): a device share would not shorten it.
-  EXPECT_FALSE(dpu_bound_note({1000.0, 200.0, 500.0, 1.0}).has_value());
+  // A wait longer than the CPU step: not the CPU step's (a device share
+  // would not shorten it).
+  EXPECT_FALSE(dpu_bound_note({1000.0, 600.0, 500.0, 1.0}).has_value());
+  // The CPU step of 500 ms ends 200 ms after forward and backward (300 ms):
+  // the bound; 0.6 of the state on the CPU would fit.
+  EXPECT_DOUBLE_EQ(dpu_ratio_to_fit({1000.0, 200.0, 500.0, 1.0}).value_or(-1), 0.6);
 }
 
 TEST(DpuAdvice, TheRatioStaysWithinAZeroExclusiveShare) {

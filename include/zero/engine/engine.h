@@ -124,9 +124,12 @@ struct StepStats {
   // With the delayed update (offload_optimizer.delayed_param_update), in the
   // last step(): how long the host waited for the step before's CPU
   // optimizer step (and its upload), and how long that CPU step ran on its
-  // worker, in milliseconds (0 when no delayed step was pending). A wait of
-  // more than a tenth of the step means the CPU step is the bound; on a GPU
-  // the engine then says once which offload_optimizer.ratio would hide it.
+  // worker, in milliseconds (0 when no delayed step was pending). On a GPU
+  // the host may reach step() before backward ends on the device, so the
+  // wait holds that time too. A CPU step longer than forward and backward
+  // is the bound; on a GPU the engine says so once (on the third delayed
+  // step, timed from the end of backward on the device), with the
+  // offload_optimizer.ratio that would hide it.
   double delayed_wait_ms = 0;
   double delayed_cpu_ms = 0;
 };
