@@ -757,7 +757,11 @@ bool Engine::step_at_boundary() {
     m.dpu_note_decided = true;
     const detail::DpuTiming t{since_last_ms, stats_.delayed_wait_ms, stats_.delayed_cpu_ms,
                               static_cast<double>(config_.zero_optimization.offload_optimizer.ratio)};
-    if (const auto note = detail::dpu_bound_note(t); note && m.rank == 0 && m.ctx.on_accelerator()) {
+    // (Only where a device share exists: CPU offload, not NVMe; not Muon,
+    // which steps its matrices whole; not Adagrad, which has no device kernel.)
+    const bool share_possible = config_.zero_optimization.offload_optimizer.device == "cpu" && !m.muon &&
+                                !config_.optimizer.is_adagrad();
+    if (const auto note = detail::dpu_bound_note(t); note && share_possible && m.rank == 0 && m.ctx.on_accelerator()) {
       std::fprintf(stderr, "%s\n", note->c_str());
     }
   }
