@@ -205,7 +205,7 @@ void Engine::Impl::check_not_damaged(const char* what) const {
              " (see its error); load a good checkpoint first");
 }
 
-void Engine::Impl::finish_delayed(comm::Communicator& comm) {
+double Engine::Impl::finish_delayed(comm::Communicator& comm) {
   const Clock::time_point began = Clock::now();
   const bool early = delayed->pending() && offload && ctx.copy_stream.has_value();
   if (early) {
@@ -220,14 +220,14 @@ void Engine::Impl::finish_delayed(comm::Communicator& comm) {
   delayed->wait();  // rethrows the job's failure
   const Clock::time_point waited = Clock::now();
   if (delayed->enabled()) timeline.host_interval("host wait", "delayed update", began, waited);
-  last_delayed_wait_ms = delayed->pending() ? std::chrono::duration<double, std::milli>(waited - began).count() : 0.0;
-  if (!delayed->pending()) return;
+  if (!delayed->pending()) return 0.0;
   if (early) {
     params->end_publish(comm);
   } else {
     apply_update(update_index, comm);
   }
   delayed->applied();
+  return std::chrono::duration<double, std::milli>(waited - began).count();
 }
 
 Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
@@ -742,19 +742,18 @@ bool Engine::step_at_boundary() {
       m.last_step_call ? std::chrono::duration<double, std::milli>(called - *m.last_step_call).count() : 0.0;
   m.last_step_call = called;
   const bool was_pending = m.delayed->pending();
-  const bool deciding = was_pending && !m.dpu_note_decided && m.delayed_steps_timed + 1 >= 3;
-  // Once, for the note below: the wait measured from the end of backward on
-  // the device, not from the host's step() call, which may run ahead of it.
+  // The note below is decided once, on the third delayed step (the first
+  // ones warm caches and allocators).
+  const bool deciding = was_pending && m.delayed_steps_timed < 3 && ++m.delayed_steps_timed == 3;
+  // For it, the wait measured from the end of backward on the device, not
+  // from the host's step() call, which may run ahead of it.
   if (deciding && m.ctx.on_accelerator()) m.ctx.current_stream().synchronize();
-  m.finish_delayed(comm_);
-  stats_.delayed_wait_ms = was_pending ? m.last_delayed_wait_ms : 0.0;
+  stats_.delayed_wait_ms = m.finish_delayed(comm_);
   stats_.delayed_cpu_ms = was_pending ? m.delayed->last_job_ms() : 0.0;
-  if (was_pending && !m.dpu_note_decided && ++m.delayed_steps_timed >= 3) {
-    // Once, on the third delayed step (the first ones warm caches and
-    // allocators): on a GPU a CPU step that outlasts forward and backward is
-    // said, with the offload_optimizer.ratio that would hide it. (On the CPU
-    // the device share runs on the same cores: nothing to gain.)
-    m.dpu_note_decided = true;
+  if (deciding) {
+    // On a GPU a CPU step that outlasts forward and backward is said, with
+    // the offload_optimizer.ratio that would hide it. (On the CPU the device
+    // share runs on the same cores: nothing to gain.)
     const detail::DpuTiming t{since_last_ms, stats_.delayed_wait_ms, stats_.delayed_cpu_ms,
                               static_cast<double>(config_.zero_optimization.offload_optimizer.ratio)};
     // (Only where a device share exists: CPU offload, not NVMe; not Muon,

@@ -68,12 +68,10 @@ struct Engine::Impl {
     return schedule ? schedule->applied_betas(optimizer_step) : held_betas;
   }
   comm::CommStats comm_at_step_start;
-  // The delayed update's timing (StepStats::delayed_wait_ms, delayed_cpu_ms)
-  // and whether the note of dpu_advice.h was decided.
+  // The delayed update's timing: the last step() call, and the delayed
+  // steps timed so far (the note of dpu_advice.h is decided on the third).
   std::optional<std::chrono::steady_clock::time_point> last_step_call;
-  double last_delayed_wait_ms = 0;
   int delayed_steps_timed = 0;
-  bool dpu_note_decided = false;
   // Declared last, so destroyed first: the hooks go before what they call,
   // and the module gets its own tensors back while the flat buffer is alive.
   detail::ModuleGuard guard;
@@ -137,7 +135,9 @@ struct Engine::Impl {
   // Waits for the delayed update, if any, and applies it to the model: on a
   // GPU each chunk goes up as soon as the worker has stepped it, so the
   // copies overlap the rest of the CPU step.
-  void finish_delayed(comm::Communicator& comm);
+  // Returns how long the host waited for a pending update's CPU step, in
+  // milliseconds (0 when none was pending).
+  double finish_delayed(comm::Communicator& comm);
   // A compute interval from the last mark to now (tracing only).
   void trace_compute(const char* what) {
     if (!timeline.on()) return;
