@@ -89,8 +89,9 @@ int main(int argc, char** argv) {
   app.add_option("--params", params_text, "parameter count instead of a model (K, M, B, T = "
                                     "thousand ... trillion: 1.5B, 7.5e9); no activation estimate");
   app.add_option("--frozen-params", frozen_text, "frozen parameters beside the trained ones (a base model under "
-                 "adapters; same suffixes as --params): in the training precision, whole on every rank at every "
-                 "stage (stage 3 partitions trained parameters only), counted in dev total");
+                 "adapters; same suffixes as --params): in the training precision, whole on every rank at stages "
+                 "0-2; at stage 3 partitioned with the units (spread over them as the trained parameters are; in "
+                 "host memory with --offload-param); counted in dev total");
   auto* layer_opt = app.add_option("--n-layer", n_layer, "override the preset's layers");
   auto* head_opt = app.add_option("--n-head", n_head, "override the preset's heads");
   auto* embd_opt = app.add_option("--n-embd", n_embd, "override the preset's width");
@@ -401,9 +402,22 @@ int main(int argc, char** argv) {
       std::printf("(Muon's step work is not counted with --params: give --model for the matrices' shapes)\n");
     }
     if (in.frozen_params > 0 && !rows.empty()) {
-      std::printf("(dev total includes %s per rank for the %s frozen parameters: whole on every rank at every "
-                  "stage, as zerocpp keeps them)\n",
-                  memory::format_bytes(rows.front().e.device_frozen).c_str(), format_count(in.frozen_params).c_str());
+      // Whole on every rank at stages 0-2; stage 3 partitions them with the units.
+      for (const Row& r : rows) {
+        if (r.stage == 3) continue;
+        std::printf("(dev total includes %s per rank for the %s frozen parameters: whole on every rank at stages "
+                    "0-2)\n", memory::format_bytes(r.e.device_frozen).c_str(), format_count(in.frozen_params).c_str());
+        break;
+      }
+      for (const Row& r : rows) {
+        if (r.stage != 3) continue;
+        const bool host = r.e.host_frozen > 0;
+        std::printf("(stage 3 partitions the %s frozen parameters with the units: %s per rank in %s memory, each "
+                    "unit's share gathered with it)\n", format_count(in.frozen_params).c_str(),
+                    memory::format_bytes(host ? r.e.host_frozen : r.e.device_frozen).c_str(),
+                    host ? "host" : "device");
+        break;
+      }
     }
     for (const Row& r : rows) {
       if (r.e.device_staging == 0) continue;
@@ -434,14 +448,14 @@ int main(int argc, char** argv) {
         const MemoryEstimate& e = rows[i].e;
         std::printf("%s{\"stage\":%d,\"offload\":%s,\"device_model_states\":%lld,\"host_model_states\":%lld,"
                     "\"device_buckets\":%lld,\"device_gathered\":%lld,\"device_padding\":%lld,\"device_staging\":%lld,"
-                    "\"device_workspace\":%lld,\"device_frozen\":%lld,"
+                    "\"device_workspace\":%lld,\"device_frozen\":%lld,\"host_frozen\":%lld,"
                     "\"device_activations\":%lld,\"host_activations\":%lld,"
                     "\"device_total\":%lld,\"host_total\":%lld,\"nvme_total\":%lld,\"fits\":%s}",
                     i ? "," : "", rows[i].stage, rows[i].offload ? "true" : "false",
                     (long long)e.device_model_states(), (long long)e.host_model_states(), (long long)e.device_buckets,
                     (long long)e.device_gathered,
                     (long long)e.device_padding, (long long)e.device_staging, (long long)e.device_workspace,
-                    (long long)e.device_frozen,
+                    (long long)e.device_frozen, (long long)e.host_frozen,
                     (long long)e.device_activations, (long long)e.host_activations,
                     (long long)e.device_total(),
                     (long long)e.host_total(), (long long)e.nvme_total(), rows[i].fits ? "true" : "false");

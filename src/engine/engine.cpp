@@ -378,6 +378,13 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
     if (m.stage == 3) {
       units = detail::assign_units(*P.module(), P.params(), z.stage3_param_persistence_threshold);
       pi.groups = units.groups;
+      // Frozen parameters of a unit are partitioned with it (a base model
+      // under adapters); the rest stay whole on every rank.
+      const std::vector<at::Tensor> frozen = P.frozen_candidates();
+      P.select_frozen(frozen,
+                      detail::assign_units(*P.module(), frozen, z.stage3_param_persistence_threshold).groups);
+      pi.frozen_numels = P.frozen_numels();
+      pi.frozen_groups = P.frozen_groups();
       pi.offload_param = offload_param;
       pi.param_nvme = param_nvme;
       pi.param_nvme_buffers = z.offload_param.buffer_count;
@@ -564,11 +571,15 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
                    m.offload ? offload_text(m.plan).c_str() : "", offload_param_text(m.plan).c_str(),
                    dpu ? (", delayed update after " + std::to_string(m.delayed->warmup()) + " steps").c_str() : "");
     }
-    if (m.rank == 0 && m.stage == 3 && P.frozen_bytes() > 0) {
+    if (m.rank == 0 && m.stage == 3 && P.frozen_partitioned() > 0) {
       std::fprintf(stderr,
-                   "zerocpp: note: stage 3 partitions the trainable parameters only: the %zu frozen ones (%s) stay "
-                   "whole on every rank, as at stage 0 (counted in the memory ledger; zero-estimate --frozen-params)\n",
-                   static_cast<std::size_t>(P.frozen_count()), memory::format_bytes(P.frozen_bytes()).c_str());
+                   "zerocpp: stage 3 partitions %zu frozen parameters (%s in %s) with their units: gathered and "
+                   "released with them, never stepped%s\n",
+                   P.frozen_partitioned(), memory::format_bytes(P.frozen_partitioned_bytes()).c_str(),
+                   c10::toString(dtype),
+                   P.frozen_bytes() > 0 ? "; the rest stay whole on every rank (no unit, shared by two units, below "
+                                          "stage3_param_persistence_threshold, or not in the training precision)"
+                                        : "");
     }
     m.guard.commit();
     P.remember_storages();

@@ -266,8 +266,21 @@ void Engine::save_checkpoint(const std::string& dir, const std::string& tag, con
   if (m.ctx.on_accelerator()) {
     sections.push_back({"rng.device", "u8", {}, {at::globalContext().defaultGenerator(m.ctx.device).get_state()}});
   }
+  // Stage 3's partitioned frozen parameters are hollow in the module
+  // outside their units: their values, whole, gathered for rank 0 (every
+  // rank takes part), saved as the other module tensors are.
+  std::vector<std::pair<at::Tensor, at::Tensor>> frozen_values;
+  if (P.frozen_partitioned() > 0) frozen_values = P.frozen_values_on_host(comm_);
   if (m.rank == 0) {
-    for (const auto& [name, t] : module_tensors(*P.module())) {
+    for (const auto& [name, module_tensor] : module_tensors(*P.module())) {
+      at::Tensor t = module_tensor;
+      bool copied = false;
+      for (const auto& [p, value] : frozen_values) {
+        if (p.unsafeGetTensorImpl() != t.unsafeGetTensorImpl()) continue;
+        t = value;
+        copied = true;
+        break;
+      }
       const char* d = dtype_name_of(t.scalar_type());
       if (!d) {
         std::fprintf(stderr, "zerocpp: checkpoint: module tensor %s (%s) not saved: its dtype has no checkpoint "
@@ -276,6 +289,7 @@ void Engine::save_checkpoint(const std::string& dir, const std::string& tag, con
       }
       const std::string section = "module." + name;
       sections.push_back({section, d, t.sizes().vec(), {host(t.detach())}});
+      sections.back().copies = copied;  // (host copies of the save's own already)
       man.module_tensors.push_back(section);
     }
   }
@@ -636,8 +650,11 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
       ZERO_CHECK(it != mine.end(), "checkpoint ", where, " holds ", name.substr(7),
                  " (a frozen parameter or buffer) that this module does not have: load it into the model it was "
                  "saved from");
-      ZERO_CHECK(it->second.sizes().vec() == s->shape, "checkpoint ", where, ": ", name.substr(7), " has shape ",
-                 c10::IntArrayRef(s->shape), " but ", it->second.sizes(), " in this module");
+      // (A partitioned frozen parameter is hollow outside its unit: its shape is the store's.)
+      const c10::IntArrayRef shape =
+          P.partitions_frozen(it->second) ? P.frozen_shape(it->second) : it->second.sizes();
+      ZERO_CHECK(shape.vec() == s->shape, "checkpoint ", where, ": ", name.substr(7), " has shape ",
+                 c10::IntArrayRef(s->shape), " but ", shape, " in this module");
       at::Tensor v = at::empty(s->shape, at::TensorOptions().dtype(scalar_type_of(s->dtype)));
       reads[0].push_back({s->offset, s->bytes, v.data_ptr()});
       module_updates.emplace_back(it->second, v);
@@ -736,7 +753,13 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
     set_params_from_master();
   }
   m.params->publish(at::Tensor(), /*offloaded=*/false, comm_, m.ctx);  // the all-gather
-  for (auto& [t, v] : module_updates) t.detach().copy_(v);
+  for (auto& [t, v] : module_updates) {
+    if (P.partitions_frozen(t)) {
+      P.load_frozen(t, v);  // into the rank's chunk (and the module's tensor while gathered)
+    } else {
+      t.detach().copy_(v);
+    }
+  }
   if (rng.defined()) {
     at::Generator g = at::detail::getDefaultCPUGenerator();
     const std::lock_guard<std::mutex> lock(g.mutex());

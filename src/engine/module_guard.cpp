@@ -17,6 +17,8 @@ void ModuleGuard::will_replace_trainable(const at::Tensor& t) {
 
 void ModuleGuard::will_cast(const at::Tensor& t) { casts_.push_back({t, t.detach(), t.scalar_type()}); }
 
+void ModuleGuard::will_view(const at::Tensor& t) { casts_.push_back({t, t.detach(), t.scalar_type(), true}); }
+
 void ModuleGuard::install_hook(const at::Tensor& t,
                                std::unique_ptr<torch::autograd::PostAccumulateGradHook> hook) {
   hooks_.push_back({t, hook.get()});
@@ -49,7 +51,9 @@ ModuleGuard::~ModuleGuard() {
       r.param.mutable_grad().reset();
     }
     for (auto& c : casts_) {
-      replace_data(c.tensor, committed_ ? c.tensor.detach().to(c.dtype) : c.original);
+      replace_data(c.tensor, !committed_ ? c.original
+                             : c.view   ? c.tensor.detach().to(c.dtype, /*non_blocking=*/false, /*copy=*/true)
+                                        : c.tensor.detach().to(c.dtype));
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "zerocpp: could not give the module back its own tensors: %s\n", e.what());

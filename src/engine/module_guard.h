@@ -38,6 +38,10 @@ class ModuleGuard {
   void will_replace_trainable(const at::Tensor& t);
   // Before casting a frozen parameter or buffer: remembers its tensor and dtype.
   void will_cast(const at::Tensor& t);
+  // Before making a frozen parameter a view of the engine's memory (stage
+  // 3 partitions it): the same, and once committed it gets a tensor of its
+  // own back, as a trainable one does.
+  void will_view(const at::Tensor& t);
   // Installs `hook` as t's post-accumulate-grad hook (LibTorch keeps one per tensor).
   void install_hook(const at::Tensor& t, std::unique_ptr<torch::autograd::PostAccumulateGradHook> hook);
   // The engine is built: the original tensors are no longer kept.
@@ -52,6 +56,7 @@ class ModuleGuard {
     at::Tensor tensor;
     at::Tensor original;  // empty after commit
     c10::ScalarType dtype;
+    bool view = false;  // will_view()
   };
   struct Hooked {
     at::Tensor param;

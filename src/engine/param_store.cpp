@@ -96,10 +96,70 @@ std::vector<std::size_t> ParamStore::numels() const {
   return n;
 }
 
+std::vector<at::Tensor> ParamStore::frozen_candidates() const {
+  std::vector<at::Tensor> out;
+  std::unordered_set<const void*> seen;
+  for (const auto& [name, p] : frozen_params_) {
+    const bool precision = dtype_ == at::kFloat ? p.scalar_type() == at::kFloat : p.is_floating_point();
+    if (precision && seen.insert(p.unsafeGetTensorImpl()).second) out.push_back(p);
+  }
+  return out;
+}
+
+void ParamStore::select_frozen(const std::vector<at::Tensor>& candidates, const std::vector<int>& groups) {
+  ZERO_INTERNAL_ASSERT(candidates.size() == groups.size(), "one unit per frozen candidate");
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    if (groups[i] < 0) continue;
+    fparams_.push_back(candidates[i]);
+    fshapes_.push_back(candidates[i].sizes().vec());
+    fgroups_.push_back(groups[i]);
+    for (const auto& [name, p] : frozen_params_) {
+      if (p.unsafeGetTensorImpl() != candidates[i].unsafeGetTensorImpl()) continue;
+      fnames_.push_back(name);
+      break;
+    }
+  }
+}
+
+std::vector<std::size_t> ParamStore::frozen_numels() const {
+  std::vector<std::size_t> n;
+  for (const auto& s : fshapes_) n.push_back(static_cast<std::size_t>(c10::multiply_integers(s)));
+  return n;
+}
+
+std::int64_t ParamStore::frozen_partitioned_bytes() const {
+  std::int64_t n = 0;
+  for (std::size_t k : frozen_numels()) n += static_cast<std::int64_t>(k * c10::elementSize(dtype_));
+  return n;
+}
+
+int ParamStore::frozen_index(const at::Tensor& t) const {
+  for (std::size_t j = 0; j < fparams_.size(); ++j) {
+    if (fparams_[j].unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) return static_cast<int>(j);
+  }
+  return -1;
+}
+
+c10::IntArrayRef ParamStore::frozen_shape(const at::Tensor& t) const {
+  const int j = frozen_index(t);
+  ZERO_INTERNAL_ASSERT(j >= 0, "not a partitioned frozen parameter");
+  return fshapes_[static_cast<std::size_t>(j)];
+}
+
+std::vector<int> ParamStore::frozen_group_buckets(int g) const {
+  std::vector<int> out;
+  const int nt = static_cast<int>(layout_.buckets().size());
+  for (int b : flayout_.group_buckets(g)) out.push_back(nt + b);
+  return out;
+}
+
 void ParamStore::use_plan(const MemoryPlan& plan) {
   plan_ = &plan;
   layout_ = plan.layout;
+  flayout_ = plan.frozen_layout;
   shard_rank_ = plan.shard_rank;
+  ZERO_INTERNAL_ASSERT(flayout_.params().size() == fparams_.size(), "the plan's frozen layout has ",
+                       flayout_.params().size(), " parameters, the store ", fparams_.size());
 }
 
 at::Tensor ParamStore::initial_fp32(comm::Communicator& comm, memory::MemoryLedger& ledger) {
@@ -159,8 +219,12 @@ void ParamStore::cast_frozen_and_buffers(comm::Communicator& comm, ModuleGuard& 
       t.set_data(t.to(device_, to));
     }
   };
+  // (Stage 3's partitioned frozen parameters are settled already: views of their buckets.)
+  std::unordered_set<const void*> partitioned;
+  for (const at::Tensor& p : fparams_) partitioned.insert(p.unsafeGetTensorImpl());
+  auto whole = [&](const at::Tensor& t) { return partitioned.count(t.unsafeGetTensorImpl()) == 0; };
   for (const auto& item : module_->named_parameters(/*recurse=*/true)) {
-    if (!item.value().requires_grad()) settle(item.key(), item.value(), /*cast=*/true);
+    if (!item.value().requires_grad() && whole(item.value())) settle(item.key(), item.value(), /*cast=*/true);
   }
   for (const auto& item : module_->named_buffers(/*recurse=*/true)) settle(item.key(), item.value(), /*cast=*/true);
   // Their bytes, each storage once (a frozen table tied to another, a
@@ -174,13 +238,15 @@ void ParamStore::cast_frozen_and_buffers(comm::Communicator& comm, ModuleGuard& 
       if (!t.defined() || !t.has_storage() || t.is_meta()) return;
       if (seen.insert(t.storage().unsafeGetStorageImpl()).second) into += static_cast<std::int64_t>(t.storage().nbytes());
     };
-    for (const auto& [name, p] : frozen_params_) count(p, frozen);
+    for (const auto& [name, p] : frozen_params_) {
+      if (whole(p)) count(p, frozen);
+    }
     for (const at::Tensor& b : module_->buffers(/*recurse=*/true)) count(b, buffers);
     frozen_bytes_ = frozen;
     if (frozen + buffers > 0) {
       regs_.push_back(ledger.add(memory::Tier::kDevice, memory::Kind::kFrozen, frozen + buffers,
-                                 "the frozen parameters and the module's buffers (whole on every rank, at every "
-                                 "stage: not partitioned)"));
+                                 "the frozen parameters and the module's buffers (whole on every rank: at stage 3 "
+                                 "those of no unit)"));
     }
   }
   // Frozen parameters and floating-point buffers start equal on every rank,
@@ -191,7 +257,7 @@ void ParamStore::cast_frozen_and_buffers(comm::Communicator& comm, ModuleGuard& 
     auto shareable = [](const at::Tensor& t) { return t.is_floating_point() && t.element_size() % 2 == 0; };
     std::vector<at::Tensor> shared;
     for (const at::Tensor& p : module_->parameters(/*recurse=*/true)) {
-      if (!p.requires_grad() && shareable(p)) shared.push_back(p);
+      if (!p.requires_grad() && shareable(p) && whole(p)) shared.push_back(p);
     }
     for (const at::Tensor& b : module_->buffers(/*recurse=*/true)) {
       if (shareable(b)) shared.push_back(b);
@@ -337,8 +403,9 @@ void ParamStore::all_gather(comm::Communicator& comm) {
     // gathered or fetched ahead) from the partition. A gather still in
     // flight (fetched ahead by a forward after backward) is waited for
     // first; its owner's later wait finds it done.
+    // (Not the frozen buckets: the step does not change them.)
     std::vector<PendingGather> pending;
-    for (std::size_t b = 0; b < buckets_.size(); ++b) {
+    for (std::size_t b = 0; b < layout_.buckets().size(); ++b) {
       if (!buckets_[b].held()) continue;
       if (b < gathering_.size() && gathering_[b]) {
         wait_for_use(comm::WorkPtr(gathering_[b]), device_, unconfirmed_);

@@ -16,6 +16,11 @@
 // With offload_param.device "nvme" the partition is in a swap file instead
 // (param_swap.h): a gather reads the rank's chunk from it (read ahead), a
 // publish writes it.
+// Frozen parameters of a unit (a base model under adapters) are partitioned
+// too, in a layout of their own (the plan's frozen_layout) whose buckets
+// follow the trainable ones in the bucket numbering: gathered and released
+// with their unit, never reduced, stepped or published. Their partition is
+// on the device, or in host memory with offload_param (NVMe included).
 #pragma once
 
 #include <algorithm>
@@ -64,6 +69,15 @@ class ParamStore {
              std::optional<c10::Device> target = std::nullopt, InitFn init = {});
   // Their sizes, in the module's order.
   std::vector<std::size_t> numels() const;
+  // Stage 3, before use_plan(): the frozen parameters it may partition
+  // (each once, floating point, and in the training precision once cast:
+  // in fp32 training an fp64 one stays whole), in the module's order; then
+  // each one's unit (assign_units; -1: stays whole). Those of a unit are
+  // partitioned (frozen_numels(), frozen_groups(): the plan's input).
+  std::vector<at::Tensor> frozen_candidates() const;
+  void select_frozen(const std::vector<at::Tensor>& candidates, const std::vector<int>& groups);
+  std::vector<std::size_t> frozen_numels() const;
+  const std::vector<int>& frozen_groups() const { return fgroups_; }
   // The layout and partition the memory plan chose (zero/zero/memory_plan.h).
   void use_plan(const MemoryPlan& plan);
 
@@ -85,7 +99,32 @@ class ParamStore {
   // The frozen parameters' bytes on the device, once construction is done
   // (in the training precision where they are floating point).
   std::int64_t frozen_bytes() const { return frozen_bytes_; }
+  // Stage 3: the frozen parameters partitioned with their units (not in
+  // frozen_bytes()): how many, and their bytes in the training precision.
+  std::size_t frozen_partitioned() const { return fparams_.size(); }
+  std::int64_t frozen_partitioned_bytes() const;
+  // Whether `t` is one of them; its shape in the module (it is hollow
+  // while released).
+  bool partitions_frozen(const at::Tensor& t) const { return frozen_index(t) >= 0; }
+  c10::IntArrayRef frozen_shape(const at::Tensor& t) const;
+  // Every partitioned frozen parameter's value, whole, in host memory on
+  // rank 0 (checkpoints): their buckets gathered one at a time where not
+  // gathered already (collective). Other ranks get nothing.
+  std::vector<std::pair<at::Tensor, at::Tensor>> frozen_values_on_host(comm::Communicator& comm);
+  // A loaded value of partitioned frozen parameter `t` (whole, any floating
+  // dtype, any device): the rank's chunk of it, and the module's tensor too
+  // while its bucket is gathered.
+  void load_frozen(const at::Tensor& t, const at::Tensor& value);
   const FlatLayout& layout() const { return layout_; }
+  // Stage 3's buckets: the layout's (0 .. layout().buckets().size() - 1),
+  // then the frozen layout's. bucket(b): either.
+  std::size_t bucket_count() const { return buckets_.size(); }
+  const Bucket& bucket(std::size_t b) const {
+    const std::size_t nt = layout_.buckets().size();
+    return b < nt ? layout_.buckets()[b] : flayout_.buckets()[b - nt];
+  }
+  // Unit g's buckets of frozen parameters, in that numbering.
+  std::vector<int> frozen_group_buckets(int g) const;
   c10::Device device() const { return device_; }
   int shard_rank() const { return shard_rank_; }
   const std::shared_ptr<torch::nn::Module>& module() const { return module_; }
@@ -234,6 +273,15 @@ class ParamStore {
   void register_bucket(std::size_t bi, const char* what);
   // Bucket bi's parameters as views of its storage: full (their shapes) or hollow.
   void view_params(std::size_t bi, bool full);
+  // Bucket bi's parameters: f(tensor, shape, slot, index) for each, `index`
+  // counting the trainable ones first, then the partitioned frozen ones.
+  template <class F>
+  void for_bucket_params(std::size_t bi, F&& f);
+  // Stage 3's construction of the partitioned frozen parameters, after the
+  // trainable ones (the same fp32 bucket buffer).
+  void adopt_frozen(const at::Tensor& flat32, comm::Communicator& comm, ModuleGuard& guard, const DeviceContext& ctx);
+  // The partitioned frozen parameter `t`'s index in fparams_, or -1.
+  int frozen_index(const at::Tensor& t) const;
 
   std::shared_ptr<torch::nn::Module> module_;
   c10::ScalarType dtype_;
@@ -261,13 +309,21 @@ class ParamStore {
   const DeviceContext* publish_ctx_ = nullptr;
   std::optional<c10::Stream> publish_stream_, publish_compute_;
   StepTimeline* timeline_ = nullptr;
+  // Stage 3's partitioned frozen parameters: each once, their names and
+  // shapes, their units, their layout and the rank's partition of them.
+  std::vector<at::Tensor> fparams_;
+  std::vector<std::string> fnames_;
+  std::vector<std::vector<std::int64_t>> fshapes_;
+  std::vector<int> fgroups_;
+  FlatLayout flayout_;
+  at::Tensor fpartition_;
   // Stage 3.
   bool partitioned_ = false;
   at::Tensor partition_;                // the rank's chunks of every bucket, training precision
   // The partition on NVMe (partition_ then undefined). Before lane_: its
   // buffers outlive the copies the lane may still run out of them.
   std::unique_ptr<ParamSwap> swap_;
-  std::vector<BucketStorage> buckets_;  // one per bucket of the layout
+  std::vector<BucketStorage> buckets_;  // one per bucket of the layout, then of the frozen layout
   std::vector<std::array<memory::MemoryLedger::Registration, 2>> bucket_regs_;  // while held: values, padding
   std::vector<char> hollow_;            // per bucket: its parameters are hollow
   // Per parameter: its gradient node (AccumulateGrad) of full shape, set

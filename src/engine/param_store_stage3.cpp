@@ -43,9 +43,10 @@ void ParamStore::adopt_partitioned(comm::Communicator& comm, memory::MemoryLedge
   at::Tensor flat32 = at::zeros({i64(temp.elements)}, at::TensorOptions().dtype(at::kFloat).device(device()));
   flat32_temp_ = ledger.add(temp.tier, temp.kind, temp.bytes(), temp.what);
   const std::vector<Bucket>& buckets = layout_.buckets();
-  buckets_.resize(buckets.size());
-  bucket_regs_.resize(buckets.size());
-  hollow_.assign(buckets.size(), 0);
+  const std::size_t all = buckets.size() + flayout_.buckets().size();
+  buckets_.resize(all);
+  bucket_regs_.resize(all);
+  hollow_.assign(all, 0);
   for (std::size_t bi = 0; bi < buckets.size(); ++bi) {
     const Bucket& b = buckets[bi];
     at::Tensor full32 = flat32.narrow(0, 0, i64(b.padded));
@@ -76,13 +77,120 @@ void ParamStore::adopt_partitioned(comm::Communicator& comm, memory::MemoryLedge
     }
   }
   if (swap_) swap_->flush();
+  adopt_frozen(flat32, comm, guard, ctx);
   flat32 = at::Tensor();
   flat32_temp_.release();
   cast_frozen_and_buffers(comm, guard, ledger);
 }
 
+void ParamStore::adopt_frozen(const at::Tensor& flat32, comm::Communicator& comm, ModuleGuard& guard,
+                              const DeviceContext& ctx) {
+  if (fparams_.empty()) return;
+  const PlannedBuffer& part = (*plan_)[Buffer::kFrozenPartition];
+  fpartition_ = part.tier == memory::Tier::kHost
+                    ? ctx.host_tensor(part.elements, dtype_)
+                    : at::empty({i64(part.elements)}, at::TensorOptions().dtype(dtype_).device(device()));
+  fpartition_.zero_();
+  register_planned(*ledger_, regs_, part, fpartition_);
+  const std::size_t nt = layout_.buckets().size();
+  for (std::size_t k = 0; k < flayout_.buckets().size(); ++k) {
+    const Bucket& b = flayout_.buckets()[k];
+    const std::size_t bi = nt + k;
+    // Rank 0's values, as the trainable ones (through fp32: the cast after
+    // the broadcast is the cast before it).
+    at::Tensor full32 = flat32.narrow(0, 0, i64(b.padded));
+    full32.zero_();
+    for (int i : b.params) {
+      const auto j = static_cast<std::size_t>(i);
+      const ParamSlot& s = flayout_.params()[j];
+      const at::Tensor dst = full32.narrow(0, i64(s.offset - b.offset), i64(s.numel));
+      if (fparams_[j].is_meta()) {
+        run_init(fnames_[j], dst.view(fshapes_[j]));
+      } else {
+        dst.copy_(fparams_[j].detach().reshape({-1}));
+      }
+    }
+    if (world_ > 1) comm.broadcast(full32.data_ptr(), b.padded, DType::kFloat32, {0, bucket_tag(bi)})->wait();
+    fpartition_.narrow(0, i64(b.partition_offset), i64(b.chunk))
+        .copy_(full32.narrow(0, i64(static_cast<std::size_t>(shard_rank_) * b.chunk), i64(b.chunk)));
+    buckets_[bi] = BucketStorage(full32.to(dtype_, /*non_blocking=*/false, /*copy=*/true));
+    for (int i : b.params) guard.will_view(fparams_[static_cast<std::size_t>(i)]);
+    view_params(bi, /*full=*/true);
+    buckets_[bi].release();
+    hollow(static_cast<int>(bi));
+  }
+}
+
+template <class F>
+void ParamStore::for_bucket_params(std::size_t bi, F&& f) {
+  const std::size_t nt = layout_.buckets().size();
+  const bool frozen = bi >= nt;
+  const FlatLayout& L = frozen ? flayout_ : layout_;
+  std::vector<at::Tensor>& ps = frozen ? fparams_ : params_;
+  const std::vector<std::vector<std::int64_t>>& shapes = frozen ? fshapes_ : shapes_;
+  const std::size_t first = frozen ? params_.size() : 0;
+  for (int i : L.buckets()[frozen ? bi - nt : bi].params) {
+    const auto j = static_cast<std::size_t>(i);
+    f(ps[j], shapes[j], L.params()[j], first + j);
+  }
+}
+
+std::vector<std::pair<at::Tensor, at::Tensor>> ParamStore::frozen_values_on_host(comm::Communicator& comm) {
+  std::vector<std::pair<at::Tensor, at::Tensor>> out;
+  settle_gathers();  // the copies into buckets fetched ahead are done
+  const std::size_t nt = layout_.buckets().size();
+  for (std::size_t bi = nt; bi < buckets_.size(); ++bi) {
+    // A bucket gathered already (a gather_parameters() scope, a unit
+    // fetched ahead) is read as it is, once its all-gather is done; others
+    // are gathered for the copy and released again.
+    const bool held = buckets_[bi].held();
+    if (held && bi < gathering_.size() && gathering_[bi]) {
+      wait_for_use(comm::WorkPtr(gathering_[bi]), device_, unconfirmed_);
+      gathering_[bi].reset();
+    }
+    if (!held) {
+      PendingGather g = start_gather(static_cast<int>(bi), comm);
+      finish_gather(g);
+    }
+    if (rank_ == 0) {
+      for_bucket_params(bi, [&](at::Tensor& p, const std::vector<std::int64_t>& shape, const ParamSlot&, std::size_t) {
+        out.emplace_back(p, p.detach().view(shape).to(at::kCPU, /*non_blocking=*/false, /*copy=*/true));
+      });
+    }
+    if (!held) {
+      release(static_cast<int>(bi));
+      hollow(static_cast<int>(bi));
+    }
+  }
+  return out;
+}
+
+void ParamStore::load_frozen(const at::Tensor& t, const at::Tensor& value) {
+  const int j = frozen_index(t);
+  ZERO_INTERNAL_ASSERT(j >= 0, "not a partitioned frozen parameter");
+  settle_gathers();  // the lane's copies out of the partition are done
+  const ParamSlot& s = flayout_.params()[static_cast<std::size_t>(j)];
+  const Bucket& b = flayout_.buckets()[static_cast<std::size_t>(s.bucket)];
+  const at::Tensor flat = value.detach().reshape({-1});
+  // The rank's chunk: flat elements [lo, hi) of the bucket.
+  const std::size_t lo = b.offset + static_cast<std::size_t>(shard_rank_) * b.chunk, hi = lo + b.chunk;
+  const std::size_t from = std::max(lo, s.offset), to = std::min(hi, s.offset + s.numel);
+  if (from < to) {
+    fpartition_.narrow(0, i64(b.partition_offset + (from - lo)), i64(to - from))
+        .copy_(flat.narrow(0, i64(from - s.offset), i64(to - from)));
+  }
+  const std::size_t bi = layout_.buckets().size() + static_cast<std::size_t>(s.bucket);
+  if (buckets_[bi].held()) {
+    at::NoGradGuard no_grad;
+    t.detach().copy_(value.view(t.sizes()));
+  }
+}
+
 ParamStore::PendingGather ParamStore::start_gather(int bi, comm::Communicator& comm) {
-  const Bucket& b = layout_.buckets()[static_cast<std::size_t>(bi)];
+  const Bucket& b = bucket(static_cast<std::size_t>(bi));
+  // A frozen bucket's chunk: in its own partition, never on NVMe.
+  const bool frozen = static_cast<std::size_t>(bi) >= layout_.buckets().size();
+  ParamSwap* const swap = frozen ? nullptr : swap_.get();
   BucketStorage& st = buckets_[static_cast<std::size_t>(bi)];
   if (gathering_.size() != buckets_.size()) gathering_.resize(buckets_.size());
   ZERO_INTERNAL_ASSERT(!gathering_[static_cast<std::size_t>(bi)], "bucket ", bi,
@@ -103,7 +211,9 @@ ParamStore::PendingGather ParamStore::start_gather(int bi, comm::Communicator& c
   if (hollow_[static_cast<std::size_t>(bi)]) view_params(static_cast<std::size_t>(bi), /*full=*/true);
   const std::size_t mine = static_cast<std::size_t>(shard_rank_) * b.chunk;
   const at::Tensor dst = st.raw(mine, b.chunk);
-  const at::Tensor src = swap_ ? swap_->chunk(bi) : partition_.narrow(0, i64(b.partition_offset), i64(b.chunk));
+  const at::Tensor src = swap       ? swap->chunk(bi)
+                         : frozen   ? fpartition_.narrow(0, i64(b.partition_offset), i64(b.chunk))
+                                    : partition_.narrow(0, i64(b.partition_offset), i64(b.chunk));
   PendingGather g;
   try {
     if (lane_) {
@@ -112,14 +222,14 @@ ParamStore::PendingGather ParamStore::start_gather(int bi, comm::Communicator& c
       dst.copy_(src);
     }
   } catch (...) {
-    if (swap_) swap_->done_with(bi);
+    if (swap) swap->done_with(bi);
     throw;
   }
-  if (swap_ && lane_) {
+  if (swap && lane_) {
     // The chunk's buffer is written again only once the lane's copy out of it is done.
-    swap_->done_with(bi, [lane = lane_.get(), m = lane_->mark()] { lane->host_waits(m); });
-  } else if (swap_) {
-    swap_->done_with(bi);
+    swap->done_with(bi, [lane = lane_.get(), m = lane_->mark()] { lane->host_waits(m); });
+  } else if (swap) {
+    swap->done_with(bi);
   }
   if (layout_.shard_world() <= 1) {
     if (lane_) g.ready = lane_->mark();
@@ -176,7 +286,7 @@ void ParamStore::confirm_collectives(bool quiet) {
 }
 
 void ParamStore::register_bucket(std::size_t bi, const char* what) {
-  const Bucket& b = layout_.buckets()[bi];
+  const Bucket& b = bucket(bi);
   const std::size_t es = c10::elementSize(dtype_);
   auto& regs = bucket_regs_[bi];
   regs[0] = ledger_->add(memory::Tier::kDevice, memory::Kind::kHalfParams, i64(b.numel * es), what,
@@ -200,24 +310,23 @@ void ParamStore::hollow_released() {
 }
 
 void ParamStore::view_params(std::size_t bi, bool full) {
-  const Bucket& b = layout_.buckets()[bi];
+  const Bucket& b = bucket(bi);
   const at::Tensor& t = buckets_[bi].tensor();
   // set_data keeps the parameter's autograd metadata, version counter and
   // storage (check_intact() still knows it); only its shape changes.
-  if (full_grad_nodes_.size() != params_.size()) {
-    full_grad_nodes_.resize(params_.size());
-    full_versions_.resize(params_.size());
+  if (full_grad_nodes_.size() != params_.size() + fparams_.size()) {
+    full_grad_nodes_.resize(params_.size() + fparams_.size());
+    full_versions_.resize(params_.size() + fparams_.size());
   }
   // Only a change of state moves the gradient nodes and version counters.
   const bool changes = full == (hollow_[bi] != 0);
-  for (int i : b.params) {
-    const ParamSlot& s = layout_.params()[static_cast<std::size_t>(i)];
-    at::Tensor& p = params_[static_cast<std::size_t>(i)];
-    replace_data(p, full ? t.narrow(0, i64(s.offset - b.offset), i64(s.numel)).view(shapes_[static_cast<std::size_t>(i)])
+  for_bucket_params(bi, [&](at::Tensor& p, const std::vector<std::int64_t>& shape, const ParamSlot& s,
+                            std::size_t i) {
+    replace_data(p, full ? t.narrow(0, i64(s.offset - b.offset), i64(s.numel)).view(shape)
                          : t.narrow(0, i64(s.offset - b.offset), 0));
-    if (!changes) continue;
+    if (!changes) return;
     c10::TensorImpl* impl = p.unsafeGetTensorImpl();
-    c10::VariableVersion& version = full_versions_[static_cast<std::size_t>(i)];
+    c10::VariableVersion& version = full_versions_[i];
     if (full && version.enabled()) {
       impl->set_version_counter(std::move(version));
       version = c10::VariableVersion();
@@ -227,7 +336,7 @@ void ParamStore::view_params(std::size_t bi, bool full) {
     }
     if (auto* meta = torch::autograd::impl::get_autograd_meta(p)) {
       std::lock_guard<std::mutex> lock(meta->mutex_);
-      std::weak_ptr<torch::autograd::Node>& kept = full_grad_nodes_[static_cast<std::size_t>(i)];
+      std::weak_ptr<torch::autograd::Node>& kept = full_grad_nodes_[i];
       if (full) {
         meta->grad_accumulator_ = kept;  // the full one (or none: made anew)
         kept.reset();
@@ -236,7 +345,7 @@ void ParamStore::view_params(std::size_t bi, bool full) {
         meta->grad_accumulator_.reset();
       }
     }
-  }
+  });
   hollow_[bi] = full ? 0 : 1;
 }
 
@@ -257,10 +366,9 @@ std::size_t ParamStore::zero_fill_released() noexcept {
     // shape and nothing reads storage that is gone.
     try {
       at::NoGradGuard no_grad;
-      for (int i : layout_.buckets()[bi].params) {
-        at::Tensor& p = params_[static_cast<std::size_t>(i)];
+      for_bucket_params(bi, [](at::Tensor& p, const std::vector<std::int64_t>&, const ParamSlot&, std::size_t) {
         p.set_(at::empty({0}, p.options()));
-      }
+      });
       ++emptied;
     } catch (const std::exception&) {
     }

@@ -56,13 +56,16 @@ UnitSchedule::UnitSchedule(const UnitAssignment& units, ParamStore& store, comm:
   handlers_.reserve(modules_.size());  // their addresses are registered
   for (std::size_t u = 0; u < modules_.size(); ++u) {
     units_[u].buckets = L.group_buckets(static_cast<int>(u));
-    for (int b : units_[u].buckets) units_[u].elements += L.buckets()[static_cast<std::size_t>(b)].padded;
-    handlers_.emplace_back(this, static_cast<int>(u));
+    const bool trains = !units_[u].buckets.empty();
+    for (int b : store.frozen_group_buckets(static_cast<int>(u))) units_[u].buckets.push_back(b);
+    for (int b : units_[u].buckets) units_[u].elements += store.bucket(static_cast<std::size_t>(b)).padded;
+    handlers_.emplace_back(this, static_cast<int>(u), trains);
   }
-  // A unit with nothing of its own to gather (all of it frozen, shared with
-  // another unit, or kept) gets no handler: zero::unit() then just calls it,
-  // and data that needs no gradient does not become a leaf that does (a
-  // frozen stem would otherwise be back-propagated through).
+  // A unit with nothing of its own to gather (shared with another unit, or
+  // kept) gets no handler: zero::unit() then just calls it. One whose own
+  // parameters are all frozen gets one that trains nothing, so that data
+  // that needs no gradient does not become a leaf that does (a frozen stem
+  // would otherwise be back-propagated through).
   for (std::size_t u = 0; u < modules_.size(); ++u) {
     if (!units_[u].buckets.empty()) set_unit_handler(*modules_[u], &handlers_[u]);
   }

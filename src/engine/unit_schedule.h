@@ -95,7 +95,8 @@ class UnitSchedule {
 
  private:
   struct Handler : UnitHandler {
-    Handler(UnitSchedule* s, int u) : schedule(s), unit(u) {}
+    Handler(UnitSchedule* s, int u, bool t) : schedule(s), unit(u), trains(t) {}
+    bool trains_parameters() const override { return trains; }
     void gather() override { schedule->gather(unit); }
     void release() override { schedule->release(unit); }
     void gather_until_backward_ends() override { schedule->gather_until_backward_ends(unit); }
@@ -104,9 +105,10 @@ class UnitSchedule {
     }
     UnitSchedule* schedule;
     int unit;
+    bool trains;  // some of its buckets are trainable (not only frozen ones)
   };
   struct UnitState {
-    std::vector<int> buckets;
+    std::vector<int> buckets;  // ParamStore's numbering: trainable, then frozen ones
     std::size_t elements = 0;  // padded, of all its buckets
     int refs = 0;              // gathers not yet released
     bool resident = false;     // its buckets are gathered (refs > 0, or prefetched)

@@ -52,6 +52,31 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
       const int unit = in.param_units.empty() ? 0 : in.param_units[i];
       pi.groups.push_back(static_cast<std::int64_t>(pi.numels[i]) < in.persistence_threshold ? -1 : unit);
     }
+    // The frozen parameters (a base under its adapters) are partitioned
+    // with their units: spread over the units as the trainable ones are.
+    if (in.frozen_params > 0) {
+      std::vector<std::size_t> per_unit;
+      std::size_t grouped = 0;
+      for (std::size_t i = 0; i < pi.numels.size(); ++i) {
+        const int g = pi.groups[i];
+        if (g < 0) continue;
+        if (per_unit.size() <= static_cast<std::size_t>(g)) per_unit.resize(static_cast<std::size_t>(g) + 1, 0);
+        per_unit[static_cast<std::size_t>(g)] += pi.numels[i];
+        grouped += pi.numels[i];
+      }
+      std::size_t left = static_cast<std::size_t>(in.frozen_params), last = 0;
+      for (std::size_t u = 0; u < per_unit.size(); ++u) last = per_unit[u] > 0 ? u : last;
+      for (std::size_t u = 0; u < per_unit.size() && grouped > 0; ++u) {
+        if (per_unit[u] == 0) continue;
+        const std::size_t share =
+            u == last ? left
+                      : static_cast<std::size_t>(static_cast<long double>(in.frozen_params) * per_unit[u] / grouped);
+        if (share == 0) continue;
+        pi.frozen_numels.push_back(share);
+        pi.frozen_groups.push_back(static_cast<int>(u));
+        left -= share;
+      }
+    }
     pi.offload_param = in.offload_param;
     pi.param_nvme = in.param_nvme;
     pi.param_nvme_buffers = in.param_nvme_buffers;
@@ -84,12 +109,17 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
       case memory::Kind::kStaging: (dev ? e.device_staging : e.host_staging) += b.bytes(); continue;
       case memory::Kind::kWorkspace: e.device_workspace += b.bytes(); continue;  // (the plan has it on the device)
       case memory::Kind::kPadding: break;
-      case memory::Kind::kFrozen: break;  // (not planned: EstimateInput::frozen_params below)
+      case memory::Kind::kFrozen: (dev ? e.device_frozen : e.host_frozen) += valid; break;  // stage 3's partition
     }
     (dev ? e.device_padding : e.host_padding) += pad;
   }
   e.device_construction = plan.construction_peak(memory::Tier::kDevice);
-  e.device_frozen = in.frozen_params * es;
+  if (plan.frozen_layout.buckets().empty()) {
+    e.device_frozen = in.frozen_params * es;  // whole on every rank
+  } else if (plan[Buffer::kFrozenPartition].tier == memory::Tier::kDevice) {
+    // (device_total() adds device_frozen to the construction peak.)
+    e.device_construction -= plan[Buffer::kFrozenPartition].valid_bytes();
+  }
   // A model given only by its parameter count is one parameter here, and one
   // bucket; a real model's parameters fill buckets of reduce_bucket_size.
   if (in.param_numels.empty() && e.device_buckets > 0) {

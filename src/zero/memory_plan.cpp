@@ -35,6 +35,12 @@ void plan_stage3_params(const PlanInput& in, MemoryPlan& p) {
   auto set = [&](Buffer id, PlannedBuffer b) { p.buffers[static_cast<std::size_t>(id)] = b; };
   std::size_t persistent = 0, persistent_valid = 0, largest_bucket = 0;
   std::vector<std::size_t> unit_padded;
+  // A unit's frozen buckets are gathered and released with its trainable ones.
+  for (const Bucket& b : p.frozen_layout.buckets()) {
+    largest_bucket = std::max(largest_bucket, b.padded);
+    if (unit_padded.size() <= static_cast<std::size_t>(b.group)) unit_padded.resize(b.group + 1, 0);
+    unit_padded[static_cast<std::size_t>(b.group)] += b.padded;
+  }
   for (const Bucket& b : L.buckets()) {
     largest_bucket = std::max(largest_bucket, b.padded);
     if (b.group < 0) {
@@ -70,6 +76,12 @@ void plan_stage3_params(const PlanInput& in, MemoryPlan& p) {
                                       Lifetime::kPersistent, L.partition_numel(), L.partition_valid(p.shard_rank), es,
                                       "the parameter partition"));
   }
+  if (!p.frozen_layout.buckets().empty()) {
+    const FlatLayout& F = p.frozen_layout;
+    set(Buffer::kFrozenPartition, make(in.offload_param ? Tier::kHost : Tier::kDevice, Kind::kFrozen,
+                                       Lifetime::kPersistent, F.partition_numel(), F.partition_valid(p.shard_rank), es,
+                                       "the frozen parameter partition"));
+  }
   if (persistent > 0) {
     set(Buffer::kFlatParams, make(Tier::kDevice, Kind::kHalfParams, Lifetime::kPersistent, persistent,
                                   persistent_valid, es, "the parameters of no unit (kept gathered)"));
@@ -104,6 +116,10 @@ MemoryPlan plan_memory(const PlanInput& in) {
              "offloaded optimizer");
   ZERO_CHECK(!in.param_nvme || in.param_nvme_buffers >= 2, "parameters on NVMe need at least 2 buffers");
   ZERO_CHECK(in.groups.empty() || in.groups.size() == in.numels.size(), "one unit per parameter, or none");
+  ZERO_CHECK(in.frozen_numels.size() == in.frozen_groups.size(), "one unit per frozen parameter");
+  ZERO_CHECK(in.frozen_numels.empty() || in.stage == 3, "frozen parameters are partitioned at stage 3 only");
+  ZERO_CHECK(std::all_of(in.frozen_groups.begin(), in.frozen_groups.end(), [](int g) { return g >= 0; }),
+             "a partitioned frozen parameter belongs to a unit");
   ZERO_CHECK(in.element_bytes == 2 || in.element_bytes == 4, "element size must be 2 or 4 bytes");
   ZERO_CHECK(in.moments == 1 || in.moments == 2, "moments per parameter must be 1 or 2");
   ZERO_CHECK(in.bucket_numel > 0, "reduce_bucket_size must be positive");
@@ -125,6 +141,10 @@ MemoryPlan plan_memory(const PlanInput& in) {
   auto set = [&](Buffer id, PlannedBuffer b) { p.buffers[static_cast<std::size_t>(id)] = b; };
 
   if (stage3) {
+    if (!in.frozen_numels.empty()) {
+      p.frozen_layout = FlatLayout(in.frozen_numels, in.bucket_numel, in.world, in.world, kPlanAlignElements,
+                                   in.frozen_groups);
+    }
     plan_stage3_params(in, p);
   } else {
     set(Buffer::kFlat32, make(Tier::kDevice, half ? Kind::kStaging : Kind::kHalfParams,
@@ -270,10 +290,11 @@ std::int64_t MemoryPlan::construction_peak(Tier tier) const {
   // master seeded from it, the flat training-precision parameters made from
   // it; then the copy is freed and the rest allocated.
   // Stage 3 allocates the partition and the kept buckets first, then goes
-  // through the buckets one at a time in fp32.
+  // through the buckets one at a time in fp32 (the frozen ones last, their
+  // partition allocated before them).
   std::int64_t sum = 0;
   for (Buffer id : {Buffer::kFlat32, Buffer::kMaster, Buffer::kDevMaster, Buffer::kFlatParams,
-                    Buffer::kParamPartition}) {
+                    Buffer::kParamPartition, Buffer::kFrozenPartition}) {
     const PlannedBuffer& b = (*this)[id];
     if (b.present && b.tier == tier) sum += b.bytes();
   }

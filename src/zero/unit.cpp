@@ -124,7 +124,8 @@ at::Tensor unit(const torch::nn::Module& m, const at::Tensor& x,
   const bool differentiable = x.is_floating_point() || x.is_complex();
   const at::Tensor in = !track || !differentiable ? x
                         : x.requires_grad()        ? x.view_as(x)
-                                                   : x.detach().requires_grad_(true).view_as(x);
+                        : h->trains_parameters()   ? x.detach().requires_grad_(true).view_as(x)
+                                                   : x;
   h->gather();
   at::Tensor out;
   try {

@@ -1866,61 +1866,85 @@ TEST(Modules, FrozenParametersAndBuffersStartEqualOnEveryRank) {
   }
 }
 
-// A large frozen layer under a small trained head (a base under adapters).
+// A large frozen layer under a small trained head (a base under adapters);
+// `units`: both marked as stage-3 units.
 struct FrozenBase : torch::nn::Module {
-  FrozenBase() {
+  explicit FrozenBase(bool units = false) {
     base = register_module("base", torch::nn::Linear(256, 256));
     head = register_module("head", torch::nn::Linear(256, 4));
     scale = register_buffer("scale", at::ones({4}));
     for (auto& p : base->parameters()) p.requires_grad_(false);
+    if (units) {
+      zero::mark_unit(*base);
+      zero::mark_unit(*head);
+    }
   }
-  at::Tensor forward(const at::Tensor& x) { return head->forward(at::gelu(base->forward(x))) * scale; }
+  at::Tensor forward(const at::Tensor& x) {
+    const at::Tensor h = at::gelu(zero::unit(*base, x, [&](const at::Tensor& in) { return base->forward(in); }));
+    return zero::unit(*head, h, [&](const at::Tensor& in) { return head->forward(in); }) * scale;
+  }
   torch::nn::Linear base{nullptr}, head{nullptr};
   at::Tensor scale;
 };
 
-// The frozen parameters and buffers are whole on every rank at every stage:
-// the ledger counts their bytes (as they are after construction, in the
-// training precision), zero-estimate's --frozen-params counts the same, and
-// device_memory_limit refuses a budget they do not fit, naming them.
+// The frozen parameters and buffers are whole on every rank at stages 0-2,
+// and at stage 3 where no unit holds them; at stage 3 those of a unit are
+// partitioned (`units`: 1/world of them on each rank; 256 x 256 + 256
+// elements split evenly by 1, 2 and 4 ranks, so every rank's share is the
+// same). The ledger counts their bytes (as they are after construction, in
+// the training precision), zero-estimate's --frozen-params counts the same,
+// and device_memory_limit refuses a budget they do not fit, naming them.
 TEST(Modules, FrozenParametersAndBuffersAreInTheLedgerAndTheBudget) {
   comm::Communicator& comm = world_comm();
   const int world = comm.world_size();
   for (int stage : {0, 2, 3}) {
-    for (bool bf16 : {false, true}) {
-      const std::string what = "stage " + std::to_string(stage) + (bf16 ? " bf16" : " fp32");
-      torch::manual_seed(5);
-      auto model = std::make_shared<FrozenBase>();
-      config::Config cfg = make_config(stage, false, bf16, world, 2, 1);
-      std::int64_t held = 0;
-      {
-        Engine engine(model, cfg, comm);
-        std::int64_t want = 0;
-        for (const at::Tensor& t : {model->base->weight, model->base->bias, model->scale}) {
-          want += static_cast<std::int64_t>(t.nbytes());
+    for (const bool units : {false, true}) {
+      if (units && stage != 3) continue;
+      for (bool bf16 : {false, true}) {
+        const std::string what =
+            "stage " + std::to_string(stage) + (bf16 ? " bf16" : " fp32") + (units ? " with units" : "");
+        const std::int64_t es = bf16 ? 2 : 4;
+        torch::manual_seed(5);
+        auto model = std::make_shared<FrozenBase>(units);
+        config::Config cfg = make_config(stage, false, bf16, world, 2, 1);
+        std::int64_t limit = 0;
+        {
+          Engine engine(model, cfg, comm);
+          const std::int64_t frozen = es * (256 * 256 + 256), buffer = es * 4;
+          const std::int64_t want = (units ? frozen / world : frozen) + buffer;
+          const auto s = engine.ledger().snapshot();
+          EXPECT_EQ(s.bytes(Tier::kDevice, Kind::kFrozen), want) << what;
+          EstimateInput in;
+          in.params = 256 * 4 + 4;
+          in.frozen_params = 256 * 256 + 256;
+          in.element_bytes = es;
+          in.world = world;
+          in.stage = stage;
+          // The estimate's units: the head's (its frozen base spread over it), or none.
+          if (stage == 3) in.param_units = {units ? 1 : -1};
+          in.persistence_threshold = cfg.zero_optimization.stage3_param_persistence_threshold;
+          EXPECT_EQ(estimate_memory(in).device_frozen, want - buffer) << what << " (the buffer aside)";
+          // A budget 256 x 128 of them short; at stage 3 with units, where
+          // the construction's peak comes as their partition is added (one
+          // bucket in fp32 still alive), a byte short of that peak.
+          limit = units ? s.tier_peak[int(Tier::kDevice)] - 1 : s.tier_current[int(Tier::kDevice)] - es * 256 * 128;
+          // And it trains.
+          engine.backward(model->forward(at::randn({2, 256}).to(engine.dtype())).to(at::kFloat).square().mean());
+          engine.step();
         }
-        const auto s = engine.ledger().snapshot();
-        EXPECT_EQ(s.bytes(Tier::kDevice, Kind::kFrozen), want) << what;
-        EXPECT_EQ(want, (bf16 ? 2 : 4) * (256 * 256 + 256 + 4)) << what;
-        EstimateInput in;
-        in.params = 256 * 4 + 4;
-        in.frozen_params = 256 * 256 + 256;
-        in.element_bytes = bf16 ? 2 : 4;
-        in.world = world;
-        in.stage = stage;
-        EXPECT_EQ(estimate_memory(in).device_frozen, want - (bf16 ? 2 : 4) * 4) << what << " (the buffer aside)";
-        held = s.tier_current[int(Tier::kDevice)];
-      }
-      // A budget that the frozen parameters do not fit: refused at construction, naming them.
-      torch::manual_seed(5);
-      model = std::make_shared<FrozenBase>();
-      cfg.device_memory_limit = held - (bf16 ? 2 : 4) * 256 * 128;
-      try {
-        Engine engine(model, cfg, comm);
-        ADD_FAILURE() << what << ": a budget the frozen parameters do not fit was accepted";
-      } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find("the frozen parameters and the module's buffers"), std::string::npos)
-            << what << ": " << e.what();
+        // A budget that the frozen parameters do not fit: refused at construction, naming them.
+        torch::manual_seed(5);
+        model = std::make_shared<FrozenBase>(units);
+        cfg.device_memory_limit = limit;
+        try {
+          Engine engine(model, cfg, comm);
+          ADD_FAILURE() << what << ": a budget the frozen parameters do not fit was accepted";
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find(units ? "the frozen parameter partition"
+                                                     : "the frozen parameters and the module's buffers"),
+                    std::string::npos)
+              << what << ": " << e.what();
+        }
       }
     }
   }

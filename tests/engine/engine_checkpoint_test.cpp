@@ -797,6 +797,80 @@ TEST(Save, AsyncFlushCopiesOnlyWhenAnUpdateIsPending) {
   on_rank0([&] { rm_tree(dir); });
 }
 
+// Stage 3 partitions a base's frozen weights (LoraMlp): a checkpoint holds
+// them whole, as rank 0's module tensors (the format of every stage), and a
+// load writes them into every rank's partition. Saved at stage 3
+// asynchronously (from copies gathered for the save), then loaded into
+// engines whose frozen weights were changed before they were built: at
+// stage 3 the run goes on bitwise as the unbroken one; at stage 0 (whole
+// frozen weights) within the parity tolerance; both with the saved frozen
+// weights.
+TEST(Save, FrozenWeightsPartitionedAtStage3RoundTrip) {
+  comm::Communicator& comm = world_comm();
+  const int N = comm.world_size();
+  const config::Config cfg = make_config(3, false, false, N, kGlobalBatch / N, 1);
+  constexpr int kSave = 2, kSteps = 4;
+  std::vector<float> unbroken;
+  std::vector<at::Tensor> unbroken_params;
+  {
+    Trainer t{ModelKind::kLoraMlp, cfg};
+    t.steps(0, kSteps, unbroken);
+    unbroken_params = t.final_params();
+  }
+  const fs::path dir = shared_temp_dir(comm, "frozen_stage3");
+  {
+    Trainer t{ModelKind::kLoraMlp, cfg};
+    std::vector<float> losses;
+    t.steps(0, kSave, losses);
+    setenv("ZERO_TEST_CKPT_WRITE_DELAY_MS", "300", 1);
+    t.engine->save_checkpoint(dir.string(), "frozen", nlohmann::json::object(), /*async=*/true);
+    unsetenv("ZERO_TEST_CKPT_WRITE_DELAY_MS");
+    t.steps(kSave, kSave + 1, losses);
+    t.engine->wait_checkpoint();
+  }
+  const auto frozen_of = [](torch::nn::Module& m) {
+    std::vector<std::pair<std::string, at::Tensor>> out;
+    for (const auto& item : m.named_parameters()) {
+      if (!item.value().requires_grad()) out.emplace_back(item.key(), item.value());
+    }
+    return out;
+  };
+  const std::shared_ptr<torch::nn::Module> fresh = make_model(ModelKind::kLoraMlp);  // the frozen weights as saved
+  for (const int stage : {3, 0}) {
+    SCOPED_TRACE("loaded at stage " + std::to_string(stage));
+    std::shared_ptr<torch::nn::Module> changed = make_model(ModelKind::kLoraMlp);
+    for (const auto& [name, p] : frozen_of(*changed)) p.detach().uniform_(-3.0, 3.0);
+    Trainer t{ModelKind::kLoraMlp, make_config(stage, false, false, N, kGlobalBatch / N, 1), {}, changed};
+    t.engine->load_checkpoint(dir.string(), "frozen");
+    {
+      const GatheredParameters scope = t.engine->gather_parameters();
+      const auto want = frozen_of(*fresh), got = frozen_of(*t.model);
+      ASSERT_EQ(got.size(), want.size());
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        EXPECT_TRUE(at::equal(got[i].second, want[i].second)) << got[i].first << " is not the saved value";
+      }
+    }
+    std::vector<float> resumed;
+    t.steps(kSave, kSteps, resumed);
+    const std::vector<at::Tensor> params = t.final_params();
+    for (std::size_t i = 0; i < resumed.size(); ++i) {
+      if (stage == 3) {
+        EXPECT_EQ(resumed[i], unbroken[kSave + i]) << "step " << kSave + i;
+      } else {
+        EXPECT_NEAR(resumed[i], unbroken[kSave + i], 1e-5 * std::abs(unbroken[kSave + i])) << "step " << kSave + i;
+      }
+    }
+    if (stage == 3) {
+      expect_bitwise_equal(params, unbroken_params);
+    } else {
+      ASSERT_EQ(params.size(), unbroken_params.size());
+      for (std::size_t i = 0; i < params.size(); ++i) {
+        EXPECT_TRUE(at::allclose(params[i], unbroken_params[i], 1e-5, 1e-6)) << "param " << i;
+      }
+    }
+  }
+}
+
 // An asynchronous save whose snapshot one rank's host cannot hold: every
 // rank saves synchronously instead, and the checkpoint is whole.
 TEST(Save, AsyncFallsBackToSynchronousWhereTheSnapshotDoesNotFit) {

@@ -521,7 +521,7 @@ TEST(Stage3, ABlockRegisteredTwiceIsOneUnitAndAFrozenUnitLeavesNoGradientPath) {
   Engine engine(model, cfg, comm);
   EXPECT_EQ(model->block->weight.numel(), 0) << "the shared block stays gathered";
   EXPECT_EQ(model->head->weight.numel(), 0);
-  EXPECT_EQ(model->stem->weight.numel(), 16 * 32) << "a frozen unit is each rank's whole (not partitioned)";
+  EXPECT_EQ(model->stem->weight.numel(), 0) << "a frozen unit is partitioned too: hollow outside it";
   const at::Tensor x = at::randn({2, 16});
   const at::Tensor stem_out = as_unit(model->stem, x);
   EXPECT_FALSE(stem_out.requires_grad()) << "data through a frozen unit needs a gradient: its backward would run";
@@ -532,6 +532,77 @@ TEST(Stage3, ABlockRegisteredTwiceIsOneUnitAndAFrozenUnitLeavesNoGradientPath) {
   }
   EXPECT_EQ(model->block->weight.numel(), 0);
   EXPECT_GT(engine.stats().grad_norm, 0.0f);
+}
+
+// A base model under adapters (LoraMlp: each block a unit of a frozen
+// Linear and its trainable low-rank pair, a frozen input unit, a frozen
+// gain of no unit). At stage 3 each rank holds 1/N of the units' frozen
+// weights, counted in the ledger as `frozen` (all ranks' together: every
+// element once); they are hollow outside their units, whole inside
+// gather_parameters(), and whole again, in their own dtype, with the values
+// they were built with (bf16: rounded), when the engine goes. Training
+// matches stage 0, which keeps them whole (bf16 here; fp32 against LibTorch
+// in engine_reference_test's Adapters).
+TEST(Stage3, FrozenWeightsOfUnitsArePartitioned) {
+  comm::Communicator& comm = world_comm();
+  const int N = comm.world_size();
+  for (const bool bf16 : {false, true}) {
+    SCOPED_TRACE(bf16 ? "bf16" : "fp32");
+    const std::int64_t es = bf16 ? 2 : 4;
+    const c10::ScalarType dtype = bf16 ? at::kBFloat16 : at::kFloat;
+    auto model = std::dynamic_pointer_cast<LoraMlp>(make_model(ModelKind::kLoraMlp));
+    // The frozen tensors of units, from the module (not the engine).
+    std::vector<at::Tensor> unit_frozen = {model->inp->weight, model->inp->bias};
+    for (auto& b : model->blocks) {
+      unit_frozen.push_back(b->base->weight);
+      unit_frozen.push_back(b->base->bias);
+    }
+    std::int64_t unit_frozen_elements = 0;
+    std::vector<at::Tensor> built;
+    for (const at::Tensor& t : unit_frozen) {
+      unit_frozen_elements += t.numel();
+      built.push_back(t.detach().to(dtype).to(at::kFloat));
+    }
+    const config::Config cfg = make_config(3, false, bf16, N, 2, 1);
+    {
+      Engine engine(model, cfg, comm);
+      for (const at::Tensor& t : unit_frozen) EXPECT_EQ(t.numel(), 0) << "hollow outside its unit";
+      EXPECT_EQ(model->gain.numel(), 32) << "a frozen parameter of no unit stays whole";
+      // The ledger: the gain whole, the rest this rank's share.
+      const memory::LedgerSnapshot snap = engine.ledger().snapshot();
+      const std::int64_t share = snap.bytes(Tier::kDevice, Kind::kFrozen) - es * model->gain.numel();
+      EXPECT_LE(share, es * (unit_frozen_elements / N + 4 * 32)) << "more than this rank's share (4 buckets' padding)";
+      float all = static_cast<float>(share);  // (exact: far below 2^24)
+      comm.all_reduce(&all, 1, DType::kFloat32)->wait();
+      EXPECT_EQ(static_cast<std::int64_t>(all), es * unit_frozen_elements)
+          << "the ranks' partitions hold every frozen element once";
+      // Training, and the frozen values do not move.
+      for (int step = 0; step < 3; ++step) step_once(ModelKind::kLoraMlp, *model, engine, comm, step);
+      {
+        const GatheredParameters scope = engine.gather_parameters();
+        for (std::size_t i = 0; i < unit_frozen.size(); ++i) {
+          ASSERT_EQ(unit_frozen[i].sizes(), built[i].sizes()) << "whole in gather_parameters()";
+          EXPECT_TRUE(unit_frozen[i].to(at::kFloat).equal(built[i])) << "frozen tensor " << i << " moved";
+        }
+      }
+      EXPECT_EQ(model->blocks[1]->base->weight.numel(), 0) << "released with the scope";
+    }
+    for (std::size_t i = 0; i < unit_frozen.size(); ++i) {
+      EXPECT_EQ(unit_frozen[i].scalar_type(), at::kFloat) << "its own dtype back";
+      EXPECT_TRUE(unit_frozen[i].equal(built[i])) << "frozen tensor " << i << " given back";
+    }
+    // Training against stage 0 (the frozen weights whole): the same run.
+    const RunResult got = train(ModelKind::kLoraMlp, cfg, comm, 4);
+    const RunResult ref = train(ModelKind::kLoraMlp, make_config(0, false, bf16, N, 2, 1), comm, 4);
+    ASSERT_EQ(got.params.size(), ref.params.size());
+    for (std::size_t i = 0; i < got.losses.size(); ++i) {
+      EXPECT_NEAR(got.losses[i], ref.losses[i], (bf16 ? 1e-2 : 1e-5) * std::abs(ref.losses[i])) << "step " << i;
+    }
+    for (std::size_t i = 0; i < got.params.size(); ++i) {
+      const double diff = (got.params[i] - ref.params[i]).abs().max().item<double>();
+      EXPECT_LE(diff, bf16 ? kBf16ParamBound : 1e-5) << "trainable parameter " << i;
+    }
+  }
 }
 
 // A unit whose output is a view of its own parameter (a weight returned

@@ -188,6 +188,45 @@ struct SharedUnitMlp : torch::nn::Module {
   torch::nn::Linear stem{nullptr}, block{nullptr}, head{nullptr}, spare{nullptr};
 };
 
+// A base model under adapters (LoRA): each block a unit holding a frozen
+// Linear (weight and bias) and its trainable low-rank pair, the frozen
+// weight on the gradient's way to the earlier blocks' adapters (gathered
+// again in backward); `inp`, a frozen unit fed the data; `gain`, a frozen
+// parameter of no unit (stays whole); `head`, a trainable unit. Stage 3
+// partitions the frozen weights of the units.
+struct LoraBlock : torch::nn::Module {
+  LoraBlock() {
+    base = register_module("base", torch::nn::Linear(32, 32));
+    for (at::Tensor& p : base->parameters()) p.set_requires_grad(false);
+    a = register_parameter("a", at::randn({4, 32}) * 0.2);
+    b = register_parameter("b", at::randn({32, 4}) * 0.2);
+  }
+  at::Tensor forward(const at::Tensor& x) { return base->forward(x) + at::linear(at::linear(x, a), b); }
+  torch::nn::Linear base{nullptr};
+  at::Tensor a, b;
+};
+
+struct LoraMlp : torch::nn::Module {
+  LoraMlp() {
+    inp = register_module("inp", torch::nn::Linear(16, 32));
+    for (at::Tensor& p : inp->parameters()) p.set_requires_grad(false);
+    for (int i = 0; i < 3; ++i) blocks.push_back(register_module("block" + std::to_string(i), std::make_shared<LoraBlock>()));
+    head = register_module("head", torch::nn::Linear(32, 4));
+    gain = register_parameter("gain", at::ones({32}) * 1.5, /*requires_grad=*/false);
+    zero::mark_unit(*inp);
+    for (auto& b : blocks) zero::mark_unit(*b);
+    zero::mark_unit(*head);
+  }
+  at::Tensor forward(const at::Tensor& x) {
+    at::Tensor h = at::gelu(as_unit(inp, x)) * gain;
+    for (auto& b : blocks) h = at::gelu(zero::unit(*b, h, [&](const at::Tensor& in) { return b->forward(in); }));
+    return as_unit(head, h);
+  }
+  torch::nn::Linear inp{nullptr}, head{nullptr};
+  std::vector<std::shared_ptr<LoraBlock>> blocks;
+  at::Tensor gain;
+};
+
 // bf16 runs against a stage-0 bf16 or an fp32 reference: the largest
 // difference of a final fp32 master weight allowed, and of each tensor's mean
 // difference (engine_parity_test.cpp justifies them with the measured values).

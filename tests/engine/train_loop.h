@@ -19,7 +19,7 @@
 
 namespace zero::test {
 
-enum class ModelKind { kMlp, kTransformer, kTiedMlp, kUnitMlp, kSharedUnitMlp };
+enum class ModelKind { kMlp, kTransformer, kTiedMlp, kUnitMlp, kSharedUnitMlp, kLoraMlp };
 
 // The job's communicator (MPI under mpirun, else one process), made once.
 inline comm::Communicator& world_comm() {
@@ -40,6 +40,7 @@ inline std::shared_ptr<torch::nn::Module> make_model(ModelKind kind) {
   if (kind == ModelKind::kTiedMlp) return std::make_shared<TiedMlp>();
   if (kind == ModelKind::kUnitMlp) return std::make_shared<UnitMlp>();
   if (kind == ModelKind::kSharedUnitMlp) return std::make_shared<SharedUnitMlp>();
+  if (kind == ModelKind::kLoraMlp) return std::make_shared<LoraMlp>();
   return std::make_shared<TinyTransformer>();
 }
 
@@ -74,6 +75,10 @@ inline at::Tensor micro_loss(ModelKind kind, torch::nn::Module& model, const at:
   }
   if (kind == ModelKind::kSharedUnitMlp) {
     at::Tensor out = static_cast<SharedUnitMlp&>(model).forward(x.to(dtype));
+    return at::mse_loss(out.to(at::kFloat), y);
+  }
+  if (kind == ModelKind::kLoraMlp) {
+    at::Tensor out = static_cast<LoraMlp&>(model).forward(x.to(dtype));
     return at::mse_loss(out.to(at::kFloat), y);
   }
   at::Tensor logits = static_cast<TinyTransformer&>(model).forward(x);

@@ -86,14 +86,20 @@ foreach(pair "--model;gpt2-tiny;gpt2-tiny: 120.6K parameters" "--params;1.5B;mod
   endif()
 endforeach()
 # --frozen-params: a frozen base under adapters is whole on every rank at
-# every stage, in the training precision: dev total grows by 2 bytes per
-# frozen parameter (bf16) at stage 3 as at stage 0, and the output says so.
-execute_process(COMMAND ${ESTIMATE} --params 10M --world 8 --stage 3 --json RESULT_VARIABLE rc OUTPUT_VARIABLE plain)
-execute_process(COMMAND ${ESTIMATE} --params 10M --frozen-params 7B --world 8 --stage 3 --json RESULT_VARIABLE rc
-                OUTPUT_VARIABLE out)
-if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "zero-estimate --frozen-params 7B failed (${rc}):\n${out}")
-endif()
+# stages 0-2, in the training precision: dev total grows by 2 bytes per
+# frozen parameter (bf16), and the output says so. At stage 3 it is
+# partitioned with the units: 1/world of it on each rank (7B over 8 ranks in
+# one bucket: 875M elements each, no padding), on the device or, with
+# --offload-param, in host memory; and its unit gathers it.
+function(frozen_json args out_var)
+  execute_process(COMMAND ${ESTIMATE} --params 10M --world 8 ${args} --json RESULT_VARIABLE rc OUTPUT_VARIABLE out)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "zero-estimate ${args} failed (${rc}):\n${out}")
+  endif()
+  set(${out_var} "${out}" PARENT_SCOPE)
+endfunction()
+frozen_json("--stage;0" plain)
+frozen_json("--stage;0;--frozen-params;7B" out)
 string(REGEX MATCH "{[^\n]*}\n?$" json "${out}")
 string(REGEX MATCH "{[^\n]*}\n?$" json0 "${plain}")
 string(JSON with GET "${json}" configs 0 device_total)
@@ -101,11 +107,35 @@ string(JSON without GET "${json0}" configs 0 device_total)
 string(JSON frozen GET "${json}" configs 0 device_frozen)
 math(EXPR grew "${with} - ${without}")
 if(NOT frozen EQUAL 14000000000 OR NOT grew EQUAL 14000000000)
-  message(FATAL_ERROR "--frozen-params 7B at stage 3 should add 14000000000 bytes (bf16, whole on every rank); "
+  message(FATAL_ERROR "--frozen-params 7B at stage 0 should add 14000000000 bytes (bf16, whole on every rank); "
                       "device_frozen ${frozen}, dev total grew by ${grew}:\n${out}")
 endif()
-if(NOT out MATCHES "7.000B frozen parameters: whole on every rank")
+if(NOT out MATCHES "7.000B frozen parameters: whole on every rank at stages 0-2")
   message(FATAL_ERROR "--frozen-params: the output does not say where the frozen parameters are:\n${out}")
+endif()
+frozen_json("--stage;3" plain)
+frozen_json("--stage;3;--frozen-params;7B" out)
+string(REGEX MATCH "{[^\n]*}\n?$" json "${out}")
+string(REGEX MATCH "{[^\n]*}\n?$" json0 "${plain}")
+string(JSON frozen GET "${json}" configs 0 device_frozen)
+string(JSON gathered GET "${json}" configs 0 device_gathered)
+string(JSON gathered0 GET "${json0}" configs 0 device_gathered)
+math(EXPR gathered_grew "${gathered} - ${gathered0}")
+if(NOT frozen EQUAL 1750000000 OR NOT gathered_grew EQUAL 14000000000)
+  message(FATAL_ERROR "--frozen-params 7B at stage 3 on 8 ranks: its partition should be 1750000000 bytes and its "
+                      "unit (the whole model, given by --params) 14000000000 bytes more when gathered; "
+                      "device_frozen ${frozen}, device_gathered grew by ${gathered_grew}:\n${out}")
+endif()
+if(NOT out MATCHES "stage 3 partitions the 7.000B frozen parameters with the units: [^\n]* per rank in device memory")
+  message(FATAL_ERROR "--frozen-params at stage 3: the output does not say where the frozen parameters are:\n${out}")
+endif()
+frozen_json("--stage;3;--offload-param;--frozen-params;7B" out)
+string(REGEX MATCH "{[^\n]*}\n?$" json "${out}")
+string(JSON frozen GET "${json}" configs 0 device_frozen)
+string(JSON host_frozen GET "${json}" configs 0 host_frozen)
+if(NOT frozen EQUAL 0 OR NOT host_frozen EQUAL 1750000000 OR NOT out MATCHES "per rank in host memory")
+  message(FATAL_ERROR "--frozen-params 7B at stage 3 with --offload-param: the partition belongs in host memory; "
+                      "device_frozen ${frozen}, host_frozen ${host_frozen}:\n${out}")
 endif()
 execute_process(COMMAND ${ESTIMATE} --params 10M --frozen-params 7GB RESULT_VARIABLE rc ERROR_VARIABLE err)
 if(rc EQUAL 0 OR NOT err MATCHES "--frozen-params '7GB' is not a parameter count")

@@ -16,9 +16,11 @@ namespace zero {
 struct EstimateInput {
   std::int64_t params = 0;  // Psi
   // Frozen parameters beside them (a fine-tuned model's base under its
-  // adapters), in the training precision: whole on every rank at every
-  // stage (stage 3 partitions the trainable ones only), no gradient, no
-  // optimizer state.
+  // adapters), in the training precision, with no gradient and no optimizer
+  // state: whole on every rank at stages 0-2; at stage 3 partitioned with
+  // the units, spread over them as the trainable parameters are (each
+  // unit's share gathered with it; with offload_param the partition is in
+  // host memory).
   std::int64_t frozen_params = 0;
   int world = 1;
   int stage = 0;
@@ -96,7 +98,11 @@ struct MemoryEstimate {
   // the parameters beside the flat parameters and, without offload, the
   // master weights), before any activation.
   std::int64_t device_construction = 0;
-  std::int64_t device_frozen = 0;  // the frozen parameters (whole on every rank)
+  // The frozen parameters: whole on every rank (stages 0-2), or at stage 3
+  // the rank's partition of them (in host memory with offload_param:
+  // host_frozen; their padding is in *_padding, their gathered share in
+  // device_gathered).
+  std::int64_t device_frozen = 0, host_frozen = 0;
 
   std::int64_t device_model_states() const { return device_params + device_grads + device_master + device_moments; }
   std::int64_t host_model_states() const { return host_params + host_grads + host_master + host_moments; }
@@ -110,7 +116,9 @@ struct MemoryEstimate {
     const std::int64_t built = device_construction + device_frozen;
     return most > built ? most : built;
   }
-  std::int64_t host_total() const { return host_model_states() + host_padding + host_staging + host_activations; }
+  std::int64_t host_total() const {
+    return host_model_states() + host_padding + host_staging + host_activations + host_frozen;
+  }
 };
 
 MemoryEstimate estimate_memory(const EstimateInput& in);

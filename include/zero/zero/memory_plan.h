@@ -42,6 +42,12 @@ struct PlanInput {
   // Stage 3: each parameter's unit (-1: none, stays gathered), the same
   // length as numels; empty: no units (every parameter stays gathered).
   std::vector<int> groups;
+  // Stage 3: the frozen parameters partitioned with their units (a base
+  // model under adapters): their sizes and units (each >= 0), in the
+  // module's order. They have no gradient and no optimizer state: only a
+  // partition (kFrozenPartition) and their share of the gathered units.
+  std::vector<std::size_t> frozen_numels;
+  std::vector<int> frozen_groups;
   bool offload_param = false;  // stage 3: the parameter partition in host memory
   // Stage 3, offload_param.device = "nvme" (offload_param set too): the
   // parameter partition lives in a swap file, one region per bucket's chunk
@@ -98,8 +104,10 @@ enum class Buffer : std::uint8_t {
   kSwapBuffers,  // NVMe: the host buffers the state goes through, one piece's master and moments each
   kParamSwapBuffers,  // stage 3, parameters on NVMe: the host buffers the chunks go through, one chunk each
   kMuonWork,     // Muon: its whole matrices, gather windows and Newton-Schulz products, at their bound over the ranks (fp32)
+  kFrozenPartition,  // stage 3: the rank's partition of the frozen parameters of units (training precision;
+                     // in host memory with offload_param, "nvme" included)
 };
-inline constexpr int kNumBuffers = 22;
+inline constexpr int kNumBuffers = 23;
 
 struct PlannedBuffer {
   bool present = false;
@@ -117,6 +125,10 @@ struct PlannedBuffer {
 
 struct MemoryPlan {
   FlatLayout layout;
+  // Stage 3: the frozen parameters of units (PlanInput::frozen_numels), laid
+  // out as the trainable ones are, their buckets grouped by unit; empty
+  // without them.
+  FlatLayout frozen_layout;
   int shard_rank = 0;
   // Offload: the partition's elements [0, offload_split) have their
   // optimizer state on the host (kMaster, kExpAvg, kExpAvgSq, the host

@@ -25,7 +25,9 @@
 // before `fn` runs: autograd runs the nodes made later (all of the unit's,
 // those computed from its parameters alone too) before it. A floating-point
 // input that needs no gradient (data entering a first unit) is given one
-// under grad mode, a leaf viewed the same way: one extra input gradient. An
+// under grad mode, a leaf viewed the same way: one extra input gradient
+// (not for a unit whose parameters are all frozen: its backward, if any,
+// comes from gradients its input already carries). An
 // input that cannot have one (token ids into an Embedding unit) leaves no
 // such mark: that unit stays gathered until the whole backward ends.
 // zero::models::Gpt marks its blocks.
@@ -46,6 +48,10 @@ class UnitHandler {
   virtual ~UnitHandler() = default;
   virtual void gather() = 0;
   virtual void release() = 0;
+  // Whether the unit gathers trainable parameters: a unit whose gathered
+  // parameters are all frozen does not make its input a leaf that needs a
+  // gradient (no gradient path through a frozen stem that data enters).
+  virtual bool trains_parameters() const { return true; }
   // A gather() whose release() comes when the whole backward ends (the
   // backward of a unit whose input cannot carry a gradient).
   virtual void gather_until_backward_ends() = 0;
