@@ -26,7 +26,8 @@ namespace {
 // A parameter count: digits with an optional fraction or exponent ("7.5e9")
 // and an optional K, M, B or T suffix for thousand, million, billion,
 // trillion ("1.5B" = 1,500,000,000). Byte units are refused: this is a count.
-std::int64_t parse_count(const std::string& s, const char* flag = "--params") {
+// `zero_ok`: 0 is a count too (--frozen-params 0: none).
+std::int64_t parse_count(const std::string& s, const char* flag = "--params", bool zero_ok = false) {
   const std::string fix = "'" + s + "' is not a parameter count: write digits with an optional K, M, B or T "
                           "(thousand, million, billion, trillion), e.g. 350M, 1.5B or 7500000000";
   std::size_t pos = 0;
@@ -44,7 +45,7 @@ std::int64_t parse_count(const std::string& s, const char* flag = "--params") {
   else if (unit == "M") m = 1e6;
   else if (unit == "B") m = 1e9;
   else if (unit == "T") m = 1e12;
-  ZERO_CHECK(m > 0.0 && std::isfinite(v) && v > 0.0 && v * m < 9.2e18, flag, " ", fix);
+  ZERO_CHECK(m > 0.0 && std::isfinite(v) && (v > 0.0 || (zero_ok && v == 0.0)) && v * m < 9.2e18, flag, " ", fix);
   return static_cast<std::int64_t>(std::llround(v * m));
 }
 
@@ -265,7 +266,7 @@ int main(int argc, char** argv) {
                  nvme ? "--nvme (offload_optimizer.device \"nvme\")" : "--offload-ratio below 1",
                  " is not available: zerocpp's Muon keeps its state in host or device memory, in one place");
       if (!params_text.empty()) parse_count(params_text);
-      if (!frozen_text.empty()) parse_count(frozen_text, "--frozen-params");
+      if (!frozen_text.empty()) parse_count(frozen_text, "--frozen-params", /*zero_ok=*/true);
       if (!device_mem_text.empty()) parse_bytes("--device-mem", device_mem_text);
       if (!host_mem_text.empty()) parse_bytes("--host-mem", host_mem_text);
       if (params_text.empty()) {
@@ -295,7 +296,7 @@ int main(int argc, char** argv) {
     in.on_gpu = on_gpu;
     in.prefetch_elements = prefetch;
     in.persistence_threshold = persistence;
-    if (!frozen_text.empty()) in.frozen_params = parse_count(frozen_text, "--frozen-params");
+    if (!frozen_text.empty()) in.frozen_params = parse_count(frozen_text, "--frozen-params", /*zero_ok=*/true);
     if (!params_text.empty()) {
       in.params = parse_count(params_text);
     } else {

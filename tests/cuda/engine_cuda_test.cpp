@@ -70,6 +70,7 @@ struct Case {
   float ratio = 1.0f;          // offload_optimizer.ratio: the rest stepped on the GPU
   bool param_nvme = false;     // stage 3: the parameter partition on NVMe (pinned buffers, read ahead)
   bool rules = false;          // EngineOptions: no decay below 2-D, those at 3x the rate
+  bool frozen_mlp = false;     // the blocks' MLP frozen (a base under adapters: stage 3 partitions it)
 };
 
 struct TrainRun {
@@ -127,8 +128,15 @@ config::Config make_config(const Case& k) {
 TrainRun train(const Case& k, const at::Device& device) {
   torch::manual_seed(7);
   auto model = std::make_shared<models::Gpt>(tiny());
+  if (k.frozen_mlp) {
+    for (const auto& item : model->named_parameters()) {
+      if (item.key().find(".fc.") != std::string::npos) item.value().set_requires_grad(false);
+    }
+  }
   TrainRun r;
-  for (const auto& p : model->parameters()) r.initial.push_back(p.detach().clone());
+  for (const auto& p : model->parameters()) {
+    if (p.requires_grad()) r.initial.push_back(p.detach().clone());
+  }
   model->to(device);
   std::unique_ptr<comm::Communicator> single = comm::make_single_process_communicator();
   std::unique_ptr<comm::Communicator> nccl;
@@ -312,6 +320,15 @@ std::vector<Case> cases() {
   Case all_nvme{"param_nvme_all_nvme_fp32_stage3_accum2", 3, 2, 0.05f, "fp32", "nvme"};
   all_nvme.param_nvme = true;
   v.push_back(all_nvme);
+  // Frozen weights of units (the blocks' first MLP layer): their partition
+  // on the device, or in pinned host memory gathered on the lane with the
+  // parameters' (offload_param), gathered again in backward.
+  for (Case c : {Case{"frozen_bf16_stage3_accum2", 3, 2, 0.05f, "bf16"},
+                 Case{"frozen_offload_param_bf16_stage3_dpu", 3, 1, 0.05f, "bf16", "cpu", true}}) {
+    c.frozen_mlp = true;
+    c.offload_param = c.offload == "cpu";
+    v.push_back(c);
+  }
   // Settings per parameter (EngineOptions' rules): the device Adam run by
   // run, the CPU Adam's runs beside a GPU, the device share, and the update
   // written over the gradients (offload, bf16, no accumulation).

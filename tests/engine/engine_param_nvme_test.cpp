@@ -85,6 +85,10 @@ TEST_P(ParamNvme, TrainsBitwiseLikeTheHostPartition) {
                                  EXPECT_GT(s.bytes(memory::Tier::kNvme, memory::Kind::kHalfParams), 0);
                                  EXPECT_FALSE(fs::exists(swap_path(dir, comm.rank())));  // unlinked at once
                                  EXPECT_TRUE(fs::exists(swap_path(dir, comm.rank()).string() + ".lock"));
+                                 // Frozen weights of units: partitioned in host memory, not in the file.
+                                 if (c.kind == ModelKind::kLoraMlp) {
+                                   EXPECT_GT(s.bytes(memory::Tier::kHost, memory::Kind::kFrozen), 0);
+                                 }
                                });
   ::unsetenv("ZERO_TEST_DEFERRED_GATHERS");
   ASSERT_EQ(nvme.losses.size(), host.losses.size());
@@ -98,7 +102,8 @@ TEST_P(ParamNvme, TrainsBitwiseLikeTheHostPartition) {
   // step on they follow the first's order and are read ahead (with two
   // buffers, at least one). (Without units every bucket stays gathered, and
   // the buffers may hold them all: nothing to read.)
-  for (int step = 1; step < kSteps && c.kind == ModelKind::kUnitMlp; ++step) {
+  const bool units = c.kind == ModelKind::kUnitMlp || c.kind == ModelKind::kLoraMlp;
+  for (int step = 1; step < kSteps && units; ++step) {
     const StepStats& s = nvme.stats[static_cast<std::size_t>(step)];
     EXPECT_GT(s.param_chunks_read, 0) << "step " << step;
     EXPECT_GT(s.param_chunks_read_ahead, 0) << "step " << step;
@@ -118,7 +123,9 @@ INSTANTIATE_TEST_SUITE_P(
                     ParamNvmeCase{"tied_accumulation", ModelKind::kTiedMlp, false, false, "cpu", 2, 5},
                     ParamNvmeCase{"no_units_transformer_dpu", ModelKind::kTransformer, false, true, "cpu", 1, 2},
                     ParamNvmeCase{"units_device_share", ModelKind::kUnitMlp, false, false, "cpu", 1, 2, 0.5f},
-                    ParamNvmeCase{"units_deferred_lane", ModelKind::kUnitMlp, true, false, "cpu", 1, 2, 1.0f, true}),
+                    ParamNvmeCase{"units_deferred_lane", ModelKind::kUnitMlp, true, false, "cpu", 1, 2, 1.0f, true},
+                    ParamNvmeCase{"adapters_bf16_dpu_deferred_lane", ModelKind::kLoraMlp, true, true, "cpu", 1, 2,
+                                  1.0f, true}),
     [](const testing::TestParamInfo<ParamNvmeCase>& i) { return std::string(i.param.name); });
 
 // A checkpoint does not say where the partition lived: saved with the

@@ -605,6 +605,57 @@ TEST(Stage3, FrozenWeightsOfUnitsArePartitioned) {
   }
 }
 
+// A GPT whose blocks' first MLP layer is frozen, with activation
+// checkpointing: the block's recomputation in backward gathers the frozen
+// weights again with the trainable ones. Stage 3 (frozen partitioned, with
+// and without offload_param) trains as stage 0 (frozen whole) does, and
+// the frozen weights end as they began (engine_cuda_test runs the same on a
+// GPU, against the CPU).
+TEST(Stage3, ACheckpointedGptWithFrozenLayersTrainsAsStage0) {
+  comm::Communicator& comm = world_comm();
+  models::GptConfig g = tiny_gpt();
+  g.checkpoint_activations = true;
+  auto run = [&](int stage, bool offload_param, std::vector<at::Tensor>* frozen_after) {
+    auto model = make_gpt(g);
+    std::vector<at::Tensor> frozen;
+    for (const auto& item : model->named_parameters()) {
+      if (item.key().find(".fc.") == std::string::npos) continue;
+      item.value().set_requires_grad(false);
+      frozen.push_back(item.value());
+    }
+    config::Config cfg = stage3_config(comm.world_size());
+    cfg.zero_optimization.stage = stage;
+    if (offload_param) {
+      cfg.zero_optimization.offload_optimizer.device = "cpu";
+      cfg.zero_optimization.offload_param.device = "cpu";
+    }
+    GptRun r;
+    {
+      Engine engine(model, cfg, comm);
+      if (stage == 3) EXPECT_EQ(frozen.front().numel(), 0) << "partitioned";
+      r = train_gpt(*model, engine, comm, 3);
+    }
+    for (const at::Tensor& t : frozen) frozen_after->push_back(t.detach().clone());
+    return r;
+  };
+  std::vector<at::Tensor> frozen0, frozen3, frozen3p;
+  const GptRun s0 = run(0, false, &frozen0), s3 = run(3, false, &frozen3), s3p = run(3, true, &frozen3p);
+  for (const GptRun* r : {&s3, &s3p}) {
+    for (std::size_t i = 0; i < s0.losses.size(); ++i) {
+      EXPECT_NEAR(r->losses[i], s0.losses[i], 1e-2 * std::abs(s0.losses[i])) << "step " << i;
+    }
+    ASSERT_EQ(r->params.size(), s0.params.size());
+    for (std::size_t i = 0; i < s0.params.size(); ++i) {
+      EXPECT_LE((r->params[i] - s0.params[i]).abs().max().item<double>(), kBf16ParamBound) << "parameter " << i;
+    }
+  }
+  ASSERT_EQ(frozen3.size(), frozen0.size());
+  for (std::size_t i = 0; i < frozen0.size(); ++i) {
+    EXPECT_TRUE(frozen3[i].equal(frozen0[i])) << "frozen tensor " << i << " moved at stage 3";
+    EXPECT_TRUE(frozen3p[i].equal(frozen0[i])) << "frozen tensor " << i << " moved at stage 3 with offload_param";
+  }
+}
+
 // A unit whose output is a view of its own parameter (a weight returned
 // transposed) would hand out memory that the release right after takes
 // away: refused, naming the unit and the fix; a copy is fine.

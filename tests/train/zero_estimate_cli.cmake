@@ -137,6 +137,15 @@ if(NOT frozen EQUAL 0 OR NOT host_frozen EQUAL 1750000000 OR NOT out MATCHES "pe
   message(FATAL_ERROR "--frozen-params 7B at stage 3 with --offload-param: the partition belongs in host memory; "
                       "device_frozen ${frozen}, host_frozen ${host_frozen}:\n${out}")
 endif()
+# --frozen-params 0 is none (a script's default), the same estimate as without it; --params 0 is refused.
+frozen_json("--stage;3;--frozen-params;0" out)
+if(NOT out STREQUAL plain)
+  message(FATAL_ERROR "--frozen-params 0 should change nothing:\n${out}\nagainst\n${plain}")
+endif()
+execute_process(COMMAND ${ESTIMATE} --params 0 RESULT_VARIABLE rc ERROR_VARIABLE err)
+if(rc EQUAL 0 OR NOT err MATCHES "--params '0' is not a parameter count")
+  message(FATAL_ERROR "--params 0 should be refused, naming the flag (${rc}):\n${err}")
+endif()
 execute_process(COMMAND ${ESTIMATE} --params 10M --frozen-params 7GB RESULT_VARIABLE rc ERROR_VARIABLE err)
 if(rc EQUAL 0 OR NOT err MATCHES "--frozen-params '7GB' is not a parameter count")
   message(FATAL_ERROR "--frozen-params 7GB (bytes) should be refused, naming the flag (${rc}):\n${err}")
