@@ -91,8 +91,10 @@ int inspect(const ckpt::OpenCheckpoint& c, bool verify) {
   std::printf("checkpoint %s (format %d)\n", c.folder.c_str(), m.format_version);
   std::printf("  saved by %d rank(s), stage %d, %s, optimizer %s%s%s\n", m.world_size, m.stage, m.dtype.c_str(),
               m.optimizer.c_str(), m.offload ? ", optimizer offloaded (cpu or nvme)" : "", m.delayed_update ? ", delayed update" : "");
-  std::printf("  %zu trainable parameter tensors, %llu elements; %zu module tensors (frozen, buffers)\n",
-              m.params.size(), static_cast<unsigned long long>(m.numel()), m.module_tensors.size());
+  std::printf("  %zu trainable parameter tensors, %llu elements; %zu module tensors (%s)\n",
+              m.params.size(), static_cast<unsigned long long>(m.numel()), m.module_tensors.size(),
+              m.frozen_excluded ? "buffers; the frozen parameters were not saved: exclude_frozen_parameters"
+                                : "frozen, buffers");
   std::printf("  layout: %zu bucket(s), %llu padded elements, partition %llu per rank\n", m.buckets.size(),
               static_cast<unsigned long long>(m.padded_numel), static_cast<unsigned long long>(m.partition_numel));
   char betas[64] = "";
@@ -221,6 +223,10 @@ int main(int argc, char** argv) {
     const auto t0 = std::chrono::steady_clock::now();
     check_files(c);
     if (!no_verify) ckpt::verify_files(c);
+    if (c.manifest.frozen_excluded) {
+      std::fprintf(stderr, "zero-ckpt: note: %s was saved without its frozen parameters (exclude_frozen_parameters): "
+                   "the export holds the trained parameters and the buffers only\n", c.folder.c_str());
+    }
     std::size_t n = 0;
     if (*con) {
       n = ckpt::consolidate(c, out);

@@ -380,6 +380,11 @@ Manifest parse_manifest(std::string_view text, const std::string& where) {
     }
     m.module_tensors.push_back(n);
   }
+  if (j.contains("frozen_parameters_excluded")) {
+    const json& f = j.at("frozen_parameters_excluded");
+    if (!f.is_boolean()) r.fail("manifest.frozen_parameters_excluded", "is not true or false");
+    m.frozen_excluded = f.get<bool>();
+  }
   if (j.contains("client_state")) m.client_state = j.at("client_state");
   return m;
 }
@@ -423,6 +428,7 @@ std::string manifest_to_json(const Manifest& m) {
   for (const FileRecord& f : m.files) files.push_back(file_record_to_json(f));
   j["files"] = files;
   j["module_tensors"] = m.module_tensors;
+  if (m.frozen_excluded) j["frozen_parameters_excluded"] = true;
   j["client_state"] = m.client_state;
   sign_manifest(j);
   return j.dump(1);

@@ -98,12 +98,14 @@ bool snapshot_fits(comm::Communicator& comm, const c10::Device& device, std::int
   return false;
 }
 
-// The module's frozen parameters and buffers, by name, each once.
-std::vector<std::pair<std::string, at::Tensor>> module_tensors(torch::nn::Module& module) {
+// The module's frozen parameters (`frozen`: unless left out) and buffers,
+// by name, each once.
+std::vector<std::pair<std::string, at::Tensor>> module_tensors(torch::nn::Module& module, bool frozen = true) {
   std::vector<std::pair<std::string, at::Tensor>> out;
   std::unordered_set<const void*> seen;
   for (const auto& item : module.named_parameters(/*recurse=*/true)) {
     if (item.value().requires_grad() || !seen.insert(item.value().unsafeGetTensorImpl()).second) continue;
+    if (!frozen) continue;
     out.emplace_back(item.key(), item.value());
   }
   for (const auto& item : module.named_buffers(/*recurse=*/true)) {
@@ -125,7 +127,7 @@ double Engine::Impl::fence_save(memory::MemoryLedger& ledger) {
 }
 
 void Engine::save_checkpoint(const std::string& dir, const std::string& tag, const nlohmann::json& client_state,
-                             bool async) {
+                             bool async, bool exclude_frozen_parameters) {
   Impl& m = *impl_;
   const Clock::time_point began = Clock::now();
   m.check_not_damaged("save_checkpoint");
@@ -270,9 +272,10 @@ void Engine::save_checkpoint(const std::string& dir, const std::string& tag, con
   // outside their units: their values, whole, gathered for rank 0 (every
   // rank takes part), saved as the other module tensors are.
   std::vector<std::pair<at::Tensor, at::Tensor>> frozen_values;
-  if (P.frozen_partitioned() > 0) frozen_values = P.frozen_values_on_host(comm_);
+  man.frozen_excluded = exclude_frozen_parameters && P.frozen_count() > 0;
+  if (P.frozen_partitioned() > 0 && !man.frozen_excluded) frozen_values = P.frozen_values_on_host(comm_);
   if (m.rank == 0) {
-    for (const auto& [name, module_tensor] : module_tensors(*P.module())) {
+    for (const auto& [name, module_tensor] : module_tensors(*P.module(), /*frozen=*/!man.frozen_excluded)) {
       at::Tensor t = module_tensor;
       bool copied = false;
       for (const auto& [p, value] : frozen_values) {
@@ -753,6 +756,11 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
     set_params_from_master();
   }
   m.params->publish(at::Tensor(), /*offloaded=*/false, comm_, m.ctx);  // the all-gather
+  if (man.frozen_excluded && P.frozen_count() > 0 && m.rank == 0) {
+    std::fprintf(stderr, "zerocpp: checkpoint %s was saved without its frozen parameters (exclude_frozen_parameters): "
+                 "the module keeps its own %lld frozen parameters (build it on the base that run trained on)\n", where.c_str(),
+                 static_cast<long long>(P.frozen_count()));
+  }
   for (auto& [t, v] : module_updates) {
     if (P.partitions_frozen(t)) {
       P.load_frozen(t, v);  // into the rank's chunk (and the module's tensor while gathered)

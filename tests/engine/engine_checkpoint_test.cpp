@@ -797,6 +797,19 @@ TEST(Save, AsyncFlushCopiesOnlyWhenAnUpdateIsPending) {
   on_rank0([&] { rm_tree(dir); });
 }
 
+// LoraMlp trained `steps` steps of `cfg` without a break: its losses and final weights.
+struct Unbroken {
+  std::vector<float> losses;
+  std::vector<at::Tensor> params;
+};
+Unbroken unbroken_lora(const config::Config& cfg, int steps) {
+  Unbroken u;
+  Trainer t{ModelKind::kLoraMlp, cfg};
+  t.steps(0, steps, u.losses);
+  u.params = t.final_params();
+  return u;
+}
+
 // Stage 3 partitions a base's frozen weights (LoraMlp): a checkpoint holds
 // them whole, as rank 0's module tensors (the format of every stage), and a
 // load writes them into every rank's partition. Saved at stage 3
@@ -810,13 +823,9 @@ TEST(Save, FrozenWeightsPartitionedAtStage3RoundTrip) {
   const int N = comm.world_size();
   const config::Config cfg = make_config(3, false, false, N, kGlobalBatch / N, 1);
   constexpr int kSave = 2, kSteps = 4;
-  std::vector<float> unbroken;
-  std::vector<at::Tensor> unbroken_params;
-  {
-    Trainer t{ModelKind::kLoraMlp, cfg};
-    t.steps(0, kSteps, unbroken);
-    unbroken_params = t.final_params();
-  }
+  const Unbroken unbroken_run = unbroken_lora(cfg, kSteps);
+  const std::vector<float>& unbroken = unbroken_run.losses;
+  const std::vector<at::Tensor>& unbroken_params = unbroken_run.params;
   const fs::path dir = shared_temp_dir(comm, "frozen_stage3");
   {
     Trainer t{ModelKind::kLoraMlp, cfg};
@@ -868,6 +877,64 @@ TEST(Save, FrozenWeightsPartitionedAtStage3RoundTrip) {
         EXPECT_TRUE(at::allclose(params[i], unbroken_params[i], 1e-5, 1e-6)) << "param " << i;
       }
     }
+  }
+}
+
+// exclude_frozen_parameters (DeepSpeed's): a stage-3 run under adapters
+// saves no frozen parameter (the manifest says so; rank 0's file holds no
+// module section, LoraMlp having no buffers; nothing is gathered for it),
+// and its file is smaller by their bytes. A load into an engine built on
+// the same base resumes bitwise; one built on another base keeps that base.
+TEST(Save, ExcludeFrozenParametersSavesWhatTrainingChanges) {
+  comm::Communicator& comm = world_comm();
+  const int N = comm.world_size();
+  const config::Config cfg = make_config(3, false, false, N, kGlobalBatch / N, 1);
+  constexpr int kSave = 2, kSteps = 4;
+  const Unbroken unbroken_run = unbroken_lora(cfg, kSteps);
+  const std::vector<float>& unbroken = unbroken_run.losses;
+  const std::vector<at::Tensor>& unbroken_params = unbroken_run.params;
+  const fs::path dir = shared_temp_dir(comm, "frozen_excluded");
+  {
+    Trainer t{ModelKind::kLoraMlp, cfg};
+    std::vector<float> losses;
+    t.steps(0, kSave, losses);
+    t.engine->save_checkpoint(dir.string(), "with", nlohmann::json::object(), /*async=*/false);
+    t.engine->save_checkpoint(dir.string(), "without", nlohmann::json::object(), /*async=*/false,
+                              /*exclude_frozen_parameters=*/true);
+  }
+  const ckpt::Manifest with = ckpt::parse_manifest(ckpt::read_text(dir / "with" / ckpt::kManifestName), "with");
+  const ckpt::Manifest without =
+      ckpt::parse_manifest(ckpt::read_text(dir / "without" / ckpt::kManifestName), "without");
+  EXPECT_FALSE(with.frozen_excluded);
+  EXPECT_TRUE(without.frozen_excluded);
+  EXPECT_EQ(with.module_tensors.size(), 9u) << "inp, 3 blocks' base weight and bias, the gain";
+  EXPECT_TRUE(without.module_tensors.empty());
+  std::uint64_t frozen_bytes = 0;
+  for (const std::string& name : with.module_tensors) frozen_bytes += with.files[0].find(name)->bytes;
+  EXPECT_GE(with.files[0].bytes - without.files[0].bytes, frozen_bytes);
+  for (const bool same_base : {true, false}) {
+    SCOPED_TRACE(same_base ? "the same base" : "another base");
+    std::shared_ptr<torch::nn::Module> model = make_model(ModelKind::kLoraMlp);
+    std::vector<at::Tensor> base;
+    for (const at::Tensor& p : model->parameters()) {
+      if (p.requires_grad()) continue;
+      if (!same_base) p.detach().uniform_(-3.0, 3.0);
+      base.push_back(p.detach().clone());
+    }
+    Trainer t{ModelKind::kLoraMlp, cfg, {}, model};
+    t.engine->load_checkpoint(dir.string(), "without");
+    {
+      const GatheredParameters scope = t.engine->gather_parameters();
+      std::size_t k = 0;
+      for (const at::Tensor& p : t.model->parameters()) {
+        if (!p.requires_grad()) EXPECT_TRUE(at::equal(p, base[k++])) << "frozen tensor " << k - 1 << " changed";
+      }
+    }
+    std::vector<float> resumed;
+    t.steps(kSave, kSteps, resumed);
+    if (!same_base) continue;
+    for (std::size_t i = 0; i < resumed.size(); ++i) EXPECT_EQ(resumed[i], unbroken[kSave + i]) << "step " << kSave + i;
+    expect_bitwise_equal(t.final_params(), unbroken_params);
   }
 }
 

@@ -109,6 +109,9 @@ struct Manifest {
   // Sections of files[0] that are module tensors (frozen parameters and
   // floating-point buffers), by their module names.
   std::vector<std::string> module_tensors;
+  // Saved with exclude_frozen_parameters: module_tensors holds the buffers
+  // only (optional key "frozen_parameters_excluded", written when true).
+  bool frozen_excluded = false;
   nlohmann::json client_state = nlohmann::json::object();  // the caller's (data position, ...)
 
   // Element size of a section dtype (0: unknown).

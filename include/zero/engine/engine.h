@@ -267,8 +267,14 @@ class Engine {
   // committed; the training state is intact.
   // client_state: the caller's JSON (data position, schedule), saved in the
   // manifest and returned by load_checkpoint.
+  // exclude_frozen_parameters (DeepSpeed's argument of the same name): the
+  // frozen parameters are not saved (a base model under adapters: the
+  // checkpoint holds what training changes, and at stage 3 no rank gathers
+  // the base for it); buffers are. A load of such a checkpoint keeps the
+  // loading module's own frozen parameters: build it on the same base.
   void save_checkpoint(const std::string& dir, const std::string& tag,
-                       const nlohmann::json& client_state = nlohmann::json::object(), bool async = false);
+                       const nlohmann::json& client_state = nlohmann::json::object(), bool async = false,
+                       bool exclude_frozen_parameters = false);
   // Finishes an asynchronous save (waits for every rank's file, commits).
   // Returns the tag committed, "" when no save was under way.
   std::string wait_checkpoint();
