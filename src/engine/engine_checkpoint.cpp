@@ -658,6 +658,15 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
           P.partitions_frozen(it->second) ? P.frozen_shape(it->second) : it->second.sizes();
       ZERO_CHECK(shape.vec() == s->shape, "checkpoint ", where, ": ", name.substr(7), " has shape ",
                  c10::IntArrayRef(s->shape), " but ", shape, " in this module");
+      if (P.partitions_frozen(it->second)) {
+        // A partitioned frozen parameter: only the rank's share of it is read.
+        const auto [first, n] = P.frozen_share(it->second);
+        const std::uint64_t es = ckpt::Manifest::dtype_size(s->dtype);
+        at::Tensor v = at::empty({static_cast<std::int64_t>(n)}, at::TensorOptions().dtype(scalar_type_of(s->dtype)));
+        if (n > 0) reads[0].push_back({s->offset + first * es, n * es, v.data_ptr()});
+        module_updates.emplace_back(it->second, v);
+        continue;
+      }
       at::Tensor v = at::empty(s->shape, at::TensorOptions().dtype(scalar_type_of(s->dtype)));
       reads[0].push_back({s->offset, s->bytes, v.data_ptr()});
       module_updates.emplace_back(it->second, v);
@@ -763,11 +772,12 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
   }
   for (auto& [t, v] : module_updates) {
     if (P.partitions_frozen(t)) {
-      P.load_frozen(t, v);  // into the rank's chunk (and the module's tensor while gathered)
+      P.load_frozen_share(t, v);  // into the rank's share
     } else {
       t.detach().copy_(v);
     }
   }
+  if (P.frozen_partitioned() > 0) P.regather_frozen(comm_);  // those gathered now, from the shares
   if (rng.defined()) {
     at::Generator g = at::detail::getDefaultCPUGenerator();
     const std::lock_guard<std::mutex> lock(g.mutex());

@@ -111,10 +111,14 @@ class ParamStore {
   // rank 0 (checkpoints): their buckets gathered one at a time where not
   // gathered already (collective). Other ranks get nothing.
   std::vector<std::pair<at::Tensor, at::Tensor>> frozen_values_on_host(comm::Communicator& comm);
-  // A loaded value of partitioned frozen parameter `t` (whole, any floating
-  // dtype, any device): the rank's chunk of it, and the module's tensor too
-  // while its bucket is gathered.
-  void load_frozen(const at::Tensor& t, const at::Tensor& value);
+  // What a load reads of partitioned frozen parameter `t`: its elements
+  // [first, first + n) that lie in this rank's chunk (n may be 0), and
+  // their loaded values (n elements, any floating dtype) into the rank's
+  // share. Then regather_frozen(): the frozen buckets gathered at the time
+  // (a gather_parameters() scope) all-gathered again (collective).
+  std::pair<std::size_t, std::size_t> frozen_share(const at::Tensor& t) const;
+  void load_frozen_share(const at::Tensor& t, const at::Tensor& values);
+  void regather_frozen(comm::Communicator& comm);
   const FlatLayout& layout() const { return layout_; }
   // Stage 3's buckets: the layout's (0 .. layout().buckets().size() - 1),
   // then the frozen layout's. bucket(b): either.

@@ -165,25 +165,40 @@ std::vector<std::pair<at::Tensor, at::Tensor>> ParamStore::frozen_values_on_host
   return out;
 }
 
-void ParamStore::load_frozen(const at::Tensor& t, const at::Tensor& value) {
+std::pair<std::size_t, std::size_t> ParamStore::frozen_share(const at::Tensor& t) const {
   const int j = frozen_index(t);
   ZERO_INTERNAL_ASSERT(j >= 0, "not a partitioned frozen parameter");
-  settle_gathers();  // the lane's copies out of the partition are done
   const ParamSlot& s = flayout_.params()[static_cast<std::size_t>(j)];
   const Bucket& b = flayout_.buckets()[static_cast<std::size_t>(s.bucket)];
-  const at::Tensor flat = value.detach().reshape({-1});
   // The rank's chunk: flat elements [lo, hi) of the bucket.
   const std::size_t lo = b.offset + static_cast<std::size_t>(shard_rank_) * b.chunk, hi = lo + b.chunk;
   const std::size_t from = std::max(lo, s.offset), to = std::min(hi, s.offset + s.numel);
-  if (from < to) {
-    fpartition_.narrow(0, i64(b.partition_offset + (from - lo)), i64(to - from))
-        .copy_(flat.narrow(0, i64(from - s.offset), i64(to - from)));
+  return from < to ? std::make_pair(from - s.offset, to - from) : std::make_pair(std::size_t{0}, std::size_t{0});
+}
+
+void ParamStore::load_frozen_share(const at::Tensor& t, const at::Tensor& values) {
+  const auto [first, n] = frozen_share(t);
+  ZERO_INTERNAL_ASSERT(static_cast<std::size_t>(values.numel()) == n, "a frozen share of ", n, " elements, given ",
+                       values.numel());
+  if (n == 0) return;
+  settle_gathers();  // the lane's copies out of the partition are done
+  const ParamSlot& s = flayout_.params()[static_cast<std::size_t>(frozen_index(t))];
+  const Bucket& b = flayout_.buckets()[static_cast<std::size_t>(s.bucket)];
+  const std::size_t lo = b.offset + static_cast<std::size_t>(shard_rank_) * b.chunk;
+  fpartition_.narrow(0, i64(b.partition_offset + (s.offset + first - lo)), i64(n)).copy_(values.reshape({-1}));
+}
+
+void ParamStore::regather_frozen(comm::Communicator& comm) {
+  std::vector<PendingGather> pending;
+  for (std::size_t bi = layout_.buckets().size(); bi < buckets_.size(); ++bi) {
+    if (!buckets_[bi].held()) continue;
+    if (bi < gathering_.size() && gathering_[bi]) {
+      wait_for_use(comm::WorkPtr(gathering_[bi]), device_, unconfirmed_);
+      gathering_[bi].reset();
+    }
+    pending.push_back(start_gather(static_cast<int>(bi), comm));
   }
-  const std::size_t bi = layout_.buckets().size() + static_cast<std::size_t>(s.bucket);
-  if (buckets_[bi].held()) {
-    at::NoGradGuard no_grad;
-    t.detach().copy_(value.view(t.sizes()));
-  }
+  for (PendingGather& g : pending) finish_gather(g);
 }
 
 ParamStore::PendingGather ParamStore::start_gather(int bi, comm::Communicator& comm) {

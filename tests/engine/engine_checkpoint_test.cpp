@@ -812,7 +812,8 @@ Unbroken unbroken_lora(const config::Config& cfg, int steps) {
 
 // Stage 3 partitions a base's frozen weights (LoraMlp): a checkpoint holds
 // them whole, as rank 0's module tensors (the format of every stage), and a
-// load writes them into every rank's partition. Saved at stage 3
+// load reads each rank's share of them into its partition (inside a
+// gather_parameters() scope here, so the gathered ones are refreshed too). Saved at stage 3
 // asynchronously (from copies gathered for the save), then loaded into
 // engines whose frozen weights were changed before they were built: at
 // stage 3 the run goes on bitwise as the unbroken one; at stage 0 (whole
@@ -850,9 +851,11 @@ TEST(Save, FrozenWeightsPartitionedAtStage3RoundTrip) {
     std::shared_ptr<torch::nn::Module> changed = make_model(ModelKind::kLoraMlp);
     for (const auto& [name, p] : frozen_of(*changed)) p.detach().uniform_(-3.0, 3.0);
     Trainer t{ModelKind::kLoraMlp, make_config(stage, false, false, N, kGlobalBatch / N, 1), {}, changed};
-    t.engine->load_checkpoint(dir.string(), "frozen");
     {
+      // Loaded while gathered: each rank reads its share, and the gathered
+      // buckets are all-gathered again from the shares.
       const GatheredParameters scope = t.engine->gather_parameters();
+      t.engine->load_checkpoint(dir.string(), "frozen");
       const auto want = frozen_of(*fresh), got = frozen_of(*t.model);
       ASSERT_EQ(got.size(), want.size());
       for (std::size_t i = 0; i < got.size(); ++i) {
