@@ -104,8 +104,7 @@ std::vector<std::pair<std::string, at::Tensor>> module_tensors(torch::nn::Module
   std::vector<std::pair<std::string, at::Tensor>> out;
   std::unordered_set<const void*> seen;
   for (const auto& item : module.named_parameters(/*recurse=*/true)) {
-    if (item.value().requires_grad() || !seen.insert(item.value().unsafeGetTensorImpl()).second) continue;
-    if (!frozen) continue;
+    if (!frozen || item.value().requires_grad() || !seen.insert(item.value().unsafeGetTensorImpl()).second) continue;
     out.emplace_back(item.key(), item.value());
   }
   for (const auto& item : module.named_buffers(/*recurse=*/true)) {
@@ -654,11 +653,11 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
                  " (a frozen parameter or buffer) that this module does not have: load it into the model it was "
                  "saved from");
       // (A partitioned frozen parameter is hollow outside its unit: its shape is the store's.)
-      const c10::IntArrayRef shape =
-          P.partitions_frozen(it->second) ? P.frozen_shape(it->second) : it->second.sizes();
+      const bool partitioned = P.partitions_frozen(it->second);
+      const c10::IntArrayRef shape = partitioned ? P.frozen_shape(it->second) : it->second.sizes();
       ZERO_CHECK(shape.vec() == s->shape, "checkpoint ", where, ": ", name.substr(7), " has shape ",
                  c10::IntArrayRef(s->shape), " but ", shape, " in this module");
-      if (P.partitions_frozen(it->second)) {
+      if (partitioned) {
         // A partitioned frozen parameter: only the rank's share of it is read.
         const auto [first, n] = P.frozen_share(it->second);
         const std::uint64_t es = ckpt::Manifest::dtype_size(s->dtype);

@@ -400,20 +400,9 @@ std::uint64_t ParamStore::take_copied_bytes() {
 void ParamStore::all_gather(comm::Communicator& comm) {
   if (partitioned_) {
     // Stage 3: what is gathered now (the buckets of no unit, and units
-    // gathered or fetched ahead) from the partition. A gather still in
-    // flight (fetched ahead by a forward after backward) is waited for
-    // first; its owner's later wait finds it done.
-    // (Not the frozen buckets: the step does not change them.)
-    std::vector<PendingGather> pending;
-    for (std::size_t b = 0; b < layout_.buckets().size(); ++b) {
-      if (!buckets_[b].held()) continue;
-      if (b < gathering_.size() && gathering_[b]) {
-        wait_for_use(comm::WorkPtr(gathering_[b]), device_, unconfirmed_);
-        gathering_[b].reset();
-      }
-      pending.push_back(start_gather(static_cast<int>(b), comm));
-    }
-    for (PendingGather& g : pending) finish_gather(g);
+    // gathered or fetched ahead) from the partition. (Not the frozen
+    // buckets: the step does not change them.)
+    regather_held(0, layout_.buckets().size(), comm);
     return;
   }
   if (layout_.shard_world() <= 1) return;

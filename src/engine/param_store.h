@@ -286,6 +286,17 @@ class ParamStore {
   void adopt_frozen(const at::Tensor& flat32, comm::Communicator& comm, ModuleGuard& guard, const DeviceContext& ctx);
   // The partitioned frozen parameter `t`'s index in fparams_, or -1.
   int frozen_index(const at::Tensor& t) const;
+  // Partitioned frozen parameter j's elements in this rank's chunk: from
+  // element `first` of it, `n` of them (maybe 0), at `at` in fpartition_.
+  struct FrozenShare {
+    std::size_t first = 0, n = 0, at = 0;
+  };
+  FrozenShare frozen_share_of(std::size_t j) const;
+  // Bucket b's all-gather still in flight (a unit fetched ahead), waited for.
+  void wait_gathering(std::size_t b);
+  // Buckets [first, last) that are gathered now all-gathered again from the
+  // partitions (collective).
+  void regather_held(std::size_t first, std::size_t last, comm::Communicator& comm);
 
   std::shared_ptr<torch::nn::Module> module_;
   c10::ScalarType dtype_;

@@ -144,10 +144,7 @@ std::vector<std::pair<at::Tensor, at::Tensor>> ParamStore::frozen_values_on_host
     // fetched ahead) is read as it is, once its all-gather is done; others
     // are gathered for the copy and released again.
     const bool held = buckets_[bi].held();
-    if (held && bi < gathering_.size() && gathering_[bi]) {
-      wait_for_use(comm::WorkPtr(gathering_[bi]), device_, unconfirmed_);
-      gathering_[bi].reset();
-    }
+    if (held) wait_gathering(bi);
     if (!held) {
       PendingGather g = start_gather(static_cast<int>(bi), comm);
       finish_gather(g);
@@ -165,38 +162,53 @@ std::vector<std::pair<at::Tensor, at::Tensor>> ParamStore::frozen_values_on_host
   return out;
 }
 
-std::pair<std::size_t, std::size_t> ParamStore::frozen_share(const at::Tensor& t) const {
-  const int j = frozen_index(t);
-  ZERO_INTERNAL_ASSERT(j >= 0, "not a partitioned frozen parameter");
-  const ParamSlot& s = flayout_.params()[static_cast<std::size_t>(j)];
+ParamStore::FrozenShare ParamStore::frozen_share_of(std::size_t j) const {
+  const ParamSlot& s = flayout_.params()[j];
   const Bucket& b = flayout_.buckets()[static_cast<std::size_t>(s.bucket)];
   // The rank's chunk: flat elements [lo, hi) of the bucket.
   const std::size_t lo = b.offset + static_cast<std::size_t>(shard_rank_) * b.chunk, hi = lo + b.chunk;
   const std::size_t from = std::max(lo, s.offset), to = std::min(hi, s.offset + s.numel);
-  return from < to ? std::make_pair(from - s.offset, to - from) : std::make_pair(std::size_t{0}, std::size_t{0});
+  if (from >= to) return {};
+  return {from - s.offset, to - from, b.partition_offset + (from - lo)};
+}
+
+std::pair<std::size_t, std::size_t> ParamStore::frozen_share(const at::Tensor& t) const {
+  const int j = frozen_index(t);
+  ZERO_INTERNAL_ASSERT(j >= 0, "not a partitioned frozen parameter");
+  const FrozenShare share = frozen_share_of(static_cast<std::size_t>(j));
+  return {share.first, share.n};
 }
 
 void ParamStore::load_frozen_share(const at::Tensor& t, const at::Tensor& values) {
-  const auto [first, n] = frozen_share(t);
-  ZERO_INTERNAL_ASSERT(static_cast<std::size_t>(values.numel()) == n, "a frozen share of ", n, " elements, given ",
-                       values.numel());
-  if (n == 0) return;
+  const int j = frozen_index(t);
+  ZERO_INTERNAL_ASSERT(j >= 0, "not a partitioned frozen parameter");
+  const FrozenShare share = frozen_share_of(static_cast<std::size_t>(j));
+  ZERO_INTERNAL_ASSERT(static_cast<std::size_t>(values.numel()) == share.n, "a frozen share of ", share.n,
+                       " elements, given ", values.numel());
+  if (share.n == 0) return;
   settle_gathers();  // the lane's copies out of the partition are done
-  const ParamSlot& s = flayout_.params()[static_cast<std::size_t>(frozen_index(t))];
-  const Bucket& b = flayout_.buckets()[static_cast<std::size_t>(s.bucket)];
-  const std::size_t lo = b.offset + static_cast<std::size_t>(shard_rank_) * b.chunk;
-  fpartition_.narrow(0, i64(b.partition_offset + (s.offset + first - lo)), i64(n)).copy_(values.reshape({-1}));
+  fpartition_.narrow(0, i64(share.at), i64(share.n)).copy_(values.reshape({-1}));
 }
 
 void ParamStore::regather_frozen(comm::Communicator& comm) {
+  regather_held(layout_.buckets().size(), buckets_.size(), comm);
+}
+
+void ParamStore::wait_gathering(std::size_t b) {
+  if (b < gathering_.size() && gathering_[b]) {
+    wait_for_use(comm::WorkPtr(gathering_[b]), device_, unconfirmed_);
+    gathering_[b].reset();
+  }
+}
+
+void ParamStore::regather_held(std::size_t first, std::size_t last, comm::Communicator& comm) {
+  // A gather still in flight (fetched ahead by a forward after backward) is
+  // waited for first; its owner's later wait finds it done.
   std::vector<PendingGather> pending;
-  for (std::size_t bi = layout_.buckets().size(); bi < buckets_.size(); ++bi) {
-    if (!buckets_[bi].held()) continue;
-    if (bi < gathering_.size() && gathering_[bi]) {
-      wait_for_use(comm::WorkPtr(gathering_[bi]), device_, unconfirmed_);
-      gathering_[bi].reset();
-    }
-    pending.push_back(start_gather(static_cast<int>(bi), comm));
+  for (std::size_t b = first; b < last; ++b) {
+    if (!buckets_[b].held()) continue;
+    wait_gathering(b);
+    pending.push_back(start_gather(static_cast<int>(b), comm));
   }
   for (PendingGather& g : pending) finish_gather(g);
 }

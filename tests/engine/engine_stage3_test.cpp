@@ -88,6 +88,17 @@ GptRun train_gpt(models::Gpt& model, Engine& engine, comm::Communicator& comm, i
   return r;
 }
 
+// Two runs that must be the same run: every step's loss and every final
+// weight bit for bit (`what` names the case).
+void expect_same_run(const GptRun& a, const GptRun& b, const std::string& what = "") {
+  ASSERT_EQ(a.losses.size(), b.losses.size()) << what;
+  for (std::size_t i = 0; i < a.losses.size(); ++i) EXPECT_EQ(a.losses[i], b.losses[i]) << "step " << i << what;
+  ASSERT_EQ(a.params.size(), b.params.size()) << what;
+  for (std::size_t i = 0; i < a.params.size(); ++i) {
+    EXPECT_TRUE(at::equal(a.params[i], b.params[i])) << "parameter " << i << what;
+  }
+}
+
 // The model's parameters by unit, from the module (not from the engine):
 // each block's, and those of no unit (embeddings, final LayerNorm).
 struct UnitSizes {
@@ -290,10 +301,7 @@ TEST(Stage3, PrefetchChangesNothingButWhen) {
   };
   for (bool checkpoint : {false, true}) {
     const GptRun on = run(true, checkpoint), off = run(false, checkpoint);
-    EXPECT_EQ(on.losses, off.losses) << "checkpoint " << checkpoint;
-    for (std::size_t i = 0; i < on.params.size(); ++i) {
-      EXPECT_TRUE(at::equal(on.params[i], off.params[i])) << "parameter " << i << ", checkpoint " << checkpoint;
-    }
+    expect_same_run(on, off, ", checkpoint " + std::to_string(checkpoint));
     // The first step records the order; the next ones fetch blocks 1-3 ahead
     // in forward (the default prefetch reaches the whole model, which then
     // stays gathered until the end of backward), none in vain.
@@ -342,10 +350,7 @@ TEST(Stage3, AForwardBetweenBackwardAndStepLeavesTheStepsGatherCorrect) {
   const std::int64_t block = *std::max_element(u.units.begin(), u.units.end());
   for (std::int64_t reach : {block + 1024, std::int64_t{50'000'000}}) {
     const GptRun plain = run(false, reach), looked = run(true, reach);
-    EXPECT_EQ(plain.losses, looked.losses) << "reach " << reach;
-    for (std::size_t i = 0; i < plain.params.size(); ++i) {
-      EXPECT_TRUE(at::equal(plain.params[i], looked.params[i])) << "parameter " << i << ", reach " << reach;
-    }
+    expect_same_run(plain, looked, ", reach " + std::to_string(reach));
   }
 }
 
@@ -833,11 +838,7 @@ TEST(Stage3, TrainingInsideGatherParametersIsTheSame) {
     return second;
   };
   const GptRun plain = run(false), inside = run(true);
-  ASSERT_EQ(plain.losses.size(), inside.losses.size());
-  for (std::size_t i = 0; i < plain.losses.size(); ++i) EXPECT_EQ(plain.losses[i], inside.losses[i]) << "step " << i;
-  for (std::size_t i = 0; i < plain.params.size(); ++i) {
-    EXPECT_TRUE(at::equal(plain.params[i], inside.params[i])) << "parameter " << i;
-  }
+  expect_same_run(plain, inside);
 }
 
 // A backward that fails inside gather_parameters() (here a hook on the loss
@@ -868,11 +869,7 @@ TEST(Stage3, ABackwardThatFailsInsideGatherParametersKeepsTheScopesHold) {
     return second;
   };
   const GptRun plain = run(false), failed = run(true);
-  ASSERT_EQ(plain.losses.size(), failed.losses.size());
-  for (std::size_t i = 0; i < plain.losses.size(); ++i) EXPECT_EQ(plain.losses[i], failed.losses[i]) << "step " << i;
-  for (std::size_t i = 0; i < plain.params.size(); ++i) {
-    EXPECT_TRUE(at::equal(plain.params[i], failed.params[i])) << "parameter " << i;
-  }
+  expect_same_run(plain, failed);
 }
 
 // At stage 2 the module always has its parameters: the scope holds nothing.
