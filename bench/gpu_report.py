@@ -134,6 +134,16 @@ def print_rows(parts, loops, label_width, ratio_column, extra_columns, trailer=N
     return [s for s in order if len({rows[p][s]["params"] for _, p in loops if s in rows[p]}) > 1]
 
 
+def read_machine(path):
+    """bench/gpu's record of the torch version and the device, written before any part runs."""
+    try:
+        with open(path) as f:
+            m = json.load(f)
+        return m if isinstance(m, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dir", required=True)
@@ -160,10 +170,11 @@ def main():
     ct = parts["cpp-torch-adamw"]
     mm = ct["summary"] or ct["matmul"] or {}
     peak = mm.get("matmul_peak_tflops")
+    machine = read_machine(os.path.join(a.dir, f"machine-{a.stamp}.json"))
     device = next((p["summary"].get("device_name") for p in parts.values()
-                   if p["summary"] and p["summary"].get("device_name")), "?")
+                   if p["summary"] and p["summary"].get("device_name")), machine.get("device_name") or "?")
     torch_version = next((p["summary"].get("torch") for p in parts.values()
-                          if p["summary"] and p["summary"].get("torch")), "?")
+                          if p["summary"] and p["summary"].get("torch")), machine.get("torch") or "?")
     print(f"device: {device}   torch: {torch_version}")
     print("bf16 matmul peak: " + (f"{peak:.0f} TFLOP/s" if peak else "not measured") +
           "".join(f"  [{m['n']}^3: {m['tflops']:.0f}]" for m in mm.get("matmul_bf16", []) or []))

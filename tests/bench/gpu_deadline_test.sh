@@ -93,4 +93,17 @@ grep -qE "ratio 0.85 +700.0 " <<<"$report" || fail "the ratio 0.85 row: $report"
   fail "the ratios are not in order: $report"
 grep -qE "^40x3072 +4535.4 DeepSpeed Z2 \+ CPU offload +2755.7 +83 +0.208" <<<"$report" || fail "DeepSpeed's row: $report"
 ! grep -q "ratio<1" <<<"$report" || fail "the single-ratio row shown beside the per-ratio rows: $report"
+# The second H200 session's logs (2026-11-28, 19:26): no Python part ran, so
+# the device and torch come from bench/gpu's own record of the machine.
+second=$(mktemp -d)
+trap 'rm -rf "$results" "$real" "$second"' EXIT
+cp "$root"/tests/bench/fixtures/h200-20261128-b/* "$second/"
+report=$("$python" "$root/bench/gpu_report.py" --dir "$second" --stamp 20261128-192601 --out "$second/gpu.json")
+grep -qF "device: NVIDIA H200   torch: 2.11.0+cu130" <<<"$report" || fail "the machine's record unused: $report"
+grep -qE "^40x3072 +4535.4 zerocpp Z3 \+ offload_param \+ DPU +1233.5 +186 +- +3.3 +77.0" <<<"$report" ||
+  fail "the stage 3 row: $report"
+grep -qE "ratio 0.6 +681.8 " <<<"$report" && grep -qE "ratio 0.8 +746.1 " <<<"$report" || fail "the ratio rows: $report"
+rm "$second/machine-20261128-192601.json"
+report=$("$python" "$root/bench/gpu_report.py" --dir "$second" --stamp 20261128-192601 --out "$second/gpu.json")
+grep -qF "device: ?   torch: ?" <<<"$report" || fail "a missing machine record should show '?': $report"
 echo "gpu deadline: ok"
