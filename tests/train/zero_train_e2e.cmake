@@ -5,6 +5,11 @@
 # learning rate the engine used (metrics "lr", the engine's own) following
 # CONFIG's warm-up (tests/train/e2e_config.json: linear from 1e-3 to 6e-3 over
 # 4 steps), so that an engine that ignores set_lr fails here.
+# DEVICE (optional): zero-train's --device. With DEVICE=cuda the run is
+# skipped on a machine without a GPU (ctest's SKIP_REGULAR_EXPRESSION
+# "no CUDA device") and must otherwise train on cuda:0. NP=1 runs zero-train
+# as one process without mpirun; there are no collective bytes, so the
+# communication checks count the calls instead.
 if(NOT NP)
   set(NP 2)
 endif()
@@ -15,6 +20,9 @@ set(extra_args "")
 if(EXTRA AND NOT EXTRA STREQUAL "NONE")
   set(extra_args "${EXTRA}")
 endif()
+if(DEVICE)
+  list(APPEND extra_args --device ${DEVICE})
+endif()
 file(REMOVE_RECURSE "${WORK}")
 file(MAKE_DIRECTORY "${WORK}")
 set(words "the cat sat on the mat and the dog ran to the park while it rained.\n")
@@ -23,13 +31,36 @@ foreach(i RANGE 400)
   string(APPEND text "${i}: ${words}")
 endforeach()
 file(WRITE "${WORK}/corpus.txt" "${text}")
+set(launch ${MPIEXEC} -np ${NP} --oversubscribe --bind-to none)
+if(NP EQUAL 1)
+  set(launch "")
+endif()
 execute_process(
-  COMMAND ${MPIEXEC} -np ${NP} --oversubscribe --bind-to none ${TRAIN} "${WORK}/corpus.txt" ${extra_args}
+  COMMAND ${launch} ${TRAIN} "${WORK}/corpus.txt" ${extra_args}
           --model gpt2-tiny --steps ${STEPS} --eval-every 3 --eval-batches 2 --sample 40
           --config ${CONFIG} --report "${WORK}/report.json" --out "${WORK}"
   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(DEVICE STREQUAL "cuda" AND NOT rc EQUAL 0 AND err MATCHES "--device cuda: rank 0 \\(local rank 0\\) has no GPU")
+  message(STATUS "no CUDA device: zero-train --device cuda refused, as it should here:\n${err}")
+  return()
+endif()
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "zero-train failed (${rc}):\n${out}\n${err}")
+endif()
+if(DEVICE STREQUAL "cuda" AND NOT err MATCHES " on cuda:0")
+  message(FATAL_ERROR "zero-train --device cuda: the engine did not say it trains on cuda:0:\n${err}")
+endif()
+# What zero-train prints at the end, on any device: the sample, and where
+# metrics, plot and report went (the plot is skipped, and says so, without
+# gnuplot).
+foreach(said "metrics: ${WORK}/metrics.jsonl" "report: ${WORK}/report.json" "plot: ")
+  string(FIND "${err}${out}" "${said}" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "zero-train did not say '${said}':\n${out}\n${err}")
+  endif()
+endforeach()
+if(NOT EXISTS "${WORK}/loss.dat")
+  message(FATAL_ERROR "zero-train did not write the plot's data, loss.dat")
 endif()
 # The sample (an undertrained model's bytes) reaches the terminal without
 # control bytes: they are shown as \xNN.
@@ -55,9 +86,13 @@ if(NOT ranks EQUAL NP)
 endif()
 math(EXPR last_rank "${NP} - 1")
 foreach(rank RANGE ${last_rank})
-  string(JSON rs_bytes GET "${report}" comm_per_rank ${rank} last_step reduce_scatter bytes)
-  if(NOT rs_bytes GREATER 0)
-    message(FATAL_ERROR "rank ${rank} reports no reduce-scatter bytes in its last step")
+  set(counted bytes)
+  if(NP EQUAL 1)
+    set(counted calls)
+  endif()
+  string(JSON rs_count GET "${report}" comm_per_rank ${rank} last_step reduce_scatter ${counted})
+  if(NOT rs_count GREATER 0)
+    message(FATAL_ERROR "rank ${rank} reports no reduce-scatter ${counted} in its last step")
   endif()
 endforeach()
 # With the delayed update, the lines after its warm-up time the step
@@ -90,7 +125,7 @@ set(step 0)
 set(prev_lr -1)
 foreach(line ${lines})
   string(JSON rs GET "${line}" comm_bytes reduce_scatter)
-  if(NOT rs GREATER 0)
+  if(NP GREATER 1 AND NOT rs GREATER 0)
     message(FATAL_ERROR "a metrics line has no per-step reduce-scatter bytes: ${line}")
   endif()
   # A NaN or inf loss is written as null.
