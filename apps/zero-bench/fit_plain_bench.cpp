@@ -106,6 +106,7 @@ struct FitOptions {
   bool offload_param = false;  // --optimizer engine --stage 3: offload_param.device "cpu"
   double offload_ratio = 1.0;  // --optimizer engine --offload cpu: offload_optimizer.ratio
   int cpu_threads = 0;     // --optimizer engine --offload cpu: offload_optimizer.cpu_threads (0: the engine's choice)
+  std::int64_t prefetch = -1;  // --optimizer engine --stage 3: stage3_prefetch_bucket_size (-1: the config's default)
   std::string timeline;    // --optimizer engine: write PREFIX-SIZE.json, the engine's timeline of 2 steps
   std::int64_t micro = 4, seq = 1024;
   int steps = 3, warmup = 1;
@@ -346,6 +347,7 @@ void train_size(const FitOptions& o, const Dev& d, SizeResult& r) {
                                                             {"ratio", o.offload_ratio}}}}},
               {"steps_per_print", 1000000}};
     if (o.offload_param) c["zero_optimization"]["offload_param"] = {{"device", "cpu"}};
+    if (o.prefetch >= 0) c["zero_optimization"]["stage3_prefetch_bucket_size"] = o.prefetch;
     single = comm::make_single_process_communicator();
     EngineOptions build;
     build.device = d.device;
@@ -432,7 +434,7 @@ void train_size(const FitOptions& o, const Dev& d, SizeResult& r) {
     std::ofstream out(path);
     out << Json{{"size", r.size}, {"params", r.config.num_parameters()}, {"device", o.device},
                 {"stage", o.stage}, {"offload", o.offload}, {"dpu", o.dpu}, {"offload_param", o.offload_param},
-                {"offload_ratio", o.offload_ratio},
+                {"offload_ratio", o.offload_ratio}, {"prefetch", o.prefetch},
                 {"median_step_ms", r.step_s * 1e3},
                 {"steps_ms", bounds}, {"intervals", iv}}
                .dump();
@@ -531,6 +533,9 @@ void check_options(const FitOptions& o) {
                   o.timeline.empty()),
              "--stage, --offload, --dpu, --offload-param, --cpu-threads and --timeline configure --optimizer engine");
   ZERO_CHECK(!o.offload_param || o.stage == 3, "--offload-param offloads stage 3's parameter partition: add --stage 3");
+  ZERO_CHECK(o.prefetch == -1 || (o.prefetch >= 0 && o.stage == 3),
+             "--prefetch is stage 3's stage3_prefetch_bucket_size in elements (0: off): it needs --stage 3 and a "
+             "value of 0 or more");
   ZERO_CHECK(o.offload_ratio >= 0.0 && o.offload_ratio <= 1.0, "--offload-ratio must be in [0, 1], got ",
              o.offload_ratio);
   ZERO_CHECK(o.offload_ratio == 1.0 || (o.optimizer == "engine" && o.offload == "cpu"),
@@ -576,6 +581,7 @@ void run_fit_plain(const FitOptions& o) {
                                : "zero::Engine stage " + std::to_string(o.stage) +
                                     (o.offload == "cpu" ? (o.dpu ? " + CPU offload + DPU" : " + CPU offload") : "") +
                                     (o.offload_param ? " + offload_param" : "") +
+                                    (o.prefetch >= 0 ? " (prefetch " + std::to_string(o.prefetch) + ")" : "") +
                                     (o.offload_ratio < 1.0 ? " (ratio " + std::to_string(o.offload_ratio).substr(0, 4) + ")" : "");
   const char* precision = o.optimizer == "engine" ? (o.dtype == "bf16" ? ", bf16 params + fp32 masters" : ", fp32")
                                                   : (o.dtype == "bf16" ? ", fp32 params, bf16 autocast" : ", fp32");
@@ -680,6 +686,9 @@ void add_fit_plain_command(CLI::App& app) {
   cmd->add_flag("--dpu", o->dpu, "--optimizer engine with --offload cpu: the delayed parameter update");
   cmd->add_flag("--offload-param", o->offload_param,
                 "--optimizer engine --stage 3: the parameter partition in (pinned) host memory (offload_param)");
+  cmd->add_option("--prefetch", o->prefetch,
+                  "--optimizer engine --stage 3: stage3_prefetch_bucket_size in elements, how far ahead the next "
+                  "units are gathered (0: no prefetch; default: the config's, DeepSpeed's 5e7)");
   cmd->add_option("--offload-ratio", o->offload_ratio,
                   "--optimizer engine --offload cpu: offload_optimizer.ratio, the share of the optimizer state on "
                   "the CPU; the rest is stepped on the device (Twin-Flow)")

@@ -87,9 +87,16 @@ UnitSchedule::~UnitSchedule() {
 
 void UnitSchedule::start(int u) {
   UnitState& s = units_[static_cast<std::size_t>(u)];
-  for (int b : s.buckets) s.pending.push_back(store_.start_gather(b, comm_));
-  s.resident = true;
-  live_elements_ += s.elements;
+  while (s.started < s.buckets.size()) start_next_bucket(s);
+}
+
+void UnitSchedule::start_next_bucket(UnitState& s) {
+  const int b = s.buckets[s.started];
+  s.pending.push_back(store_.start_gather(b, comm_));
+  const std::size_t n = store_.bucket(static_cast<std::size_t>(b)).padded;
+  ++s.started;
+  s.started_elements += n;
+  live_elements_ += n;
 }
 
 void UnitSchedule::finish(int u) {
@@ -100,13 +107,13 @@ void UnitSchedule::finish(int u) {
 
 void UnitSchedule::drop(int u) {
   UnitState& s = units_[static_cast<std::size_t>(u)];
-  if (!s.resident) return;
+  if (s.started == 0) return;
   if (s.prefetched) ++counts_.unused;
   s.prefetched = false;
   finish(u);
   release_buckets(s);
-  s.resident = false;
-  live_elements_ -= s.elements;
+  live_elements_ -= s.started_elements;
+  s.started = s.started_elements = 0;
 }
 
 void UnitSchedule::release_buckets(const UnitState& s) {
@@ -126,8 +133,8 @@ void UnitSchedule::abandon(int u) noexcept {
   }
   s.pending.clear();
   release_buckets(s);
-  if (s.resident) live_elements_ -= s.elements;
-  s.resident = false;
+  live_elements_ -= s.started_elements;
+  s.started = s.started_elements = 0;
   s.prefetched = false;
 }
 
@@ -137,7 +144,7 @@ void UnitSchedule::gather(int u) {
     if (s.prefetched) ++counts_.used;
     s.prefetched = false;
     try {
-      if (!s.resident) start(u);
+      start(u);  // what a prefetch has not started
       finish(u);
     } catch (...) {
       // The unit is not gathered: the caller's forward does not run, and a
@@ -165,21 +172,23 @@ void UnitSchedule::prefetch_after(std::size_t position) {
     const int v = recorded_[i];
     UnitState& t = units_[static_cast<std::size_t>(v)];
     if (t.refs > 0) continue;  // in use: nothing to fetch
-    if (t.resident) {          // fetched ahead already
-      ahead += t.elements;
-      continue;
-    }
-    if (ahead + t.elements > o_.prefetch_elements || live_elements_ + t.elements > o_.max_live_elements) break;
+    ahead += t.started_elements;  // fetched ahead already (all or some), or kept gathered
+    const std::size_t before = t.started;
     try {
-      start(v);
+      while (t.started < t.buckets.size()) {
+        const std::size_t n = store_.bucket(static_cast<std::size_t>(t.buckets[t.started])).padded;
+        if (ahead + n > o_.prefetch_elements || live_elements_ + n > o_.max_live_elements) break;
+        start_next_bucket(t);
+        ahead += n;
+      }
     } catch (...) {
       // Fetching ahead is an optimisation: a unit that cannot be fetched
       // now (out of memory) is left to its own gather, which reports it.
       abandon(v);
       break;
     }
-    t.prefetched = true;
-    ahead += t.elements;
+    if (t.started > before) t.prefetched = true;
+    if (t.started < t.buckets.size()) break;  // the reach ends inside this unit
   }
 }
 
@@ -240,7 +249,7 @@ void UnitSchedule::hold_all() {
   std::size_t held = 0;
   try {
     for (; held < units_.size(); ++held) {
-      if (!units_[held].resident) start(static_cast<int>(held));
+      start(static_cast<int>(held));
       ++units_[held].refs;
     }
     for (std::size_t u = 0; u < units_.size(); ++u) finish(static_cast<int>(u));
@@ -275,9 +284,18 @@ std::string UnitSchedule::describe(std::int64_t persistence_threshold, c10::Scal
            "(zero::mark_unit(*block) at construction and zero::unit(*block, x, fn) in forward; docs/engine.md) so "
            "that only one block is gathered at a time.";
   }
-  return "zerocpp: stage 3: " + std::to_string(units_.size()) + " units; " + std::to_string(kept) + " of " +
-         std::to_string(L.numel()) + " parameters stay gathered (no unit, shared by two units, or below "
-         "stage3_param_persistence_threshold=" + std::to_string(persistence_threshold) + " elements)";
+  std::string out = "zerocpp: stage 3: " + std::to_string(units_.size()) + " units; " + std::to_string(kept) +
+                    " of " + std::to_string(L.numel()) + " parameters stay gathered (no unit, shared by two units, "
+                    "or below stage3_param_persistence_threshold=" + std::to_string(persistence_threshold) +
+                    " elements)";
+  std::size_t largest = 0;
+  for (const UnitState& u : units_) largest = std::max(largest, u.elements);
+  if (o_.prefetch && largest > o_.prefetch_elements) {
+    out += "; prefetch fetches at most " + std::to_string(o_.prefetch_elements) + " elements of the next units "
+           "ahead, part of a unit of " + std::to_string(largest) + " (stage3_prefetch_bucket_size >= " +
+           std::to_string(largest) + " fetches a whole one, at the cost of as many gathered elements more)";
+  }
+  return out;
 }
 
 bool UnitSchedule::shares_gathered_memory(int u, const at::Tensor& t) const {

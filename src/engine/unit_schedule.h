@@ -12,10 +12,13 @@
 // Prefetch: the order in which units are gathered in one step (forward and
 // backward, from the end of one backward to the end of the next) is recorded;
 // on the next steps, gathering a unit where the recorded order has it also
-// starts the all-gathers of the units that follow, up to
+// starts the all-gathers of the units that follow, bucket by bucket, up to
 // stage3_prefetch_bucket_size elements ahead and stage3_max_live_parameters
-// gathered at once; a unit released where the recording has it again within
-// that reach stays gathered. A step whose order differs from the recording stops
+// gathered at once: a unit larger than that reach (a 4.5B GPT's block is
+// 113M elements, DeepSpeed's default reach 50M) has its first buckets
+// fetched ahead, as DeepSpeed fetches parameters up to the bucket size; a
+// unit released where the recording has it again within that reach stays
+// gathered. A step whose order differs from the recording stops
 // prefetching for the rest of that step and becomes the new recording. Every
 // rank must run the units in the same order (their all-gathers pair up).
 // Forwards without gradients (validation) gather and release unit by unit
@@ -111,11 +114,17 @@ class UnitSchedule {
     std::vector<int> buckets;  // ParamStore's numbering: trainable, then frozen ones
     std::size_t elements = 0;  // padded, of all its buckets
     int refs = 0;              // gathers not yet released
-    bool resident = false;     // its buckets are gathered (refs > 0, or prefetched)
-    bool prefetched = false;   // fetched ahead and not used yet
+    // Its first `started` buckets are gathered or on their way (refs > 0, or
+    // prefetched: a prefetch may have started only some); started_elements
+    // of them, padded.
+    std::size_t started = 0, started_elements = 0;
+    bool prefetched = false;   // fetched ahead (all or some) and not used yet
     std::vector<ParamStore::PendingGather> pending;  // gathers started and not yet finished
   };
+  // Starts the gathers of the unit's buckets not yet started.
   void start(int unit);
+  // Starts the all-gather of its next bucket not yet started.
+  void start_next_bucket(UnitState& s);
   void finish(int unit);
   void drop(int unit);
   // The unit's gathered buckets released, and made hollow unless a backward runs.
