@@ -167,6 +167,19 @@ def main():
         share_parts.append((f"zerocpp Z2 + offload + DPU, ratio {r}", name))
     if share_parts:
         del parts["cpp-engine-offload-share"]
+    # Stage 3 at several stage3_prefetch_bucket_size values (ZERO_GPU_STAGE3_PREFETCH):
+    # one log each, beside the default's.
+    prefetches = []
+    for path in glob.glob(os.path.join(a.dir, f"cpp-engine-stage3-param-p*-{a.stamp}.log")):
+        m = re.search(r"-stage3-param-p([0-9.e+]+)-", os.path.basename(path))
+        if m:
+            prefetches.append((float(m.group(1)), m.group(1), path))
+    prefetches.sort()
+    prefetch_parts = []
+    for _, p, path in prefetches:
+        name = f"cpp-engine-stage3-param-p{p}"
+        parts[name] = read_part(path)
+        prefetch_parts.append((f"zerocpp Z3 + offload_param + DPU, prefetch {p}", name))
     ct = parts["cpp-torch-adamw"]
     mm = ct["summary"] or ct["matmul"] or {}
     peak = mm.get("matmul_peak_tflops")
@@ -191,12 +204,12 @@ def main():
 
     loops2 = [("plain PyTorch", "python-plain-ckpt"), ("C++ plain, zero::cuda Adam", "cpp-zero-adam-ckpt"),
               ("zerocpp Z2 + CPU offload", "cpp-engine-offload"), ("zerocpp Z2 + offload + DPU", "cpp-engine-offload-dpu"),
-              ("zerocpp Z3 + offload_param + DPU", "cpp-engine-stage3-param"),
+              ("zerocpp Z3 + offload_param + DPU", "cpp-engine-stage3-param"), *prefetch_parts,
               *(share_parts or [("zerocpp Z2 + offload + DPU, ratio<1", "cpp-engine-offload-share")]),
               ("DeepSpeed Z2 + CPU offload", "deepspeed-offload"), ("FSDP2 + CPUOffloadPolicy", "fsdp2-offload")]
     print("\nTable 2. With activation checkpointing per block: the offload peers beside the plain loops")
     print("of plain = plain PyTorch's step / this step; GPU = peak allocated GiB; host = peak RSS GiB")
-    print_rows(parts, loops2, 38, ("of plain", 8),
+    print_rows(parts, loops2, max(38, *(len(label) for label, _ in loops2)), ("of plain", 8),
                [("GPU", 6, gib("peak_mem_gib")), ("host", 6, gib("host_peak_rss_gib"))])
     print()
     for n in parts:

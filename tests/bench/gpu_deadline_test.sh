@@ -103,6 +103,13 @@ grep -qF "device: NVIDIA H200   torch: 2.11.0+cu130" <<<"$report" || fail "the m
 grep -qE "^40x3072 +4535.4 zerocpp Z3 \+ offload_param \+ DPU +1233.5 +186 +- +3.3 +77.0" <<<"$report" ||
   fail "the stage 3 row: $report"
 grep -qE "ratio 0.6 +681.8 " <<<"$report" && grep -qE "ratio 0.8 +746.1 " <<<"$report" || fail "the ratio rows: $report"
+# ZERO_GPU_STAGE3_PREFETCH: one row per value beside the default's.
+sed 's/"step_ms":1233.498142/"step_ms":1100.0/' "$second/cpp-engine-stage3-param-20261128-192601.log" \
+  >"$second/cpp-engine-stage3-param-p120000000-20261128-192601.log"
+report=$("$python" "$root/bench/gpu_report.py" --dir "$second" --stamp 20261128-192601 --out "$second/gpu.json")
+grep -qE "^40x3072 +4535.4 zerocpp Z3 \+ offload_param \+ DPU, prefetch 120000000 +1100.0 " <<<"$report" ||
+  fail "the prefetch row: $report"
+grep -qE "^40x3072 +4535.4 zerocpp Z3 \+ offload_param \+ DPU +1233.5 " <<<"$report" || fail "the default's row: $report"
 rm "$second/machine-20261128-192601.json"
 report=$("$python" "$root/bench/gpu_report.py" --dir "$second" --stamp 20261128-192601 --out "$second/gpu.json")
 grep -qF "device: ?   torch: ?" <<<"$report" || fail "a missing machine record should show '?': $report"
