@@ -134,6 +134,22 @@ def print_rows(parts, loops, label_width, ratio_column, extra_columns, trailer=N
     return [s for s in order if len({rows[p][s]["params"] for _, p in loops if s in rows[p]}) > 1]
 
 
+def variant_parts(parts, directory, stamp, prefix, label):
+    """The logs PREFIX<value>-STAMP.log of one part run at several values, read into `parts`
+    in value order; their (label, part name) rows."""
+    found = []
+    for path in glob.glob(os.path.join(directory, f"{prefix}*-{stamp}.log")):
+        m = re.fullmatch(re.escape(prefix) + r"([0-9.e+]+)-" + re.escape(stamp) + r"\.log", os.path.basename(path))
+        if m:
+            found.append((float(m.group(1)), m.group(1), path))
+    rows = []
+    for _, value, path in sorted(found):
+        name = prefix + value
+        parts[name] = read_part(path)
+        rows.append((label.format(value), name))
+    return rows
+
+
 def read_machine(path):
     """bench/gpu's record of the torch version and the device, written before any part runs."""
     try:
@@ -153,33 +169,15 @@ def main():
     a = ap.parse_args()
 
     parts = {n: read_part(os.path.join(a.dir, f"{n}-{a.stamp}.log")) for n in PARTS}
-    # Twin-Flow: one log per ratio (bench/gpu's keep_share_log), in ratio order.
-    shares = []
-    for path in glob.glob(os.path.join(a.dir, f"cpp-engine-offload-share-r*-{a.stamp}.log")):
-        m = re.search(r"-share-r([0-9.]+)-", os.path.basename(path))
-        if m:
-            shares.append((float(m.group(1)), m.group(1), path))
-    shares.sort()
-    share_parts = []
-    for _, r, path in shares:
-        name = f"cpp-engine-offload-share-r{r}"
-        parts[name] = read_part(path)
-        share_parts.append((f"zerocpp Z2 + offload + DPU, ratio {r}", name))
+    # Twin-Flow: one log per ratio (bench/gpu's keep_share_log); stage 3 at
+    # several stage3_prefetch_bucket_size values (ZERO_GPU_STAGE3_PREFETCH),
+    # beside the default's. In value order.
+    share_parts = variant_parts(parts, a.dir, a.stamp, "cpp-engine-offload-share-r",
+                                "zerocpp Z2 + offload + DPU, ratio {}")
     if share_parts:
         del parts["cpp-engine-offload-share"]
-    # Stage 3 at several stage3_prefetch_bucket_size values (ZERO_GPU_STAGE3_PREFETCH):
-    # one log each, beside the default's.
-    prefetches = []
-    for path in glob.glob(os.path.join(a.dir, f"cpp-engine-stage3-param-p*-{a.stamp}.log")):
-        m = re.search(r"-stage3-param-p([0-9.e+]+)-", os.path.basename(path))
-        if m:
-            prefetches.append((float(m.group(1)), m.group(1), path))
-    prefetches.sort()
-    prefetch_parts = []
-    for _, p, path in prefetches:
-        name = f"cpp-engine-stage3-param-p{p}"
-        parts[name] = read_part(path)
-        prefetch_parts.append((f"zerocpp Z3 + offload_param + DPU, prefetch {p}", name))
+    prefetch_parts = variant_parts(parts, a.dir, a.stamp, "cpp-engine-stage3-param-p",
+                                   "zerocpp Z3 + offload_param + DPU, prefetch {}")
     ct = parts["cpp-torch-adamw"]
     mm = ct["summary"] or ct["matmul"] or {}
     peak = mm.get("matmul_peak_tflops")
