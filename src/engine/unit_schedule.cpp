@@ -157,7 +157,16 @@ void UnitSchedule::gather(int u) {
   if (!recording()) return;  // validation: not part of a step
   current_.push_back(u);
   const std::size_t position = current_.size();
-  if (following_ && (position > recorded_.size() || recorded_[position - 1] != u)) following_ = false;
+  if (following_ && (position > recorded_.size() || recorded_[position - 1] != u)) {
+    following_ = false;
+    // What the recording had fetched ahead or kept gathered for this step
+    // goes now, not at the end of backward: beside the units this step
+    // gathers, it would pass the plan's bound (the largest unit plus the
+    // reach). A unit needed after all is gathered again.
+    for (std::size_t v = 0; v < units_.size(); ++v) {
+      if (units_[v].refs == 0) drop(static_cast<int>(v));
+    }
+  }
   if (following_ && o_.prefetch) prefetch_after(position);
 }
 
@@ -288,12 +297,19 @@ std::string UnitSchedule::describe(std::int64_t persistence_threshold, c10::Scal
                     " of " + std::to_string(L.numel()) + " parameters stay gathered (no unit, shared by two units, "
                     "or below stage3_param_persistence_threshold=" + std::to_string(persistence_threshold) +
                     " elements)";
-  std::size_t largest = 0;
-  for (const UnitState& u : units_) largest = std::max(largest, u.elements);
+  std::size_t largest = 0, largest_bucket = 0;
+  for (const UnitState& u : units_) {
+    largest = std::max(largest, u.elements);
+    for (int b : u.buckets) largest_bucket = std::max(largest_bucket, store_.bucket(static_cast<std::size_t>(b)).padded);
+  }
   if (o_.prefetch && largest > o_.prefetch_elements) {
     out += "; prefetch fetches at most " + std::to_string(o_.prefetch_elements) + " elements of the next units "
            "ahead, part of a unit of " + std::to_string(largest) + " (stage3_prefetch_bucket_size >= " +
            std::to_string(largest) + " fetches a whole one, at the cost of as many gathered elements more)";
+    if (largest_bucket > o_.prefetch_elements) {
+      out += "; a parameter of " + std::to_string(largest_bucket) + " elements, larger than that, is never fetched "
+             "ahead";
+    }
   }
   return out;
 }

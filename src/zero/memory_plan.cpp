@@ -106,6 +106,15 @@ void plan_stage3_params(const PlanInput& in, MemoryPlan& p) {
 
 }  // namespace
 
+std::size_t layout_bucket_numel(const PlanInput& in) {
+  if (in.stage != 3 || in.prefetch_elements <= 0) return in.bucket_numel;
+  // Padded, such a bucket still fits the reach: its size rounded down to
+  // the padding's multiple (at least one multiple).
+  const std::size_t pad = static_cast<std::size_t>(in.world) * kPlanAlignElements;
+  const std::size_t reach = std::max(pad, static_cast<std::size_t>(in.prefetch_elements) / pad * pad);
+  return std::min(in.bucket_numel, reach);
+}
+
 MemoryPlan plan_memory(const PlanInput& in) {
   ZERO_CHECK(!in.numels.empty(), "the memory plan needs at least one parameter");
   ZERO_CHECK(in.world >= 1 && in.rank >= 0 && in.rank < in.world, "rank ", in.rank, " of world ", in.world);
@@ -128,7 +137,8 @@ MemoryPlan plan_memory(const PlanInput& in) {
   // Stage 0 keeps everything on every rank: one shard.
   p.shard_rank = in.stage == 0 ? 0 : in.rank;
   const bool stage3 = in.stage == 3;
-  p.layout = FlatLayout(in.numels, in.bucket_numel, in.world, in.stage == 0 ? 1 : in.world, kPlanAlignElements,
+  const std::size_t bucket_numel = layout_bucket_numel(in);
+  p.layout = FlatLayout(in.numels, bucket_numel, in.world, in.stage == 0 ? 1 : in.world, kPlanAlignElements,
                         stage3 ? in.groups : std::vector<int>{});
   const FlatLayout& L = p.layout;
   const std::size_t psi = L.numel(), padded = L.padded_numel();
@@ -142,7 +152,7 @@ MemoryPlan plan_memory(const PlanInput& in) {
 
   if (stage3) {
     if (!in.frozen_numels.empty()) {
-      p.frozen_layout = FlatLayout(in.frozen_numels, in.bucket_numel, in.world, in.world, kPlanAlignElements,
+      p.frozen_layout = FlatLayout(in.frozen_numels, bucket_numel, in.world, in.world, kPlanAlignElements,
                                    in.frozen_groups);
     }
     plan_stage3_params(in, p);

@@ -319,15 +319,26 @@ TEST(Stage3, PrefetchChangesNothingButWhen) {
 // buckets, up to the reach. The same training, bit for bit, as without
 // prefetch, and the device never holds more than the unit in use plus the
 // reach (the bound from the module's sizes).
-TEST(Stage3, PrefetchReachesIntoAUnitLargerThanItsReach) {
+// With reduce_bucket_size 4096 a block is several buckets; with the default
+// (500M) its parameters, all in the unit (persistence threshold 0), would be
+// one bucket larger than the reach: stage 3 then closes its buckets at the
+// reach, so that there is something to fetch ahead.
+class Stage3Reach : public testing::TestWithParam<std::int64_t> {};
+
+TEST_P(Stage3Reach, PrefetchReachesIntoAUnitLargerThanItsReach) {
   comm::Communicator& comm = world_comm();
   const std::int64_t N = comm.world_size();
   const UnitSizes u = unit_sizes(*make_gpt());
   const std::int64_t block = *std::max_element(u.units.begin(), u.units.end());
   const std::int64_t reach = block / 2;  // above one 4096-element bucket, below a block
+  // The buckets the reach leads to (padded, each within it), given to the
+  // run without prefetch too: the same layout, the same sums.
+  const std::int64_t pad = N * kPlanAlignElements;
+  const std::int64_t buckets = std::min(GetParam(), reach / pad * pad);
   auto run = [&](std::int64_t r) {
     auto model = make_gpt();
     config::Config cfg = stage3_config(static_cast<int>(N));
+    cfg.zero_optimization.reduce_bucket_size = r > 0 ? GetParam() : buckets;
     cfg.zero_optimization.stage3_prefetch_bucket_size = r;
     Engine engine(model, cfg, comm);
     return train_gpt(*model, engine, comm, 4);
@@ -357,6 +368,11 @@ TEST(Stage3, PrefetchReachesIntoAUnitLargerThanItsReach) {
               static_cast<long long>(N), static_cast<long long>(reach), static_cast<long long>(block),
               static_cast<long long>(peak), static_cast<long long>(bound));
 }
+
+INSTANTIATE_TEST_SUITE_P(Buckets, Stage3Reach, testing::Values(std::int64_t{4096}, std::int64_t{500'000'000}),
+                         [](const testing::TestParamInfo<std::int64_t>& i) {
+                           return "reduce_bucket_size_" + std::to_string(i.param);
+                         });
 
 // A forward with gradients between backward() and step() (a loss looked at
 // before stepping, its graph dropped) fetches units ahead for a backward
@@ -451,6 +467,44 @@ TEST(Stage3, PrefetchFollowsAChangedOrder) {
   EXPECT_EQ(followed.second, 0) << "the changed order was not recorded";
   EXPECT_GT(followed.first, 0);
   EXPECT_EQ(step(5, true), followed);
+}
+
+// A step that departs from the recording lets go at once of what the
+// recording had fetched ahead (b, skipped) or kept gathered for it (a, kept
+// for backward): beside the units the step gathers instead, it would pass
+// the plan's bound. The training is the same, bit for bit, as without
+// prefetch.
+TEST(Stage3, ADepartureFromTheRecordingLetsGoOfWhatWasFetchedAhead) {
+  comm::Communicator& comm = world_comm();
+  auto run = [&](bool prefetch, bool check) {
+    torch::manual_seed(3);
+    auto model = std::make_shared<SkipNet>();
+    config::Config cfg = make_config(3, false, false, comm.world_size(), 4, 1);
+    if (!prefetch) cfg.zero_optimization.stage3_prefetch_bucket_size = 0;
+    Engine engine(model, cfg, comm);
+    std::vector<float> losses;
+    for (int s = 0; s < 4; ++s) {
+      const bool skip_b = s == 2;
+      torch::manual_seed(50 + s);
+      const at::Tensor x = at::randn({4, 16}), y = at::randn({4, 4});
+      const at::Tensor loss = at::mse_loss(model->forward(x, skip_b), y);
+      if (check && skip_b) {
+        for (const auto& [name, l] : {std::make_pair("a", model->a), std::make_pair("b", model->b),
+                                      std::make_pair("c", model->c)}) {
+          EXPECT_EQ(l->weight.storage().nbytes(), 0u) << name << " still gathered after the departing forward";
+        }
+      }
+      engine.backward(loss);
+      engine.step();
+      losses.push_back(loss.item<float>());
+    }
+    engine.flush();
+    return std::make_pair(losses, engine.gather_master_params());
+  };
+  const auto on = run(true, true), off = run(false, false);
+  EXPECT_EQ(on.first, off.first);
+  ASSERT_EQ(on.second.size(), off.second.size());
+  for (std::size_t i = 0; i < on.second.size(); ++i) EXPECT_TRUE(at::equal(on.second[i], off.second[i])) << i;
 }
 
 // ---- a model larger than the device budget at stage 2 -----------------------

@@ -189,6 +189,13 @@ inline std::size_t param_region_bytes(const Bucket& b, int element_bytes) {
 // max_in_flight (2) being reduced plus the one being filled.
 inline constexpr int kPlanLiveBuckets = 3;
 
+// The most elements a bucket of the layout holds: reduce_bucket_size, and at
+// stage 3 with prefetch no more than stage3_prefetch_bucket_size either
+// (padding included), so that prefetch, which fetches whole buckets,
+// reaches into a unit larger than its reach; a parameter larger than that is
+// a bucket of its own.
+std::size_t layout_bucket_numel(const PlanInput& in);
+
 MemoryPlan plan_memory(const PlanInput& in);
 
 // How many elements of bucket b's chunk lie before partition element
