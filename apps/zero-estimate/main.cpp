@@ -135,7 +135,8 @@ int main(int argc, char** argv) {
   app.add_flag("--cpu-checkpointing", cpu_checkpoint,
                "checkpoints kept on the host (activation_checkpointing.cpu_checkpointing; implies "
                "--checkpoint-activations)");
-  app.add_option("--bucket", bucket, "reduce_bucket_size in elements (0: a bucket per parameter)")->capture_default_str();
+  app.add_option("--bucket", bucket, "reduce_bucket_size in elements (0: a bucket per parameter; at stage 3 with "
+                 "prefetch, at most --prefetch)")->capture_default_str();
   app.add_option("--device-mem", device_mem_text, "device memory per rank (80GB = 80*10^9 B, 80GiB = 80*2^30 B); "
                  "lists what fits");
   app.add_option("--host-mem", host_mem_text, "host memory per rank (e.g. 256GiB)");
