@@ -540,7 +540,7 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
     in.prefetch_elements = cfg.zero_optimization.stage3_prefetch_bucket_size;
     in.max_live_elements = cfg.zero_optimization.stage3_max_live_parameters;
     in.persistence_threshold = cfg.zero_optimization.stage3_param_persistence_threshold;
-    in.bucket_numel = cfg.zero_optimization.reduce_bucket_size;
+    in.bucket_numel = std::max<std::int64_t>(cfg.zero_optimization.reduce_bucket_size, 1);  // 0: a bucket per parameter
     in.checkpoint_activations = gc.checkpoint_activations;
     in.cpu_checkpointing = gc.checkpoint_on_cpu;
     const MemoryEstimate est = estimate_memory(in);

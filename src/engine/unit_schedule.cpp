@@ -140,10 +140,20 @@ void UnitSchedule::abandon(int u) noexcept {
 
 void UnitSchedule::gather(int u) {
   UnitState& s = units_[static_cast<std::size_t>(u)];
+  const bool recorded = recording();  // (validation forwards are not part of a step)
+  const std::size_t position = current_.size() + 1;
+  // A step that departs from the recording here lets go of what the
+  // recording had fetched ahead or kept gathered for it before this unit
+  // is gathered: beside it, that would pass the plan's bound (the largest
+  // unit plus the reach). A unit needed after all is gathered again.
+  const bool departs =
+      recorded && following_ && (position > recorded_.size() || recorded_[position - 1] != u);
+  if (departs) following_ = false;
   if (s.refs++ == 0) {
     if (s.prefetched) ++counts_.used;
     s.prefetched = false;
     try {
+      if (departs) let_go_of_unused();  // (not this unit: it has a reference now)
       start(u);  // what a prefetch has not started
       finish(u);
     } catch (...) {
@@ -153,21 +163,18 @@ void UnitSchedule::gather(int u) {
       --s.refs;
       throw;
     }
+  } else if (departs) {
+    let_go_of_unused();
   }
-  if (!recording()) return;  // validation: not part of a step
+  if (!recorded) return;
   current_.push_back(u);
-  const std::size_t position = current_.size();
-  if (following_ && (position > recorded_.size() || recorded_[position - 1] != u)) {
-    following_ = false;
-    // What the recording had fetched ahead or kept gathered for this step
-    // goes now, not at the end of backward: beside the units this step
-    // gathers, it would pass the plan's bound (the largest unit plus the
-    // reach). A unit needed after all is gathered again.
-    for (std::size_t v = 0; v < units_.size(); ++v) {
-      if (units_[v].refs == 0) drop(static_cast<int>(v));
-    }
-  }
   if (following_ && o_.prefetch) prefetch_after(position);
+}
+
+void UnitSchedule::let_go_of_unused() {
+  for (std::size_t v = 0; v < units_.size(); ++v) {
+    if (units_[v].refs == 0) drop(static_cast<int>(v));
+  }
 }
 
 void UnitSchedule::gather_until_backward_ends(int u) {

@@ -134,6 +134,9 @@ class UnitSchedule {
   // it had never started. Never throws.
   void abandon(int unit) noexcept;
   void prefetch_after(std::size_t position);
+  // Every unit with no reference released (fetched ahead, or kept gathered
+  // for the recording).
+  void let_go_of_unused();
   bool needed_soon(int unit) const;
   // A training step's gather (forward with gradients, or backward), not a
   // validation forward's.

@@ -507,6 +507,50 @@ TEST(Stage3, ADepartureFromTheRecordingLetsGoOfWhatWasFetchedAhead) {
   for (std::size_t i = 0; i < on.second.size(); ++i) EXPECT_TRUE(at::equal(on.second[i], off.second[i])) << i;
 }
 
+// Three units of one size; a step may call the first again after the last
+// (a unit called twice).
+struct ThreeNet : torch::nn::Module {
+  ThreeNet() {
+    a = register_module("a", torch::nn::Linear(16, 16));
+    b = register_module("b", torch::nn::Linear(16, 16));
+    c = register_module("c", torch::nn::Linear(16, 16));
+    for (auto* l : {&a, &b, &c}) zero::mark_unit(**l);
+  }
+  at::Tensor forward(const at::Tensor& x, bool a_again) {
+    at::Tensor h = as_unit(c, at::gelu(as_unit(b, at::gelu(as_unit(a, x)))));
+    return a_again ? as_unit(a, at::gelu(h)) : h;
+  }
+  torch::nn::Linear a{nullptr}, b{nullptr}, c{nullptr};
+};
+
+// With prefetch one unit ahead, after forward the recording keeps c
+// gathered for backward and has fetched b ahead; a step that then calls a
+// again departs from the recording there, and lets go of both before a is
+// gathered: the device never holds more than the unit in use plus the
+// reach (three units would be one past the plan's bound).
+TEST(Stage3, ADepartingGatherStaysWithinTheBound) {
+  comm::Communicator& comm = world_comm();
+  const std::int64_t N = comm.world_size(), pad = N * kPlanAlignElements;
+  const std::int64_t unit = (16 * 16 + 16 + pad - 1) / pad * pad;  // a bucket per unit, padded
+  torch::manual_seed(5);
+  auto model = std::make_shared<ThreeNet>();
+  config::Config cfg = make_config(3, false, true, static_cast<int>(N), 4, 1);
+  cfg.zero_optimization.stage3_prefetch_bucket_size = unit;
+  Engine engine(model, cfg, comm);
+  for (int s = 0; s < 4; ++s) {
+    torch::manual_seed(60 + s);
+    const at::Tensor x = at::randn({4, 16}).to(at::kBFloat16), y = at::randn({4, 16}).to(at::kBFloat16);
+    engine.backward(at::mse_loss(model->forward(x, /*a_again=*/s == 2), y).to(at::kFloat));
+    engine.step();
+  }
+  const std::int64_t es = 2;
+  const std::int64_t bound = es * (3 * unit / N + 2 * unit);  // the partition, the unit in use and the reach
+  const std::int64_t peak = engine.ledger().snapshot().peak[int(Tier::kDevice)][int(Kind::kHalfParams)];
+  EXPECT_LE(peak, bound) << "device parameter bytes at their peak (a unit is " << es * unit << " B)";
+  std::printf("[ measured ] N=%lld: device parameter peak %lld B, bound %lld B\n", static_cast<long long>(N),
+              static_cast<long long>(peak), static_cast<long long>(bound));
+}
+
 // ---- a model larger than the device budget at stage 2 -----------------------
 
 TEST(Stage3, TrainsAModelWhoseParametersExceedTheDeviceBudget) {
