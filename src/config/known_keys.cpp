@@ -235,7 +235,8 @@ constexpr KnownKey kKeys[] = {
     {"zero_optimization.offload_param", "nvme_path", R},
     {"zero_optimization.offload_param", "buffer_count", R},
     {"zero_optimization.offload_param", "buffer_size", I,
-     "zerocpp sizes each NVMe parameter buffer to the largest bucket's chunk (reduce_bucket_size bounds it)"},
+     "zerocpp sizes each NVMe parameter buffer to the largest bucket's chunk (reduce_bucket_size bounds it, "
+     "and stage3_prefetch_bucket_size with prefetch)"},
     {"zero_optimization.offload_param", "max_in_cpu", I,
      "zerocpp keeps no parameters in host memory beside the NVMe buffers (offload_param.buffer_count)"},
 

@@ -529,8 +529,9 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
                  live > 0 ? " and the gathered units up to " + both(live) : std::string(), " beside the ", both(held),
                  " the engine holds, past the device_memory_limit of ", both(config_.device_memory_limit),
                  " (it would need at least ", both(held + buckets + live), "). Lower "
-                 "zero_optimization.reduce_bucket_size", live > 0 ? " (stage 3: mark smaller units, or turn prefetch "
-                 "off with stage3_prefetch_bucket_size=0)" : "", ", raise device_memory_limit, or move state off the "
+                 "zero_optimization.reduce_bucket_size", live > 0 ? " (stage 3: or stage3_prefetch_bucket_size, which "
+                 "bounds the buckets and what is fetched ahead; mark smaller units, or turn prefetch off with "
+                 "stage3_prefetch_bucket_size=0)" : "", ", raise device_memory_limit, or move state off the "
                  "device (a higher stage, or offload_optimizer.device=\"cpu\").");
     }
     if (m.rank == 0 && nvme) {
