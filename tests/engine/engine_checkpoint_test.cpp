@@ -797,18 +797,23 @@ TEST(Save, AsyncFlushCopiesOnlyWhenAnUpdateIsPending) {
   on_rank0([&] { rm_tree(dir); });
 }
 
-// LoraMlp trained `steps` steps of `cfg` without a break: its losses and final weights.
-struct Unbroken {
-  std::vector<float> losses;
-  std::vector<at::Tensor> params;
+// LoraMlp at stage 3 on this world: its config, the run of `steps` steps
+// without a break that a saved and resumed one is compared with (losses
+// and final weights), and a folder every rank sees.
+struct FrozenRun {
+  FrozenRun(comm::Communicator& comm, int steps, const char* folder)
+      : N(comm.world_size()), cfg(make_config(3, false, false, N, kGlobalBatch / N, 1)) {
+    Trainer t{ModelKind::kLoraMlp, cfg};
+    t.steps(0, steps, unbroken);
+    unbroken_params = t.final_params();
+    dir = shared_temp_dir(comm, folder);
+  }
+  int N;
+  config::Config cfg;
+  std::vector<float> unbroken;
+  std::vector<at::Tensor> unbroken_params;
+  fs::path dir;
 };
-Unbroken unbroken_lora(const config::Config& cfg, int steps) {
-  Unbroken u;
-  Trainer t{ModelKind::kLoraMlp, cfg};
-  t.steps(0, steps, u.losses);
-  u.params = t.final_params();
-  return u;
-}
 
 // Stage 3 partitions a base's frozen weights (LoraMlp): a checkpoint holds
 // them whole, as rank 0's module tensors (the format of every stage), and a
@@ -820,20 +825,14 @@ Unbroken unbroken_lora(const config::Config& cfg, int steps) {
 // frozen weights) within the parity tolerance; both with the saved frozen
 // weights.
 TEST(Save, FrozenWeightsPartitionedAtStage3RoundTrip) {
-  comm::Communicator& comm = world_comm();
-  const int N = comm.world_size();
-  const config::Config cfg = make_config(3, false, false, N, kGlobalBatch / N, 1);
   constexpr int kSave = 2, kSteps = 4;
-  const Unbroken unbroken_run = unbroken_lora(cfg, kSteps);
-  const std::vector<float>& unbroken = unbroken_run.losses;
-  const std::vector<at::Tensor>& unbroken_params = unbroken_run.params;
-  const fs::path dir = shared_temp_dir(comm, "frozen_stage3");
+  const FrozenRun f(world_comm(), kSteps, "frozen_stage3");
   {
-    Trainer t{ModelKind::kLoraMlp, cfg};
+    Trainer t{ModelKind::kLoraMlp, f.cfg};
     std::vector<float> losses;
     t.steps(0, kSave, losses);
     setenv("ZERO_TEST_CKPT_WRITE_DELAY_MS", "300", 1);
-    t.engine->save_checkpoint(dir.string(), "frozen", nlohmann::json::object(), /*async=*/true);
+    t.engine->save_checkpoint(f.dir.string(), "frozen", nlohmann::json::object(), /*async=*/true);
     unsetenv("ZERO_TEST_CKPT_WRITE_DELAY_MS");
     t.steps(kSave, kSave + 1, losses);
     t.engine->wait_checkpoint();
@@ -850,12 +849,12 @@ TEST(Save, FrozenWeightsPartitionedAtStage3RoundTrip) {
     SCOPED_TRACE("loaded at stage " + std::to_string(stage));
     std::shared_ptr<torch::nn::Module> changed = make_model(ModelKind::kLoraMlp);
     for (const auto& [name, p] : frozen_of(*changed)) p.detach().uniform_(-3.0, 3.0);
-    Trainer t{ModelKind::kLoraMlp, make_config(stage, false, false, N, kGlobalBatch / N, 1), {}, changed};
+    Trainer t{ModelKind::kLoraMlp, make_config(stage, false, false, f.N, kGlobalBatch / f.N, 1), {}, changed};
     {
       // Loaded while gathered: each rank reads its share, and the gathered
       // buckets are all-gathered again from the shares.
       const GatheredParameters scope = t.engine->gather_parameters();
-      t.engine->load_checkpoint(dir.string(), "frozen");
+      t.engine->load_checkpoint(f.dir.string(), "frozen");
       const auto want = frozen_of(*fresh), got = frozen_of(*t.model);
       ASSERT_EQ(got.size(), want.size());
       for (std::size_t i = 0; i < got.size(); ++i) {
@@ -867,17 +866,17 @@ TEST(Save, FrozenWeightsPartitionedAtStage3RoundTrip) {
     const std::vector<at::Tensor> params = t.final_params();
     for (std::size_t i = 0; i < resumed.size(); ++i) {
       if (stage == 3) {
-        EXPECT_EQ(resumed[i], unbroken[kSave + i]) << "step " << kSave + i;
+        EXPECT_EQ(resumed[i], f.unbroken[kSave + i]) << "step " << kSave + i;
       } else {
-        EXPECT_NEAR(resumed[i], unbroken[kSave + i], 1e-5 * std::abs(unbroken[kSave + i])) << "step " << kSave + i;
+        EXPECT_NEAR(resumed[i], f.unbroken[kSave + i], 1e-5 * std::abs(f.unbroken[kSave + i])) << "step " << kSave + i;
       }
     }
     if (stage == 3) {
-      expect_bitwise_equal(params, unbroken_params);
+      expect_bitwise_equal(params, f.unbroken_params);
     } else {
-      ASSERT_EQ(params.size(), unbroken_params.size());
+      ASSERT_EQ(params.size(), f.unbroken_params.size());
       for (std::size_t i = 0; i < params.size(); ++i) {
-        EXPECT_TRUE(at::allclose(params[i], unbroken_params[i], 1e-5, 1e-6)) << "param " << i;
+        EXPECT_TRUE(at::allclose(params[i], f.unbroken_params[i], 1e-5, 1e-6)) << "param " << i;
       }
     }
   }
@@ -889,25 +888,19 @@ TEST(Save, FrozenWeightsPartitionedAtStage3RoundTrip) {
 // and its file is smaller by their bytes. A load into an engine built on
 // the same base resumes bitwise; one built on another base keeps that base.
 TEST(Save, ExcludeFrozenParametersSavesWhatTrainingChanges) {
-  comm::Communicator& comm = world_comm();
-  const int N = comm.world_size();
-  const config::Config cfg = make_config(3, false, false, N, kGlobalBatch / N, 1);
   constexpr int kSave = 2, kSteps = 4;
-  const Unbroken unbroken_run = unbroken_lora(cfg, kSteps);
-  const std::vector<float>& unbroken = unbroken_run.losses;
-  const std::vector<at::Tensor>& unbroken_params = unbroken_run.params;
-  const fs::path dir = shared_temp_dir(comm, "frozen_excluded");
+  const FrozenRun f(world_comm(), kSteps, "frozen_excluded");
   {
-    Trainer t{ModelKind::kLoraMlp, cfg};
+    Trainer t{ModelKind::kLoraMlp, f.cfg};
     std::vector<float> losses;
     t.steps(0, kSave, losses);
-    t.engine->save_checkpoint(dir.string(), "with", nlohmann::json::object(), /*async=*/false);
-    t.engine->save_checkpoint(dir.string(), "without", nlohmann::json::object(), /*async=*/false,
+    t.engine->save_checkpoint(f.dir.string(), "with", nlohmann::json::object(), /*async=*/false);
+    t.engine->save_checkpoint(f.dir.string(), "without", nlohmann::json::object(), /*async=*/false,
                               /*exclude_frozen_parameters=*/true);
   }
-  const ckpt::Manifest with = ckpt::parse_manifest(ckpt::read_text(dir / "with" / ckpt::kManifestName), "with");
+  const ckpt::Manifest with = ckpt::parse_manifest(ckpt::read_text(f.dir / "with" / ckpt::kManifestName), "with");
   const ckpt::Manifest without =
-      ckpt::parse_manifest(ckpt::read_text(dir / "without" / ckpt::kManifestName), "without");
+      ckpt::parse_manifest(ckpt::read_text(f.dir / "without" / ckpt::kManifestName), "without");
   EXPECT_FALSE(with.frozen_excluded);
   EXPECT_TRUE(without.frozen_excluded);
   EXPECT_EQ(with.module_tensors.size(), 9u) << "inp, 3 blocks' base weight and bias, the gain";
@@ -924,8 +917,8 @@ TEST(Save, ExcludeFrozenParametersSavesWhatTrainingChanges) {
       if (!same_base) p.detach().uniform_(-3.0, 3.0);
       base.push_back(p.detach().clone());
     }
-    Trainer t{ModelKind::kLoraMlp, cfg, {}, model};
-    t.engine->load_checkpoint(dir.string(), "without");
+    Trainer t{ModelKind::kLoraMlp, f.cfg, {}, model};
+    t.engine->load_checkpoint(f.dir.string(), "without");
     {
       const GatheredParameters scope = t.engine->gather_parameters();
       std::size_t k = 0;
@@ -936,8 +929,8 @@ TEST(Save, ExcludeFrozenParametersSavesWhatTrainingChanges) {
     std::vector<float> resumed;
     t.steps(kSave, kSteps, resumed);
     if (!same_base) continue;
-    for (std::size_t i = 0; i < resumed.size(); ++i) EXPECT_EQ(resumed[i], unbroken[kSave + i]) << "step " << kSave + i;
-    expect_bitwise_equal(t.final_params(), unbroken_params);
+    for (std::size_t i = 0; i < resumed.size(); ++i) EXPECT_EQ(resumed[i], f.unbroken[kSave + i]) << "step " << kSave + i;
+    expect_bitwise_equal(t.final_params(), f.unbroken_params);
   }
 }
 
