@@ -76,7 +76,7 @@ std::string format_count(std::int64_t n) {
 int main(int argc, char** argv) {
   std::string config_path, model = "gpt2", params_text, frozen_text, device_mem_text, host_mem_text, precision = "bf16", stage_text, optimizer = "AdamW";
   config::OptimizerConfig optimizer_kind;  // --optimizer's type, for its moments
-  int world = 1, stage = -1;
+  int world = 1, stage = -1, accumulation = 1;
   bool offload = false, dpu = false, json = false, checkpoint = false, cpu_checkpoint = false, on_gpu = false;
   bool offload_param = false, nvme = false, param_nvme = false;
   int nvme_buffers = 4, param_buffers = 5;
@@ -129,6 +129,9 @@ int main(int argc, char** argv) {
   app.add_option("--optimizer", optimizer, "AdamW, Adam, Muon (two moments), Adagrad or Lion (one)")->capture_default_str();
   app.add_flag("--gpu", on_gpu, "the model on a GPU: with --offload, host gradients as they come down "
                "(training precision) and the update written over them");
+  app.add_option("--accumulation", accumulation, "gradient_accumulation_steps: with --gpu --offload, the device keeps "
+                 "the window's fp32 gradient sum (4 bytes per parameter of the rank's partition)")
+      ->capture_default_str();
   auto* micro_opt = app.add_option("--micro", micro, "micro-batch per rank (activations)")->capture_default_str();
   auto* seq_opt = app.add_option("--seq", seq, "sequence length (default: the model's context)");
   app.add_flag("--checkpoint-activations", checkpoint, "activations with per-block checkpointing (as zero-train's)");
@@ -192,6 +195,9 @@ int main(int argc, char** argv) {
       optimizer_kind.ns_method = c.optimizer.ns_method;  // (Muon's work)
       if (unless("--micro") && app.get_option("--params")->count() == 0) micro = c.train_micro_batch_size_per_gpu;
       if (unless("--bucket")) bucket = z.reduce_bucket_size;
+      if (unless("--accumulation") && c.gradient_accumulation_steps > 0) {
+        accumulation = static_cast<int>(c.gradient_accumulation_steps);
+      }
       if (at == 3 && unless("--prefetch")) prefetch = z.stage3_prefetch_bucket_size;
       if (at == 3 && unless("--persistence-threshold")) persistence = z.stage3_param_persistence_threshold;
       // (Activations are a GPT's: not estimated for --params.)
@@ -199,12 +205,12 @@ int main(int argc, char** argv) {
         cpu_checkpoint = c.activation_checkpointing.cpu_checkpointing;
       }
       if (unless("--device-mem") && c.device_memory_limit > 0) device_mem_text = std::to_string(c.device_memory_limit);
-      std::printf("config %s: stage %d%s%s%s, %s, %s, micro-batch %lld, reduce_bucket_size %lld%s\n",
+      std::printf("config %s: stage %d%s%s%s, %s, %s, micro-batch %lld, accumulation %d, reduce_bucket_size %lld%s\n",
                   config_path.c_str(), z.stage, oo.device != "none" ? (", offload_optimizer " + oo.device).c_str() : "",
                   oo.delayed_param_update ? " with the delayed update" : "",
                   op.device != "none" ? (", offload_param " + op.device).c_str() : "", precision.c_str(),
                   optimizer.c_str(), static_cast<long long>(c.train_micro_batch_size_per_gpu),
-                  static_cast<long long>(z.reduce_bucket_size), " (flags given override it)");
+                  accumulation, static_cast<long long>(z.reduce_bucket_size), " (flags given override it)");
     }
     // Flags first, each error naming the fix: a usage error (exit 2).
     models::GptConfig gpt;  // (with --model)
@@ -244,6 +250,8 @@ int main(int argc, char** argv) {
       ZERO_CHECK(world >= 1, "--world must be at least 1, got ", world);
       ZERO_CHECK(bucket >= 0, "--bucket (reduce_bucket_size) must be 0 or more, got ", bucket);
       ZERO_CHECK(micro >= 1, "--micro must be at least 1, got ", micro);
+      ZERO_CHECK(accumulation >= 1, "--accumulation (gradient_accumulation_steps) must be at least 1, got ",
+                 accumulation);
       ZERO_CHECK(seq >= 0 && (seq > 0 || !seq_opt->count()), "--seq must be positive, got ", seq);
       ZERO_CHECK(stage < 0 || stage == 3 || (prefetch == 50'000'000 && persistence == 100'000),
                  "--prefetch and --persistence-threshold are stage 3's (stage3_prefetch_bucket_size, "
@@ -295,6 +303,7 @@ int main(int argc, char** argv) {
     in.element_bytes = precision == "fp32" ? 4 : 2;
     in.moments = optimizer_kind.moments();
     in.on_gpu = on_gpu;
+    in.accumulation = accumulation;
     in.prefetch_elements = prefetch;
     in.persistence_threshold = persistence;
     if (!frozen_text.empty()) in.frozen_params = parse_count(frozen_text, "--frozen-params", /*zero_ok=*/true);

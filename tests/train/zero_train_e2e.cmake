@@ -161,7 +161,9 @@ endif()
 if(NOT ESTIMATE_ARGS)
   set(ESTIMATE_ARGS --params ${params} --stage 2 --offload)
 endif()
-execute_process(COMMAND ${ESTIMATE} ${ESTIMATE_ARGS} --world ${NP} --precision bf16 --json
+# The config too: what the flags do not say (gradient_accumulation_steps: on
+# a GPU with offload the device keeps the window's fp32 gradient sum).
+execute_process(COMMAND ${ESTIMATE} --config ${CONFIG} ${ESTIMATE_ARGS} --world ${NP} --precision bf16 --json
                 RESULT_VARIABLE rc OUTPUT_VARIABLE est)
 string(REGEX MATCH "{[^\n]*}\n?$" est_json "${est}")
 string(JSON est_dev GET "${est_json}" configs 0 device_model_states)
