@@ -98,7 +98,7 @@ int main(int argc, char** argv) {
   auto* embd_opt = app.add_option("--n-embd", n_embd, "override the preset's width");
   auto* block_opt = app.add_option("--block-size", block_size, "override the preset's context length");
   app.add_option("--config", config_path, "a DeepSpeed-style JSON config (docs/config.md): its stage, offload, "
-                 "precision, optimizer, micro-batch, buckets, stage-3 keys, cpu_checkpointing and "
+                 "precision, optimizer, micro-batch, accumulation, buckets, stage-3 keys, cpu_checkpointing and "
                  "device_memory_limit stand for the flags below; a flag given as well overrides it")
       ->check(CLI::ExistingFile);
   app.add_option("--world", world, "data-parallel ranks")->capture_default_str();

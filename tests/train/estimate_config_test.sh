@@ -65,9 +65,43 @@ grep -q '"auto" filled: train_micro_batch_size_per_gpu = 4 (--micro)' "$work/hf.
   || { cat "$work/hf1.out"; fail "a Hugging Face config without --micro failed"; }
 grep -q "train_micro_batch_size_per_gpu = 1 (zero-estimate's default, --micro 1)" "$work/hf1.out" \
   || { cat "$work/hf1.out"; fail "the \"auto\" batch without --micro was not 1"; }
+# gradient_accumulation_steps: on a GPU with offload the device keeps the
+# window's fp32 gradient sum (4 bytes per element of the rank's partition),
+# from the config as from --accumulation; on the CPU nothing changes.
+field() { tail -1 "$1" | sed -n "s/.*\"$2\":\([0-9]*\).*/\1/p"; }
+printf '{"train_batch_size": 16, "train_micro_batch_size_per_gpu": 2, "bf16": {"enabled": true},
+  "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}' >"$work/accum.json"
+"$est" --model gpt2-small-test --world 2 --gpu --json --config "$work/accum.json" >"$work/accum.cfg.out" 2>&1 \
+  || { cat "$work/accum.cfg.out"; fail "a config with accumulation 4 failed"; }
+grep -q "^config .*accum.json: .*micro-batch 2, accumulation 4," "$work/accum.cfg.out" \
+  || { cat "$work/accum.cfg.out"; fail "the config's line does not say accumulation 4"; }
+for a in 1 4; do
+  "$est" --model gpt2-small-test --world 2 --gpu --json --stage 2 --offload --micro 2 --accumulation $a \
+    >"$work/accum$a.out" 2>&1 || { cat "$work/accum$a.out"; fail "--accumulation $a failed"; }
+  "$est" --model gpt2-small-test --world 2 --json --stage 2 --offload --micro 2 --accumulation $a \
+    >"$work/accum$a.cpu.out" 2>&1 || { cat "$work/accum$a.cpu.out"; fail "--accumulation $a without --gpu failed"; }
+done
+[ "$(tail -1 "$work/accum.cfg.out")" = "$(tail -1 "$work/accum4.out")" ] \
+  || { tail -1 "$work/accum.cfg.out" "$work/accum4.out"; fail "the config's accumulation 4 is not --accumulation 4"; }
+params=$(field "$work/accum1.out" params)
+d1=$(field "$work/accum1.out" device_model_states) d4=$(field "$work/accum4.out" device_model_states)
+h1=$(field "$work/accum1.out" host_model_states) h4=$(field "$work/accum4.out" host_model_states)
+# (bf16: 2 bytes per parameter on the device; the fp32 sum of one of 2
+# partitions, within one bucket's padding of half the model.)
+[ "$d1" = $((2 * params)) ] || fail "device model states at accumulation 1: $d1, want 2 x $params"
+sum=$((d4 - d1))
+[ "$sum" -ge $((2 * params)) ] && [ "$sum" -le $((2 * params + 4 * 2 * 32 * 64)) ] \
+  || fail "the device's fp32 sum at accumulation 4 is $sum B, want about 4 x $params / 2"
+# The host gradients come down as the window's fp32 sum, not in bf16.
+[ "$h4" -gt "$h1" ] || fail "host model states at accumulation 4 ($h4) not above accumulation 1's ($h1)"
+[ "$(tail -1 "$work/accum1.cpu.out")" = "$(tail -1 "$work/accum4.cpu.out")" ] \
+  || fail "--accumulation changed the estimate on the CPU, where the host sums in fp32 at any accumulation"
+"$est" --model gpt2-small-test --accumulation 0 >"$work/accum0.out" 2>&1 && fail "--accumulation 0 was taken"
+grep -q -- "--accumulation (gradient_accumulation_steps) must be at least 1, got 0" "$work/accum0.out" \
+  || { cat "$work/accum0.out"; fail "--accumulation 0: no error naming it"; }
 # Nothing fits: exit status 3 (not 2, a usage error), and the JSON still the last line.
 "$est" --model gpt2-small-test --device-mem 1MB --json >"$work/nofit.out" 2>&1
 rc=$?
 [ "$rc" = 3 ] && grep -q "^nothing fits" "$work/nofit.out" && tail -1 "$work/nofit.out" | grep -q '^{"params"' \
   || { cat "$work/nofit.out"; fail "nothing fits: exit status $rc (want 3), or the JSON is not the last line"; }
-echo "zero-estimate --config: equal to its flags, overridden by flags, fp32 by default, Hugging Face autos filled, errors named"
+echo "zero-estimate --config: equal to its flags, overridden by flags, fp32 by default, accumulation on a GPU, Hugging Face autos filled, errors named"
