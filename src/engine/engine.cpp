@@ -500,6 +500,7 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
     m.delayed = std::make_unique<detail::DelayedUpdate>(dpu, z.offload_optimizer.delayed_param_update_warmup_steps);
     m.grads->set_timeline(&m.timeline);
     P.set_timeline(&m.timeline);
+    P.set_host_copy_pool(&m.optimizer->pool());
     if (m.stage == 3) {
       detail::UnitSchedule::Options uo;
       uo.prefetch = z.stage3_prefetch_bucket_size > 0;

@@ -111,6 +111,9 @@ class OptimizerPartition {
   }
   // Where the device share begins (the partition's size when there is none).
   std::size_t split() const { return split_; }
+  // The CPU step's threads: the publish's host-to-host copies (offload_param
+  // on a GPU) share them instead of running beside them.
+  optim::ThreadPool& pool() const { return *pool_; }
   bool has_device_share() const { return !device_pieces_.empty(); }
 
   // One step of one share. grads(piece): the piece's gradients (n elements);

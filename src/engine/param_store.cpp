@@ -1,5 +1,7 @@
 #include "param_store.h"
 
+#include <cstring>
+
 #include <limits>
 #include <unordered_set>
 
@@ -12,6 +14,7 @@
 
 #include "planned_tensor.h"
 #include "zero/core/error.h"
+#include "zero/optim/thread_pool.h"
 #include "zero/zero/deferred_init.h"
 #include "zero/zero/device_wait.h"
 #include "zero/zero/torch_dtype.h"
@@ -309,6 +312,11 @@ void ParamStore::publish_piece(const UpdateSource& src, const Bucket& b, std::si
     return;
   }
   at::Tensor dst = rank_chunk(b).narrow(0, i64(offset), i64(n));
+  if (host_copy_pool_ != nullptr && dst.is_cpu() && from.is_cpu() && dst.scalar_type() == from.scalar_type() &&
+      dst.is_contiguous() && from.is_contiguous()) {
+    copy_on_pool(dst, from, kind, index);
+    return;
+  }
   if (!publish_stream_) {
     dst.copy_(from);
     return;
@@ -316,6 +324,25 @@ void ParamStore::publish_piece(const UpdateSource& src, const Bucket& b, std::si
   const c10::StreamGuard on_copy(*publish_stream_);
   StepTimeline::on_stream(timeline_, *publish_stream_, "copy up", kind, index,
                           [&] { dst.copy_(from, /*non_blocking=*/true); });
+}
+
+void ParamStore::copy_on_pool(const at::Tensor& dst, const at::Tensor& from, const char* kind, std::size_t index) {
+  const auto began = StepTimeline::Clock::now();
+  auto* to = static_cast<std::byte*>(dst.data_ptr());
+  const auto* src = static_cast<const std::byte*>(from.data_ptr());
+  // Tiles of 1 MiB: long enough runs for memcpy's streaming stores, enough
+  // of them for every thread in a piece of a few million elements.
+  constexpr std::size_t kTileBytes = std::size_t{1} << 20;
+  host_copy_pool_->parallel_for(static_cast<std::size_t>(dst.nbytes()), kTileBytes,
+                                [&](std::size_t begin, std::size_t end) {
+                                  std::memcpy(to + begin, src + begin, end - begin);
+                                });
+  // (On a GPU, where the partition in host memory is what goes up; on the
+  // CPU there is no way up to trace.)
+  if (publish_stream_ && timeline_ != nullptr && timeline_->on()) {
+    timeline_->host_interval("copy up", std::string(kind) + " " + std::to_string(index), began,
+                             StepTimeline::Clock::now());
+  }
 }
 
 void ParamStore::remember_storages() {

@@ -55,6 +55,10 @@ struct Node;
 #include "zero/zero/flat_layout.h"
 #include "zero/zero/memory_plan.h"
 
+namespace zero::optim {
+class ThreadPool;
+}
+
 namespace zero::detail {
 
 class ParamStore {
@@ -229,6 +233,13 @@ class ParamStore {
   void end_publish(comm::Communicator& comm);
   // Where the copies up are traced (Engine::trace()); null: nowhere.
   void set_timeline(StepTimeline* timeline) { timeline_ = timeline; }
+  // The threads a publish's host-to-host copies run on (the partition in
+  // host memory with offload_param, the update in host memory): the CPU
+  // step's pool, so that a copy made while the delayed update still steps
+  // takes turns with its pieces instead of putting LibTorch's intra-op
+  // threads beside them (docs/PERFORMANCE.md, 2026-11-28 21:42). Null:
+  // Tensor::copy_.
+  void set_host_copy_pool(optim::ThreadPool* pool) { host_copy_pool_ = pool; }
   // The rank's chunk of bucket b in the training precision: in the flat
   // buffer, or at stage 3 in the partition (not on NVMe: read_rank_chunk()).
   at::Tensor rank_chunk(const Bucket& b) const {
@@ -324,6 +335,8 @@ class ParamStore {
   const DeviceContext* publish_ctx_ = nullptr;
   std::optional<c10::Stream> publish_stream_, publish_compute_;
   StepTimeline* timeline_ = nullptr;
+  optim::ThreadPool* host_copy_pool_ = nullptr;
+  void copy_on_pool(const at::Tensor& dst, const at::Tensor& from, const char* kind, std::size_t index);
   // Stage 3's partitioned frozen parameters: each once, their names and
   // shapes, their units, their layout and the rank's partition of them.
   std::vector<at::Tensor> fparams_;
