@@ -437,6 +437,14 @@ int main(int argc, char** argv) {
                   memory::format_bytes(r.e.device_staging).c_str(), offload_ratio, 100.0 * (1.0 - offload_ratio));
       break;
     }
+    for (const Row& r : rows) {
+      if (!on_gpu || !r.offload || accumulation <= 1 || r.e.device_grads == 0) continue;
+      std::printf("(with gradient_accumulation_steps %d on a GPU, dev states includes %s per rank for the window's "
+                  "fp32 gradient sum, 4 bytes per element of the rank's partition, and the host gradients come down "
+                  "as that sum in fp32)\n",
+                  accumulation, memory::format_bytes(r.e.device_grads).c_str());
+      break;
+    }
     bool nothing_fits = false;
     if (device_mem || host_mem) {
       const Row* best = nullptr;

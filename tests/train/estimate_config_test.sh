@@ -83,6 +83,10 @@ for a in 1 4; do
 done
 [ "$(tail -1 "$work/accum.cfg.out")" = "$(tail -1 "$work/accum4.out")" ] \
   || { tail -1 "$work/accum.cfg.out" "$work/accum4.out"; fail "the config's accumulation 4 is not --accumulation 4"; }
+grep -q "^(with gradient_accumulation_steps 4 on a GPU, dev states includes .* the window's fp32 gradient sum" \
+  "$work/accum4.out" || { cat "$work/accum4.out"; fail "--accumulation 4 --gpu: no note on the device's fp32 sum"; }
+! grep -q "gradient_accumulation_steps" "$work/accum1.out" "$work/accum4.cpu.out" \
+  || fail "the note on the device's fp32 sum where there is none (accumulation 1, or the CPU)"
 params=$(field "$work/accum1.out" params)
 d1=$(field "$work/accum1.out" device_model_states) d4=$(field "$work/accum4.out" device_model_states)
 h1=$(field "$work/accum1.out" host_model_states) h4=$(field "$work/accum4.out" host_model_states)
