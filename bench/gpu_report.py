@@ -28,7 +28,8 @@ with the speed relative to Python's (Python step / this step: 1.00 = as fast)
 and the forward / backward / optimizer split. Table 2 puts the offload peers beside plain PyTorch and the C++ GPT's plain
 loop and zerocpp's engine with ZeRO-2 + CPU offload (with and without the delayed
 parameter update) and with ZeRO-3 + parameter and optimizer offload + DPU, all with
-activation checkpointing.
+activation checkpointing, each with its step over plain PyTorch's and DeepSpeed's
+("of plain", "x DS": the same run, the same size).
 Only the standard library is used.
 """
 import argparse
@@ -206,9 +207,18 @@ def main():
               *(share_parts or [("zerocpp Z2 + offload + DPU, ratio<1", "cpp-engine-offload-share")]),
               ("DeepSpeed Z2 + CPU offload", "deepspeed-offload"), ("FSDP2 + CPUOffloadPolicy", "fsdp2-offload")]
     print("\nTable 2. With activation checkpointing per block: the offload peers beside the plain loops")
-    print("of plain = plain PyTorch's step / this step; GPU = peak allocated GiB; host = peak RSS GiB")
+    print("of plain = plain PyTorch's step / this step; GPU = peak allocated GiB; host = peak RSS GiB; "
+          "x DS = DeepSpeed's step (same run, same size) / this step")
+    deepspeed = by_size(parts["deepspeed-offload"])
+
+    def times_deepspeed(r):
+        d = deepspeed.get(r.get("size"))
+        if not d or d.get("status") != "ok" or not r.get("step_ms"):
+            return "-"
+        return "%.2f" % (d["step_ms"] / r["step_ms"])
+
     print_rows(parts, loops2, max(38, *(len(label) for label, _ in loops2)), ("of plain", 8),
-               [("GPU", 6, gib("peak_mem_gib")), ("host", 6, gib("host_peak_rss_gib"))])
+               [("GPU", 6, gib("peak_mem_gib")), ("host", 6, gib("host_peak_rss_gib")), ("x DS", 6, times_deepspeed)])
     print()
     for n in parts:
         print(part_status(n, parts[n]))

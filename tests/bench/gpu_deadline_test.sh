@@ -113,4 +113,23 @@ grep -qE "^40x3072 +4535.4 zerocpp Z3 \+ offload_param \+ DPU +1233.5 " <<<"$rep
 rm "$second/machine-20261128-192601.json"
 report=$("$python" "$root/bench/gpu_report.py" --dir "$second" --stamp 20261128-192601 --out "$second/gpu.json")
 grep -qF "device: ?   torch: ?" <<<"$report" || fail "a missing machine record should show '?': $report"
+# The third H200 session's logs (2026-11-28, 21:42): every offload loop and
+# peer in one run at 1.21B, with DeepSpeed's step over each (x DS).
+third=$(mktemp -d)
+trap 'rm -rf "$results" "$real" "$second" "$third"' EXIT
+cp "$root"/tests/bench/fixtures/h200-20261128-c/* "$third/"
+report=$("$python" "$root/bench/gpu_report.py" --dir "$third" --stamp 20261128-214257 --out "$third/gpu.json")
+for row in "plain PyTorch +171.8 +361 +1.000 +18.8 +- +4.61" \
+  "zerocpp Z2 \+ CPU offload +390.0 +159 +0.441 +6.8 +16.8 +2.03" \
+  "zerocpp Z2 \+ offload \+ DPU +261.3 +237 +0.657 +6.8 +19.0 +3.03" \
+  "zerocpp Z3 \+ offload_param \+ DPU +718.1 +86 +0.239 +1.8 +21.2 +1.10" \
+  "zerocpp Z2 \+ offload \+ DPU, ratio 0.7 +182.0 +341 +0.944 +10.2 +13.6 +4.35" \
+  "DeepSpeed Z2 \+ CPU offload +792.3 +78 +0.217 +4.5 +30.7 +1.00" \
+  "FSDP2 \+ CPUOffloadPolicy +2161.8 +29 +0.079 +1.7 +20.0 +0.37"; do
+  grep -qE "^24x2048 +1211.2 $row\$" <<<"$report" || fail "the 1.21B row '$row': $report"
+done
+# No DeepSpeed row for a size: x DS is "-" (the 19:26 logs ran no DeepSpeed).
+report=$("$python" "$root/bench/gpu_report.py" --dir "$second" --stamp 20261128-192601 --out "$second/gpu.json")
+grep -qE "^40x3072 +4535.4 zerocpp Z3 \+ offload_param \+ DPU +1233.5 .* -\$" <<<"$report" ||
+  fail "x DS without a DeepSpeed row: $report"
 echo "gpu deadline: ok"
