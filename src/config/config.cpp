@@ -380,6 +380,7 @@ void read_offload_optimizer(SectionReader& zero, OffloadOptimizerConfig& off) {
   if (auto v = r.read_int32("delayed_param_update_warmup_steps", kNonNegative)) {
     off.delayed_param_update_warmup_steps = *v;
   }
+  if (auto v = r.read_bool("publish_in_backward")) off.publish_in_backward = *v;
   if (auto v = r.read_int32("cpu_threads", kNonNegative)) off.cpu_threads = *v;
   if (auto v = r.read_int32("buffer_count", {2, 64})) {
     if (off.device == "nvme") {

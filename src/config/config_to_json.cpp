@@ -89,6 +89,7 @@ json zero_json(const ZeroOptimizationConfig& z) {
         {"nvme_path", oo.nvme_path},
         {"delayed_param_update", oo.delayed_param_update},
         {"delayed_param_update_warmup_steps", oo.delayed_param_update_warmup_steps},
+        {"publish_in_backward", oo.publish_in_backward},
         {"cpu_threads", oo.cpu_threads},
         {"ratio", oo.ratio},
         {"buffer_count", oo.buffer_count}}},

@@ -222,6 +222,7 @@ constexpr KnownKey kKeys[] = {
     {"zero_optimization.offload_optimizer", "nvme_path", R},
     {"zero_optimization.offload_optimizer", "delayed_param_update", R},
     {"zero_optimization.offload_optimizer", "delayed_param_update_warmup_steps", R},
+    {"zero_optimization.offload_optimizer", "publish_in_backward", R},
     {"zero_optimization.offload_optimizer", "cpu_threads", R},
     {"zero_optimization.offload_optimizer", "buffer_count", R},
     {"zero_optimization.offload_optimizer", "pipeline_read", I, "zerocpp always reads the NVMe state ahead"},

@@ -65,6 +65,11 @@ double DelayedUpdate::last_job_ms() const {
   return last_job_ms_;
 }
 
+std::size_t DelayedUpdate::done() const {
+  const std::lock_guard<std::mutex> lock(progress_mu_);
+  return buckets_done_;
+}
+
 bool DelayedUpdate::wait_for(std::size_t n) {
   std::unique_lock<std::mutex> lock(progress_mu_);
   progress_cv_.wait(lock, [&] { return buckets_done_ >= n || job_ended_; });

@@ -56,6 +56,8 @@ class DelayedUpdate {
   // (true) or the job has ended, done or failed, short of n (false).
   void advance();
   bool wait_for(std::size_t n);
+  // How many the running (or last) job has finished so far; never waits.
+  std::size_t done() const;
   // How long the last finished job ran on the worker, in milliseconds (0
   // before the first).
   double last_job_ms() const;

@@ -200,6 +200,26 @@ void Engine::Impl::apply_update(int buf, comm::Communicator& comm) {
   params->end_publish(comm);
 }
 
+void Engine::Impl::publish_reduced_pieces() {
+  const auto& pieces = optimizer->pieces(Share::kMain);
+  const std::vector<Bucket>& buckets = optimizer->layout().buckets();  // (the pieces point into it)
+  const std::size_t done = delayed->done();
+  std::size_t k = published_early;
+  while (k < pieces.size() && k < done &&
+         bucket_reduced[static_cast<std::size_t>(pieces[k].bucket - buckets.data())] != 0) {
+    ++k;
+  }
+  if (k == published_early) return;
+  if (publish_begun) {
+    params->publish_after_current();  // after backward's last reads of these buckets
+  } else {
+    params->begin_publish(/*offloaded=*/true, ctx);
+    publish_begun = true;
+  }
+  for (std::size_t i = published_early; i < k; ++i) publish_piece(pieces[i], update_index, "piece");
+  published_early = k;
+}
+
 void Engine::Impl::check_not_damaged(const char* what) const {
   ZERO_CHECK(damaged_by.empty(), "engine.", what, "() refused: the engine's state is partly overwritten by ", damaged_by,
              " (see its error); load a good checkpoint first");
@@ -207,16 +227,25 @@ void Engine::Impl::check_not_damaged(const char* what) const {
 
 double Engine::Impl::finish_delayed(comm::Communicator& comm) {
   const Clock::time_point began = Clock::now();
-  const bool early = delayed->pending() && offload && ctx.copy_stream.has_value();
+  // (A publish begun in backward, publish_in_backward, goes on from its
+  // last piece, on the CPU too.)
+  const bool early = delayed->pending() && offload && (ctx.copy_stream.has_value() || publish_begun);
   if (early) {
-    params->begin_publish(/*offloaded=*/true, ctx);
+    if (publish_begun) {
+      params->publish_after_current();  // after the rest of backward
+    } else {
+      params->begin_publish(/*offloaded=*/true, ctx);
+    }
     // The device share was stepped when the update was submitted.
     for (const Piece& pc : optimizer->pieces(Share::kDevice)) publish_piece(pc, update_index, "share");
-    for (const Piece& pc : optimizer->pieces(Share::kMain)) {
-      if (!delayed->wait_for(pc.index + 1)) break;  // the job failed: wait() says why
-      publish_piece(pc, update_index, "piece");
+    const auto& pieces = optimizer->pieces(Share::kMain);
+    for (std::size_t i = published_early; i < pieces.size(); ++i) {
+      if (!delayed->wait_for(pieces[i].index + 1)) break;  // the job failed: wait() says why
+      publish_piece(pieces[i], update_index, "piece");
     }
   }
+  published_early = 0;
+  publish_begun = false;
   delayed->wait();  // rethrows the job's failure
   const Clock::time_point waited = Clock::now();
   if (delayed->enabled()) timeline.host_interval("host wait", "delayed update", began, waited);
@@ -501,6 +530,30 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
     m.grads->set_timeline(&m.timeline);
     P.set_timeline(&m.timeline);
     P.set_host_copy_pool(&m.optimizer->pool());
+    if (z.offload_optimizer.publish_in_backward) {
+      // Where the update may go in during backward: one rank (with several
+      // it is all-gathered after backward, in the same order on every rank),
+      // stages 1-2 (stage 3 gathers from the partition), the CPU Adam's own
+      // buffers (not NVMe, not Muon's whole matrices), and the delayed update.
+      std::string why;
+      if (!dpu) why = "it needs offload_optimizer.delayed_param_update";
+      else if (z.offload_optimizer.device != "cpu") why = "it needs offload_optimizer.device \"cpu\"";
+      else if (m.stage == 3) why = "stage 3 publishes into the partition its gathers read";
+      else if (P.layout().shard_world() > 1) why = "with several ranks the update is all-gathered after backward";
+      else if (m.muon) why = "Muon steps whole matrices";
+      if (why.empty()) {
+        m.publish_in_backward = true;
+        m.bucket_reduced.assign(P.layout().buckets().size(), 0);
+        m.grads->set_on_bucket_reduced([impl = &m](int b) {
+          if (!impl->publishing_backward) return;
+          impl->bucket_reduced[static_cast<std::size_t>(b)] = 1;
+          impl->publish_reduced_pieces();
+        });
+      } else if (m.rank == 0) {
+        std::fprintf(stderr, "zerocpp: config warning: zero_optimization.offload_optimizer.publish_in_backward is "
+                     "ignored: %s; the update goes in after backward\n", why.c_str());
+      }
+    }
     if (m.stage == 3) {
       detail::UnitSchedule::Options uo;
       uo.prefetch = z.stage3_prefetch_bucket_size > 0;
@@ -658,6 +711,11 @@ void Engine::backward(const at::Tensor& loss) {
              "is one backward() and then one step() (step() counts the accumulation window and steps at its end); "
              "to combine two losses of one micro-batch, backward() their sum");
   m.trace_compute("forward");
+  // publish_in_backward: the backward that ends a window, while an update
+  // is pending, takes each piece in as soon as it may (no save may still be
+  // reading the parameters).
+  m.publishing_backward = m.publish_in_backward && is_accumulation_boundary() && m.delayed->pending() && !m.saving;
+  if (m.publishing_backward) std::fill(m.bucket_reduced.begin(), m.bucket_reduced.end(), 0);
   m.grads->begin_backward(is_accumulation_boundary());
   if (m.units) m.units->begin_backward();
   try {
@@ -666,6 +724,7 @@ void Engine::backward(const at::Tensor& loss) {
     m.in_backward = false;
     at::NoGradGuard no_grad;
     m.grads->end_backward();
+    m.publishing_backward = false;
     if (m.units) m.units->end_backward();
     m.params->confirm_collectives();
     m.trace_compute("backward");
@@ -674,8 +733,20 @@ void Engine::backward(const at::Tensor& loss) {
     // Part of this micro-batch's gradients may be in the buffers: the whole
     // accumulation window is dropped and the next backward starts a new one.
     m.in_backward = false;
+    m.publishing_backward = false;
     at::NoGradGuard no_grad;
     m.grads->abort();
+    // Some of the pending update went in during this backward: the rest
+    // follows now, so that the retried micro-batch sees one set of weights
+    // (the updated ones), never a mix. (On one rank: no collective.)
+    if (m.publish_begun) {
+      try {
+        m.finish_delayed(comm_);
+      } catch (const std::exception& e) {
+        m.damaged_by = std::string("a delayed update that failed while backward had taken part of it in (") +
+                       e.what() + ")";
+      }
+    }
     if (m.units) m.units->abort();
     m.params->confirm_collectives(/*quiet=*/true);
     for (const auto& p : m.params->params()) p.mutable_grad().reset();
@@ -761,6 +832,9 @@ bool Engine::step_at_boundary() {
   // For it, the wait measured from the end of backward on the device, not
   // from the host's step() call, which may run ahead of it.
   if (deciding && m.ctx.on_accelerator()) m.ctx.current_stream().synchronize();
+  stats_.published_in_backward = was_pending ? static_cast<std::int64_t>(m.published_early) : 0;
+  stats_.published_pieces =
+      was_pending && m.optimizer ? static_cast<std::int64_t>(m.optimizer->pieces(Impl::Share::kMain).size()) : 0;
   stats_.delayed_wait_ms = m.finish_delayed(comm_);
   stats_.delayed_cpu_ms = was_pending ? m.delayed->last_job_ms() : 0.0;
   if (deciding) {

@@ -57,6 +57,17 @@ struct Engine::Impl {
   // Inside engine.backward()'s autograd pass: gradients that arrive
   // otherwise (loss.backward() called directly) are refused, not reduced.
   bool in_backward = false;
+  // offload_optimizer.publish_in_backward, where it applies (CPU offload
+  // with the delayed update at stage 1 or 2, one rank): in the backward that
+  // ends a window, each piece of the pending update goes into the model once
+  // the worker has stepped it and backward is done with its bucket.
+  bool publish_in_backward = false;
+  bool publishing_backward = false;    // this backward publishes so
+  std::vector<char> bucket_reduced;    // ...and bucket b's gradient is in (its parameters are read no more)
+  std::size_t published_early = 0;     // main-share pieces of the pending update published, in order
+  bool publish_begun = false;          // begin_publish() done for the pending update
+  // Publishes the pieces that may go now (publish_in_backward).
+  void publish_reduced_pieces();
   std::int64_t optimizer_step = 0;  // the optimizer's own step count (bias correction)
   // The config's scheduler, until set_lr() takes over.
   std::optional<LrSchedule> schedule;

@@ -67,6 +67,11 @@ void GradPath::abort() {
 // Accumulates this rank's reduced chunk of bucket b into the partition.
 void GradPath::consume(int b, const at::Tensor& chunk) {
   const Bucket& bucket = layout_.buckets()[static_cast<std::size_t>(b)];
+  consume_into_partition(bucket, chunk);
+  if (on_bucket_reduced_) on_bucket_reduced_(b);
+}
+
+void GradPath::consume_into_partition(const Bucket& bucket, const at::Tensor& chunk) {
   if (gpu_offload_) return consume_gpu_offload(bucket, chunk);
   if (o_.offload) {
     // D2H in the training precision (docs/design.md's 2 Psi/N bytes for bf16);

@@ -20,6 +20,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -89,9 +90,14 @@ class GradPath {
   std::uint64_t take_copied_bytes();
   // Where the copies down are traced (Engine::trace()); null: nowhere.
   void set_timeline(StepTimeline* timeline) { timeline_ = timeline; }
+  // Called with bucket b once this rank's chunk of its reduced gradient has
+  // been taken (queued down on a GPU): backward reads b's parameters no
+  // more. (offload_optimizer.publish_in_backward.)
+  void set_on_bucket_reduced(std::function<void(int)> f) { on_bucket_reduced_ = std::move(f); }
 
  private:
   void consume(int b, const at::Tensor& chunk);
+  void consume_into_partition(const Bucket& bucket, const at::Tensor& chunk);
   void consume_gpu_offload(const Bucket& bucket, const at::Tensor& chunk);
   // Bucket b's chunk as the host share's elements (the first `host`) and
   // the device share's (the rest).
@@ -119,6 +125,7 @@ class GradPath {
   std::array<std::shared_ptr<c10::Event>, 2> down_done_;
   std::uint64_t copied_ = 0;
   StepTimeline* timeline_ = nullptr;
+  std::function<void(int)> on_bucket_reduced_;
   std::vector<memory::MemoryLedger::Registration> regs_;
   std::unique_ptr<GradReducer> reducer_;  // last: its consumer calls back into this object
 };

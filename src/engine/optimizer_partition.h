@@ -111,6 +111,8 @@ class OptimizerPartition {
   }
   // Where the device share begins (the partition's size when there is none).
   std::size_t split() const { return split_; }
+  // The layout its pieces' buckets point into.
+  const FlatLayout& layout() const { return layout_; }
   // The CPU step's threads: the publish's host-to-host copies (offload_param
   // on a GPU) share them instead of running beside them.
   optim::ThreadPool& pool() const { return *pool_; }

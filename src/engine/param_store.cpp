@@ -300,6 +300,10 @@ void ParamStore::begin_publish(bool offloaded, const DeviceContext& ctx) {
   }
 }
 
+void ParamStore::publish_after_current() {
+  if (publish_stream_) publish_ctx_->record_on(publish_ctx_->current_stream())->block(*publish_stream_);
+}
+
 void ParamStore::publish_piece(const UpdateSource& src, const Bucket& b, std::size_t offset, std::size_t n,
                                const char* kind, std::size_t index) {
   // H2D (the parameters' way up, as the paper counts it: with the partition

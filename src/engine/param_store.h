@@ -228,6 +228,10 @@ class ParamStore {
     bool host = false;
   };
   void begin_publish(bool offloaded, const DeviceContext& ctx);
+  // In a publish begun earlier (during backward): the pieces from here on
+  // go after what the compute stream has queued by now (on the CPU: nothing
+  // to order).
+  void publish_after_current();
   void publish_piece(const UpdateSource& src, const Bucket& b, std::size_t offset, std::size_t n, const char* kind,
                      std::size_t index);
   void end_publish(comm::Communicator& comm);

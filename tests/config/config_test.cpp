@@ -54,7 +54,7 @@ TEST(Config, ReadsADeepSpeedConfig) {
       "stage": 2,
       "offload_optimizer": {"device": "cpu", "pin_memory": true,
                             "delayed_param_update": true, "delayed_param_update_warmup_steps": 5,
-                            "cpu_threads": 6, "ratio": 0.75},
+                            "publish_in_backward": true, "cpu_threads": 6, "ratio": 0.75},
       "overlap_comm": false, "contiguous_gradients": false,
       "reduce_bucket_size": 5e8, "allgather_bucket_size": 200000000, "reduce_scatter": false},
     "activation_checkpointing": {"partition_activations": true, "cpu_checkpointing": true,
@@ -89,6 +89,7 @@ TEST(Config, ReadsADeepSpeedConfig) {
   EXPECT_TRUE(z.offload_optimizer.pin_memory);
   EXPECT_TRUE(z.offload_optimizer.delayed_param_update);
   EXPECT_EQ(z.offload_optimizer.delayed_param_update_warmup_steps, 5);
+  EXPECT_TRUE(z.offload_optimizer.publish_in_backward);
   EXPECT_EQ(z.offload_optimizer.cpu_threads, 6);
   EXPECT_EQ(z.offload_optimizer.ratio, 0.75f);
   EXPECT_FALSE(z.overlap_comm);
@@ -562,6 +563,7 @@ TEST(Config, DelayedParamUpdateNeedsCpuOffload) {
       "offload_optimizer": {"device": "cpu", "delayed_param_update": true}})"));
   EXPECT_TRUE(c.zero_optimization.offload_optimizer.delayed_param_update);
   EXPECT_EQ(c.zero_optimization.offload_optimizer.delayed_param_update_warmup_steps, 10);
+  EXPECT_FALSE(c.zero_optimization.offload_optimizer.publish_in_backward);
 }
 
 // DeepSpeed's Twin-Flow share: the offloaded fraction of the optimizer

@@ -325,6 +325,63 @@ TEST(DelayedUpdate, EqualsSerialOneStepLateReference) {
   }
 }
 
+// offload_optimizer.publish_in_backward: on one rank each piece of the
+// pending update goes into the model during the backward that ends the
+// window, once the worker has stepped it and backward is done with its
+// bucket. Training is bit for bit the publish after backward (a piece that
+// went in before backward was done with its bucket would change that
+// bucket's gradient). The hook gives the worker time to finish its pieces
+// before the window's micro-batches, so that they do go in early. (A
+// transformer: its backward reads earlier layers' weights after later
+// buckets are reduced, which a two-layer MLP's does not.) With
+// several ranks the key is ignored (the update is all-gathered after
+// backward) and nothing goes in early.
+TEST(DelayedUpdate, PublishInBackwardIsBitwiseThePublishAfterIt) {
+  comm::Communicator& comm = world_comm();
+  const int world = comm.world_size();
+  constexpr int kSteps = 7, kWarmup = 2;
+  struct Case {
+    int stage;
+    float ratio;
+    bool bf16;
+    int accum;
+  };
+  for (const Case c : {Case{1, 1.0f, false, 1}, Case{2, 1.0f, false, 2}, Case{2, 0.6f, false, 1},
+                       Case{2, 1.0f, true, 2}}) {
+    const std::string what = "stage " + std::to_string(c.stage) + " ratio " + std::to_string(c.ratio) +
+                             (c.bf16 ? " bf16" : " fp32") + " accumulation " + std::to_string(c.accum);
+    config::Config cfg = make_config(c.stage, true, c.bf16, world, kGlobalBatch / c.accum / world, c.accum);
+    cfg.zero_optimization.offload_optimizer.delayed_param_update = true;
+    cfg.zero_optimization.offload_optimizer.delayed_param_update_warmup_steps = kWarmup;
+    cfg.zero_optimization.offload_optimizer.ratio = c.ratio;
+    cfg.zero_optimization.reduce_bucket_size = 1000;  // several buckets, each its own moment in backward
+    const RunResult after = train(ModelKind::kTransformer, cfg, comm, kSteps);
+    cfg.zero_optimization.offload_optimizer.publish_in_backward = true;
+    const RunResult in = train(ModelKind::kTransformer, cfg, comm, kSteps, [](int, Engine&) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    });
+    ASSERT_EQ(in.losses.size(), after.losses.size());
+    for (std::size_t k = 0; k < after.losses.size(); ++k) EXPECT_EQ(in.losses[k], after.losses[k]) << what << " step " << k;
+    ASSERT_EQ(in.params.size(), after.params.size());
+    for (std::size_t i = 0; i < after.params.size(); ++i) {
+      EXPECT_TRUE(at::equal(in.params[i], after.params[i])) << what << " parameter " << i;
+    }
+    std::int64_t early = 0;
+    for (std::size_t k = 0; k < in.stats.size(); ++k) {
+      const StepStats& s = in.stats[k];
+      EXPECT_LE(s.published_in_backward, s.published_pieces) << what << " step " << k;
+      if (k <= static_cast<std::size_t>(kWarmup)) EXPECT_EQ(s.published_pieces, 0) << what << " step " << k;
+      early += s.published_in_backward;
+      EXPECT_EQ(after.stats[k].published_in_backward, 0) << what << " step " << k;
+    }
+    if (world == 1) {
+      EXPECT_GT(early, 0) << what << ": nothing went in during backward";
+    } else {
+      EXPECT_EQ(early, 0) << what << ": with " << world << " ranks the update goes in after backward";
+    }
+  }
+}
+
 // StepStats' timing of the delayed update: nothing until a delayed step is
 // pending at a step(), then how long its CPU step ran (more than nothing)
 // and how long the host waited for it (never longer than the step before

@@ -132,6 +132,12 @@ struct StepStats {
   // offload_optimizer.ratio that would hide it.
   double delayed_wait_ms = 0;
   double delayed_cpu_ms = 0;
+  // With offload_optimizer.publish_in_backward, in the last step(): how many
+  // pieces of the step before's update went into the model during the
+  // backward that ended the window, out of all its pieces (the rest went in
+  // at step()).
+  std::int64_t published_in_backward = 0;
+  std::int64_t published_pieces = 0;
 };
 
 // Where the engine trains, and how it fills a module built without memory
