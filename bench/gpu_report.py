@@ -42,7 +42,7 @@ import time
 
 PARTS = ["cpp-torch-adamw", "cpp-fused-adamw", "cpp-zero-adam", "cpp-engine", "python-plain", "python-plain-ckpt",
          "cpp-zero-adam-ckpt", "cpp-engine-offload", "cpp-engine-offload-dpu", "cpp-engine-stage3-param",
-         "cpp-engine-offload-share", "deepspeed-offload", "fsdp2-offload"]
+         "cpp-engine-offload-share", "cpp-engine-share-published", "deepspeed-offload", "fsdp2-offload"]
 
 
 def read_part(path):
@@ -177,6 +177,10 @@ def main():
                                 "zerocpp Z2 + offload + DPU, ratio {}")
     if share_parts:
         del parts["cpp-engine-offload-share"]
+    published_parts = variant_parts(parts, a.dir, a.stamp, "cpp-engine-share-published-r",
+                                    "zerocpp Z2 + offload + DPU, ratio {}, in backward")
+    if published_parts:
+        del parts["cpp-engine-share-published"]
     prefetch_parts = variant_parts(parts, a.dir, a.stamp, "cpp-engine-stage3-param-p",
                                    "zerocpp Z3 + offload_param + DPU, prefetch {}")
     ct = parts["cpp-torch-adamw"]
@@ -205,6 +209,7 @@ def main():
               ("zerocpp Z2 + CPU offload", "cpp-engine-offload"), ("zerocpp Z2 + offload + DPU", "cpp-engine-offload-dpu"),
               ("zerocpp Z3 + offload_param + DPU", "cpp-engine-stage3-param"), *prefetch_parts,
               *(share_parts or [("zerocpp Z2 + offload + DPU, ratio<1", "cpp-engine-offload-share")]),
+              *(published_parts or [("zerocpp Z2 + offload + DPU, in backward", "cpp-engine-share-published")]),
               ("DeepSpeed Z2 + CPU offload", "deepspeed-offload"), ("FSDP2 + CPUOffloadPolicy", "fsdp2-offload")]
     print("\nTable 2. With activation checkpointing per block: the offload peers beside the plain loops")
     print("of plain = plain PyTorch's step / this step; GPU = peak allocated GiB; host = peak RSS GiB; "

@@ -103,6 +103,7 @@ struct FitOptions {
   int stage = 0;                 // --optimizer engine
   std::string offload = "none";  // --optimizer engine: none or cpu
   bool dpu = false;
+  bool publish_in_backward = false;  // --optimizer engine --dpu: offload_optimizer.publish_in_backward
   bool offload_param = false;  // --optimizer engine --stage 3: offload_param.device "cpu"
   double offload_ratio = 1.0;  // --optimizer engine --offload cpu: offload_optimizer.ratio
   int cpu_threads = 0;     // --optimizer engine --offload cpu: offload_optimizer.cpu_threads (0: the engine's choice)
@@ -347,6 +348,7 @@ void train_size(const FitOptions& o, const Dev& d, SizeResult& r) {
                                                             {"ratio", o.offload_ratio}}}}},
               {"steps_per_print", 1000000}};
     if (o.offload_param) c["zero_optimization"]["offload_param"] = {{"device", "cpu"}};
+    if (o.publish_in_backward) c["zero_optimization"]["offload_optimizer"]["publish_in_backward"] = true;
     if (o.prefetch >= 0) c["zero_optimization"]["stage3_prefetch_bucket_size"] = o.prefetch;
     single = comm::make_single_process_communicator();
     EngineOptions build;
@@ -435,6 +437,7 @@ void train_size(const FitOptions& o, const Dev& d, SizeResult& r) {
     out << Json{{"size", r.size}, {"params", r.config.num_parameters()}, {"device", o.device},
                 {"stage", o.stage}, {"offload", o.offload}, {"dpu", o.dpu}, {"offload_param", o.offload_param},
                 {"offload_ratio", o.offload_ratio}, {"prefetch", o.prefetch},
+                {"publish_in_backward", o.publish_in_backward},
                 {"median_step_ms", r.step_s * 1e3},
                 {"steps_ms", bounds}, {"intervals", iv}}
                .dump();
@@ -533,6 +536,9 @@ void check_options(const FitOptions& o) {
                   o.timeline.empty()),
              "--stage, --offload, --dpu, --offload-param, --cpu-threads and --timeline configure --optimizer engine");
   ZERO_CHECK(!o.offload_param || o.stage == 3, "--offload-param offloads stage 3's parameter partition: add --stage 3");
+  ZERO_CHECK(!o.publish_in_backward || (o.optimizer == "engine" && o.dpu && (o.stage == 1 || o.stage == 2)),
+             "--publish-in-backward takes the delayed update in during backward: it needs --optimizer engine, "
+             "--stage 1 or 2 and --dpu");
   ZERO_CHECK(o.prefetch == -1 || (o.prefetch >= 0 && o.stage == 3),
              "--prefetch is stage 3's stage3_prefetch_bucket_size in elements (0: off): it needs --stage 3 and a "
              "value of 0 or more");
@@ -581,6 +587,7 @@ void run_fit_plain(const FitOptions& o) {
                                : "zero::Engine stage " + std::to_string(o.stage) +
                                     (o.offload == "cpu" ? (o.dpu ? " + CPU offload + DPU" : " + CPU offload") : "") +
                                     (o.offload_param ? " + offload_param" : "") +
+                                    (o.publish_in_backward ? " (published in backward)" : "") +
                                     (o.prefetch >= 0 ? " (prefetch " + std::to_string(o.prefetch) + ")" : "") +
                                     (o.offload_ratio < 1.0 ? " (ratio " + std::to_string(o.offload_ratio).substr(0, 4) + ")" : "");
   const char* precision = o.optimizer == "engine" ? (o.dtype == "bf16" ? ", bf16 params + fp32 masters" : ", fp32")
@@ -684,6 +691,9 @@ void add_fit_plain_command(CLI::App& app) {
   cmd->add_option("--offload", o->offload, "--optimizer engine: none or cpu (offload_optimizer.device)")
       ->capture_default_str();
   cmd->add_flag("--dpu", o->dpu, "--optimizer engine with --offload cpu: the delayed parameter update");
+  cmd->add_flag("--publish-in-backward", o->publish_in_backward,
+                "--optimizer engine --dpu at stage 1 or 2: offload_optimizer.publish_in_backward, the update's "
+                "pieces copied in as soon as backward has reduced their bucket");
   cmd->add_flag("--offload-param", o->offload_param,
                 "--optimizer engine --stage 3: the parameter partition in (pinned) host memory (offload_param)");
   cmd->add_option("--prefetch", o->prefetch,

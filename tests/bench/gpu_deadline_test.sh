@@ -128,6 +128,13 @@ for row in "plain PyTorch +171.8 +361 +1.000 +18.8 +- +4.61" \
   "FSDP2 \+ CPUOffloadPolicy +2161.8 +29 +0.079 +1.7 +20.0 +0.37"; do
   grep -qE "^24x2048 +1211.2 $row\$" <<<"$report" || fail "the 1.21B row '$row': $report"
 done
+# cpp-engine-share-published (publish_in_backward): a row per ratio of its own.
+sed 's/"step_ms":181.96158200000002/"step_ms":160.0/' "$third/cpp-engine-offload-share-r0.7-20261128-214257.log" \
+  >"$third/cpp-engine-share-published-r0.7-20261128-214257.log"
+report=$("$python" "$root/bench/gpu_report.py" --dir "$third" --stamp 20261128-214257 --out "$third/gpu.json")
+grep -qE "^24x2048 +1211.2 zerocpp Z2 \+ offload \+ DPU, ratio 0.7, in backward +160.0 .* 4.95\$" <<<"$report" ||
+  fail "the publish_in_backward row: $report"
+grep -qE "^24x2048 +1211.2 zerocpp Z2 \+ offload \+ DPU, ratio 0.7 +182.0 " <<<"$report" || fail "the share row beside it: $report"
 # No DeepSpeed row for a size: x DS is "-" (the 19:26 logs ran no DeepSpeed).
 report=$("$python" "$root/bench/gpu_report.py" --dir "$second" --stamp 20261128-192601 --out "$second/gpu.json")
 grep -qE "^40x3072 +4535.4 zerocpp Z3 \+ offload_param \+ DPU +1233.5 .* -\$" <<<"$report" ||
