@@ -71,6 +71,7 @@ struct Case {
   bool param_nvme = false;     // stage 3: the parameter partition on NVMe (pinned buffers, read ahead)
   bool rules = false;          // EngineOptions: no decay below 2-D, those at 3x the rate
   bool frozen_mlp = false;     // the blocks' MLP frozen (a base under adapters: stage 3 partitions it)
+  bool published = false;      // offload_optimizer.publish_in_backward (DPU, stages 1-2)
 };
 
 struct TrainRun {
@@ -117,7 +118,7 @@ config::Config make_config(const Case& k) {
         {"offload_optimizer",
          {{"device", k.offload}, {"nvme_path", k.offload == "nvme" ? nvme_dir() : ""},
           {"delayed_param_update", k.dpu}, {"delayed_param_update_warmup_steps", 1},
-          {"ratio", k.offload == "cpu" ? k.ratio : 1.0f}}}}},
+          {"ratio", k.offload == "cpu" ? k.ratio : 1.0f}, {"publish_in_backward", k.published}}}}},
       {"steps_per_print", 1000000}};
   if (k.dtype == "bf16") c["bf16"] = {{"enabled", true}};
   // 2^20: the first steps overflow and are skipped, then the scale settles.
@@ -327,6 +328,16 @@ std::vector<Case> cases() {
                  Case{"frozen_offload_param_bf16_stage3_dpu", 3, 1, 0.05f, "bf16", "cpu", true}}) {
     c.frozen_mlp = true;
     c.offload_param = c.offload == "cpu";
+    v.push_back(c);
+  }
+  // The delayed update taken in during backward (publish_in_backward): each
+  // piece up on the copy stream once backward has reduced its bucket,
+  // ordered after backward's last reads of it on the device.
+  for (Case c : {Case{"published_bf16_stage2_dpu", 2, 1, 0.05f, "bf16", "cpu", true},
+                 Case{"published_bf16_stage2_dpu_ratio50", 2, 1, 0.05f, "bf16", "cpu", true},
+                 Case{"published_fp32_stage1_accum2_dpu", 1, 2, 0.05f, "fp32", "cpu", true}}) {
+    c.published = true;
+    if (c.name.find("ratio50") != std::string::npos) c.ratio = 0.5f;
     v.push_back(c);
   }
   // Settings per parameter (EngineOptions' rules): the device Adam run by
