@@ -14,6 +14,14 @@ stamp=t parts=all report_reserve_s=0 min_part_s=5
 # shellcheck source=../../bench/gpu_parts.sh
 source "$root/bench/gpu_parts.sh"
 
+# report_with_variant DIR STAMP PART OLD_MS NEW_MS VARIANT: DIR's report after
+# PART's log is copied as VARIANT's (a part run at another value), its step
+# OLD_MS made NEW_MS.
+report_with_variant() {
+  sed "s/\"step_ms\":$4/\"step_ms\":$5/" "$1/$3-$2.log" >"$1/$6-$2.log"
+  "$python" "$root/bench/gpu_report.py" --dir "$1" --stamp "$2" --out "$1/gpu.json"
+}
+
 # No deadline: the part's own timeout (a 1 s part at 60 s runs whole).
 deadline=0 t_start=$(date +%s)
 out=$(run_part cpp-engine 60 bash -c 'sleep 1; echo "{\"bench\": \"x\", \"sizes\": []}"')
@@ -104,9 +112,8 @@ grep -qE "^40x3072 +4535.4 zerocpp Z3 \+ offload_param \+ DPU +1233.5 +186 +- +3
   fail "the stage 3 row: $report"
 grep -qE "ratio 0.6 +681.8 " <<<"$report" && grep -qE "ratio 0.8 +746.1 " <<<"$report" || fail "the ratio rows: $report"
 # ZERO_GPU_STAGE3_PREFETCH: one row per value beside the default's.
-sed 's/"step_ms":1233.498142/"step_ms":1100.0/' "$second/cpp-engine-stage3-param-20261128-192601.log" \
-  >"$second/cpp-engine-stage3-param-p120000000-20261128-192601.log"
-report=$("$python" "$root/bench/gpu_report.py" --dir "$second" --stamp 20261128-192601 --out "$second/gpu.json")
+report=$(report_with_variant "$second" 20261128-192601 cpp-engine-stage3-param 1233.498142 1100.0 \
+  cpp-engine-stage3-param-p120000000)
 grep -qE "^40x3072 +4535.4 zerocpp Z3 \+ offload_param \+ DPU, prefetch 120000000 +1100.0 " <<<"$report" ||
   fail "the prefetch row: $report"
 grep -qE "^40x3072 +4535.4 zerocpp Z3 \+ offload_param \+ DPU +1233.5 " <<<"$report" || fail "the default's row: $report"
@@ -129,9 +136,8 @@ for row in "plain PyTorch +171.8 +361 +1.000 +18.8 +- +4.61" \
   grep -qE "^24x2048 +1211.2 $row\$" <<<"$report" || fail "the 1.21B row '$row': $report"
 done
 # cpp-engine-share-published (publish_in_backward): a row per ratio of its own.
-sed 's/"step_ms":181.96158200000002/"step_ms":160.0/' "$third/cpp-engine-offload-share-r0.7-20261128-214257.log" \
-  >"$third/cpp-engine-share-published-r0.7-20261128-214257.log"
-report=$("$python" "$root/bench/gpu_report.py" --dir "$third" --stamp 20261128-214257 --out "$third/gpu.json")
+report=$(report_with_variant "$third" 20261128-214257 cpp-engine-offload-share-r0.7 181.96158200000002 160.0 \
+  cpp-engine-share-published-r0.7)
 grep -qE "^24x2048 +1211.2 zerocpp Z2 \+ offload \+ DPU, ratio 0.7, in backward +160.0 .* 4.95\$" <<<"$report" ||
   fail "the publish_in_backward row: $report"
 grep -qE "^24x2048 +1211.2 zerocpp Z2 \+ offload \+ DPU, ratio 0.7 +182.0 " <<<"$report" || fail "the share row beside it: $report"
