@@ -382,6 +382,62 @@ TEST(DelayedUpdate, PublishInBackwardIsBitwiseThePublishAfterIt) {
   }
 }
 
+// publish_in_backward, a backward that fails after part of the pending
+// update went in: the rest goes in before the error reaches the caller, so
+// the model holds the updated weights whole, as flush() would leave them on
+// a run that never failed, and training goes on.
+TEST(DelayedUpdate, ABackwardThatFailsAfterPartOfTheUpdateWentInTakesTheRest) {
+  comm::Communicator& comm = world_comm();
+  if (comm.world_size() != 1) GTEST_SKIP() << "publish_in_backward applies on one rank";
+  constexpr int kFailAt = 3;
+  config::Config cfg = make_config(2, true, false, 1, kGlobalBatch, 1);
+  cfg.zero_optimization.offload_optimizer.delayed_param_update = true;
+  cfg.zero_optimization.offload_optimizer.delayed_param_update_warmup_steps = 1;
+  cfg.zero_optimization.reduce_bucket_size = 1000;
+  auto weights_at_failure = [&](bool publish) {
+    cfg.zero_optimization.offload_optimizer.publish_in_backward = publish;
+    auto model = make_model(ModelKind::kTransformer);
+    Engine engine(model, cfg, comm);
+    const GlobalBatch gb = global_batch(ModelKind::kTransformer, 0);
+    auto loss_of = [&] { return micro_loss(ModelKind::kTransformer, *model, gb.x, gb.y, engine.dtype()); };
+    for (int t = 0; t < kFailAt; ++t) {
+      engine.backward(loss_of());
+      engine.step();
+    }
+    std::vector<at::Tensor> w;
+    if (publish) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the worker's pieces are done
+      // "pos" is used first in forward: its gradient comes last, after the
+      // other buckets are reduced and their pieces have gone in.
+      at::Tensor pos = model->named_parameters()["pos"];
+      const unsigned hook = pos.register_hook([](const at::Tensor& g) -> at::Tensor {
+        throw std::runtime_error("planted failure in backward");
+      });
+      try {
+        engine.backward(loss_of());
+        ADD_FAILURE() << "the planted failure did not reach the caller";
+      } catch (const std::exception& e) {
+        EXPECT_NE(std::string(e.what()).find("planted failure in backward"), std::string::npos) << e.what();
+      }
+      pos.remove_hook(hook);
+    } else {
+      engine.flush();  // the pending update, whole
+    }
+    for (const auto& p : model->parameters()) w.push_back(p.detach().clone());
+    // Training goes on from there.
+    engine.backward(loss_of());
+    engine.step();
+    engine.flush();
+    EXPECT_TRUE(std::isfinite(loss_of().item<float>()));
+    return w;
+  };
+  const std::vector<at::Tensor> failed = weights_at_failure(true), whole = weights_at_failure(false);
+  ASSERT_EQ(failed.size(), whole.size());
+  for (std::size_t i = 0; i < whole.size(); ++i) {
+    EXPECT_TRUE(at::equal(failed[i], whole[i])) << "parameter " << i << ": part of the update is missing";
+  }
+}
+
 // StepStats' timing of the delayed update: nothing until a delayed step is
 // pending at a step(), then how long its CPU step ran (more than nothing)
 // and how long the host waited for it (never longer than the step before
