@@ -19,6 +19,10 @@ struct DeviceContext {
   // ZeRO-Offload on a GPU: the stream that moves gradients down and
   // parameters up beside the compute.
   std::optional<c10::Stream> copy_stream;
+  // With offload_optimizer.publish_in_backward: the parameters' way up, a
+  // stream of its own, so that it runs beside the gradients going down on
+  // copy_stream (the two directions of the link at once). Unset: copy_stream.
+  std::optional<c10::Stream> upload_stream;
 
   bool on_accelerator() const { return !device.is_cpu(); }
   // The stream the module's work runs on now (LibTorch's current stream).

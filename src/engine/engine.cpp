@@ -543,6 +543,7 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
       else if (m.muon) why = "Muon steps whole matrices";
       if (why.empty()) {
         m.publish_in_backward = true;
+        if (m.ctx.copy_stream) m.ctx.upload_stream = m.ctx.side_stream();
         m.bucket_reduced.assign(P.layout().buckets().size(), 0);
         m.grads->set_on_bucket_reduced([impl = &m](int b) {
           if (!impl->publishing_backward) return;

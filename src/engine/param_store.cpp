@@ -295,7 +295,7 @@ void ParamStore::begin_publish(bool offloaded, const DeviceContext& ctx) {
     // backward that reads the parameters these copies overwrite); the
     // compute stream waits for them on the device, not the host.
     publish_compute_ = ctx.current_stream();
-    publish_stream_ = *ctx.copy_stream;
+    publish_stream_ = ctx.upload_stream ? *ctx.upload_stream : *ctx.copy_stream;
     ctx.record_on(*publish_compute_)->block(*publish_stream_);
   }
 }
