@@ -210,14 +210,17 @@ void Engine::Impl::publish_reduced_pieces() {
     ++k;
   }
   if (k == published_early) return;
-  if (publish_begun) {
-    params->publish_after_current();  // after backward's last reads of these buckets
-  } else {
-    params->begin_publish(/*offloaded=*/true, ctx);
-    publish_begun = true;
-  }
+  publish_after_current();  // after backward's last reads of these buckets
   for (std::size_t i = published_early; i < k; ++i) publish_piece(pieces[i], update_index, "piece");
   published_early = k;
+}
+
+void Engine::Impl::publish_after_current() {
+  if (published_early > 0) {
+    params->publish_after_current();
+  } else {
+    params->begin_publish(/*offloaded=*/true, ctx);
+  }
 }
 
 void Engine::Impl::check_not_damaged(const char* what) const {
@@ -229,13 +232,9 @@ double Engine::Impl::finish_delayed(comm::Communicator& comm) {
   const Clock::time_point began = Clock::now();
   // (A publish begun in backward, publish_in_backward, goes on from its
   // last piece, on the CPU too.)
-  const bool early = delayed->pending() && offload && (ctx.copy_stream.has_value() || publish_begun);
+  const bool early = delayed->pending() && offload && (ctx.copy_stream.has_value() || published_early > 0);
   if (early) {
-    if (publish_begun) {
-      params->publish_after_current();  // after the rest of backward
-    } else {
-      params->begin_publish(/*offloaded=*/true, ctx);
-    }
+    publish_after_current();  // (after the rest of backward)
     // The device share was stepped when the update was submitted.
     for (const Piece& pc : optimizer->pieces(Share::kDevice)) publish_piece(pc, update_index, "share");
     const auto& pieces = optimizer->pieces(Share::kMain);
@@ -245,7 +244,6 @@ double Engine::Impl::finish_delayed(comm::Communicator& comm) {
     }
   }
   published_early = 0;
-  publish_begun = false;
   delayed->wait();  // rethrows the job's failure
   const Clock::time_point waited = Clock::now();
   if (delayed->enabled()) timeline.host_interval("host wait", "delayed update", began, waited);
@@ -740,7 +738,7 @@ void Engine::backward(const at::Tensor& loss) {
     // Some of the pending update went in during this backward: the rest
     // follows now, so that the retried micro-batch sees one set of weights
     // (the updated ones), never a mix. (On one rank: no collective.)
-    if (m.publish_begun) {
+    if (m.published_early > 0) {
       try {
         m.finish_delayed(comm_);
       } catch (const std::exception& e) {

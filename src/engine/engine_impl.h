@@ -64,10 +64,14 @@ struct Engine::Impl {
   bool publish_in_backward = false;
   bool publishing_backward = false;    // this backward publishes so
   std::vector<char> bucket_reduced;    // ...and bucket b's gradient is in (its parameters are read no more)
-  std::size_t published_early = 0;     // main-share pieces of the pending update published, in order
-  bool publish_begun = false;          // begin_publish() done for the pending update
+  // Main-share pieces of the pending update published in backward, in
+  // order (more than 0: its publish has begun).
+  std::size_t published_early = 0;
   // Publishes the pieces that may go now (publish_in_backward).
   void publish_reduced_pieces();
+  // The pending update's publish, after what the compute stream has queued:
+  // begun, or (pieces already in) carried on.
+  void publish_after_current();
   std::int64_t optimizer_step = 0;  // the optimizer's own step count (bias correction)
   // The config's scheduler, until set_lr() takes over.
   std::optional<LrSchedule> schedule;
