@@ -17,6 +17,7 @@
 #include "zero/core/error.h"
 #include "zero/memory/memory_ledger.h"
 #include "zero/models/gpt.h"
+#include "zero/zero/flat_layout.h"
 #include "zero/zero/memory_estimate.h"
 
 using namespace zero;
@@ -299,7 +300,7 @@ int main(int argc, char** argv) {
     }
     EstimateInput in;
     in.world = world;
-    in.bucket_numel = std::max<std::int64_t>(bucket, 1);  // 0: a bucket per parameter (DeepSpeed's meaning)
+    in.bucket_numel = static_cast<std::int64_t>(bucket_numel_from_config(bucket));
     in.element_bytes = precision == "fp32" ? 4 : 2;
     in.moments = optimizer_kind.moments();
     in.on_gpu = on_gpu;

@@ -66,6 +66,7 @@
 #include "zero/engine/engine.h"
 #include "zero/engine/lr_schedule.h"
 #include "zero/models/gpt.h"
+#include "zero/zero/flat_layout.h"
 #include "zero/zero/memory_estimate.h"
 
 namespace fs = std::filesystem;
@@ -540,7 +541,7 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
     in.prefetch_elements = cfg.zero_optimization.stage3_prefetch_bucket_size;
     in.max_live_elements = cfg.zero_optimization.stage3_max_live_parameters;
     in.persistence_threshold = cfg.zero_optimization.stage3_param_persistence_threshold;
-    in.bucket_numel = std::max<std::int64_t>(cfg.zero_optimization.reduce_bucket_size, 1);  // 0: a bucket per parameter
+    in.bucket_numel = static_cast<std::int64_t>(bucket_numel_from_config(cfg.zero_optimization.reduce_bucket_size));
     in.checkpoint_activations = gc.checkpoint_activations;
     in.cpu_checkpointing = gc.checkpoint_on_cpu;
     const MemoryEstimate est = estimate_memory(in);

@@ -375,8 +375,7 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
                z.reduce_bucket_size);
     PlanInput pi;
     pi.numels = P.numels();
-    // 0 (DeepSpeed's meaning): a bucket per parameter.
-    pi.bucket_numel = static_cast<std::size_t>(std::max<std::int64_t>(z.reduce_bucket_size, 1));
+    pi.bucket_numel = bucket_numel_from_config(z.reduce_bucket_size);
     pi.world = m.world;
     pi.rank = m.rank;
     pi.stage = m.stage;

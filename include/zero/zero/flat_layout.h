@@ -51,6 +51,14 @@ struct Bucket {
 inline std::uint32_t bucket_tag(std::size_t b) { return static_cast<std::uint32_t>(b + 1); }
 inline std::uint32_t bucket_tag(int b) { return bucket_tag(static_cast<std::size_t>(b)); }
 
+// zero_optimization.reduce_bucket_size (elements, 0 or more) as a bucket's
+// bound: 0 is DeepSpeed's "a bucket per parameter", which a bound of 1
+// gives (a larger parameter gets a bucket of its own). The engine, zero-train
+// and zero-estimate all map it here, so their layouts agree.
+inline std::size_t bucket_numel_from_config(std::int64_t reduce_bucket_size) {
+  return reduce_bucket_size < 1 ? 1 : static_cast<std::size_t>(reduce_bucket_size);
+}
+
 class FlatLayout {
  public:
   FlatLayout() = default;
