@@ -4,10 +4,12 @@
 #include "zero/config/config.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <vector>
 
@@ -34,6 +36,8 @@ using detail::SectionReader;
 constexpr RealRange kBetaRange{0.0, false, 1.0, true};
 constexpr std::string_view kEnabledExample = "{\"enabled\": true}";
 constexpr float kDeepSpeedGradientClipping = 1.0f;
+constexpr float kDeepSpeedWarmupDecayMaxLr = 0.001f;  // WarmupDecayLR's warmup_max_lr
+constexpr float kTorchAdamWWeightDecay = 0.01f;       // torch.optim.AdamW's default
 
 void read_fp16(SectionReader& top, Fp16Config& fp16) {
   SectionReader r(top.context(), "fp16", top.read_object("fp16", kEnabledExample));
@@ -44,7 +48,11 @@ void read_fp16(SectionReader& top, Fp16Config& fp16) {
   if (auto v = r.read_int32("loss_scale_window", kPositive)) fp16.loss_scale_window = *v;
   if (auto v = r.read_int32("hysteresis", kPositive)) fp16.hysteresis = *v;
   if (auto v = r.read_bool("consecutive_hysteresis")) fp16.consecutive_hysteresis = *v;
-  if (auto v = r.read_float("min_loss_scale", kPositiveReal)) fp16.min_loss_scale = *v;
+  // 0 is DeepSpeed's "no floor" (max(scale / 2, 0)); the scale then stops
+  // at the smallest normal float, where dividing by it stays finite.
+  if (auto v = r.read_float("min_loss_scale", kNonNegativeReal)) {
+    fp16.min_loss_scale = std::max(*v, std::numeric_limits<float>::min());
+  }
 }
 
 void read_bf16(SectionReader& top, Bf16Config& bf16) {
@@ -174,6 +182,19 @@ void read_optimizer(SectionReader& top, OptimizerConfig& opt) {
                       "it): set it to false or remove it");
   }
 
+  // DeepSpeed's torch_adam builds torch.optim.AdamW (or Adam without
+  // adam_w_mode) from the same params: the same step as zerocpp's Adam,
+  // except that torch's AdamW decays weights by 0.01 where none is given.
+  if (p.read_bool("torch_adam") == true) {
+    if (adagrad || lion || muon) {
+      p.note_ignored("torch_adam", "it applies to Adam and AdamW");
+    } else if (opt.adam_w_mode && !p.given("weight_decay")) {
+      opt.weight_decay = kTorchAdamWWeightDecay;
+      top.context().warn("'optimizer.params.torch_adam' is true and 'weight_decay' is not given: weight_decay is "
+                         "0.01, torch.optim.AdamW's default, which DeepSpeed then steps with (its own Adam's is 0).");
+    }
+  }
+
   auto accumulator = p.read_float("initial_accumulator_value", kNonNegativeReal);
   if (adagrad) {
     if (accumulator) opt.initial_accumulator_value = *accumulator;
@@ -293,11 +314,30 @@ void read_range_test(SectionReader& p, LrRangeTestConfig& c) {
 void read_warmup_schedule(SectionReader& top, SectionReader& p, const OptimizerConfig& opt, SchedulerConfig& sched) {
   const bool cosine = sched.type == "WarmupCosineLR";
   const bool decays = sched.type != "WarmupLR";
-  // Defaults are DeepSpeed's, except warmup_max_lr: the optimizer's lr rather
-  // than a fixed 0.001, so that changing lr alone does what is meant.
+  // Defaults are DeepSpeed's (lr_schedules.py): WarmupLR peaks at the
+  // optimizer's lr, WarmupDecayLR at a fixed 0.001 (said when that is not
+  // the lr); "auto" (the Hugging Face Trainer fills in its learning rate)
+  // is the lr.
   sched.warmup_num_steps = p.read_int("warmup_num_steps", kNonNegative).value_or(1000);
+  if (const Json* t = p.find_unless_auto("warmup_type"); t && t->is_string()) {
+    // DeepSpeed compares it case-sensitively and warms up along the log
+    // curve for anything else: "Linear" would mean log there.
+    const std::string& s = t->get_ref<const std::string&>();
+    std::string lower = s;
+    std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char ch) { return std::tolower(ch); });
+    if (s != lower && (lower == "log" || lower == "linear")) {
+      p.fail("warmup_type", "is \"" + s + "\", which DeepSpeed does not recognise (it matches \"log\" and "
+                            "\"linear\" case-sensitively) and replaces by \"log\": write \"log\" or \"linear\"");
+    }
+  }
   sched.warmup_type = p.read_choice("warmup_type", {"log", "linear"}).value_or("log");
-  sched.warmup_max_lr = p.read_float("warmup_max_lr", kNonNegativeReal).value_or(opt.lr);
+  const bool max_given = p.given("warmup_max_lr");
+  sched.warmup_max_lr = p.read_float("warmup_max_lr", kNonNegativeReal)
+                            .value_or(sched.type == "WarmupDecayLR" && !max_given ? kDeepSpeedWarmupDecayMaxLr : opt.lr);
+  if (sched.type == "WarmupDecayLR" && !max_given && opt.lr != kDeepSpeedWarmupDecayMaxLr) {
+    p.context().warn("scheduler WarmupDecayLR has no 'warmup_max_lr', so it peaks at DeepSpeed's default 0.001, not "
+                     "at optimizer.params.lr (" + short_number(opt.lr) + "): give warmup_max_lr to choose the peak.");
+  }
 
   auto min_lr = p.read_float("warmup_min_lr", kNonNegativeReal);
   auto min_ratio = p.read_float("warmup_min_ratio", kUnitInterval);
@@ -653,7 +693,9 @@ Config parse_config(std::string_view json_text, int world_size, std::string_view
   // DeepSpeed 0.19's default is 1.0 (GRADIENT_CLIPPING_DEFAULT), as the
   // Hugging Face Trainer's max_grad_norm: a config without the key clips
   // there as it would.
-  c.gradient_clipping = top.read_float("gradient_clipping", kNonNegativeReal).value_or(kDeepSpeedGradientClipping);
+  // DeepSpeed clips only when the value is above 0: a negative one is off.
+  c.gradient_clipping = std::max(top.read_float("gradient_clipping", RealRange{}).value_or(kDeepSpeedGradientClipping),
+                                 0.0f);
 
   read_fp16(top, c.fp16);
   read_bf16(top, c.bf16);

@@ -1,6 +1,7 @@
 #include "zero/config/json_error.h"
 
 #include <algorithm>
+#include <cctype>
 
 #include "zero/core/error.h"
 
@@ -208,6 +209,24 @@ std::string excerpt(std::string_view text, std::size_t offset) {
   return "  " + line + "\n  " + std::string(caret, ' ') + "^";
 }
 
+// DeepSpeed reads its config with hjson, which takes comments and trailing
+// commas: a file written for it may have them. Where the parser stopped on
+// one, what to change.
+std::string hjson_hint(std::string_view text, std::size_t offset) {
+  if (offset >= text.size()) return {};
+  const char at = text[offset];
+  const std::string reads = " (DeepSpeed reads its config as hjson, which allows it; zerocpp reads strict JSON)";
+  if (at == '#' || (at == '/' && offset + 1 < text.size() && (text[offset + 1] == '/' || text[offset + 1] == '*'))) {
+    return "; this is a comment: remove it" + reads;
+  }
+  if (at == '}' || at == ']') {
+    std::size_t i = offset;
+    while (i > 0 && std::isspace(static_cast<unsigned char>(text[i - 1]))) --i;
+    if (i > 0 && text[i - 1] == ',') return "; a trailing comma precedes it: remove the comma" + reads;
+  }
+  return {};
+}
+
 }  // namespace
 
 TextPosition locate_offset(std::string_view text, std::size_t offset) {
@@ -244,7 +263,7 @@ nlohmann::ordered_json parse_json(std::string_view text, std::string_view source
                                            : std::string("the parser stopped");
     throw Error(sanitize_utf8(std::string(source) + ":" + std::to_string(at.line) + ":" +
                               std::to_string(at.column) + ": malformed JSON: " + message +
-                              "\n" + excerpt(text, offset)));
+                              hjson_hint(text, offset) + "\n" + excerpt(text, offset)));
   }
   if (warnings) {
     for (std::string& d : duplicates) warnings->push_back(std::string(source) + ": " + d);

@@ -39,6 +39,8 @@ constexpr KnownKey kKeys[] = {
     {"", "prescale_gradients", I, "gradient pre-scaling is not configurable in zerocpp", "false"},
     {"", "gradient_predivide_factor", I, "gradient pre-division is not configurable in zerocpp", "1.0"},
     {"", "communication_data_type", R},
+    {"", "fp32_allreduce", I, "zerocpp reduces gradients in the training precision, so with fp16 or bf16 the "
+                              "rounding differs from DeepSpeed's run", "false"},
     {"", "gradient_allreduce_op", R},
     {"", "sequence_parallel_size", U, "sequence parallelism", "1"},
     {"", "dataloader_drop_last", I, "zerocpp has no data loader of DeepSpeed's (zero-train's sampler drops the "
@@ -117,7 +119,7 @@ constexpr KnownKey kKeys[] = {
     {"optimizer.params", "weight_decay", R},
     {"optimizer.params", "adam_w_mode", R},
     {"optimizer.params", "initial_accumulator_value", R},
-    {"optimizer.params", "torch_adam", I, "zerocpp's optimizers are its own"},
+    {"optimizer.params", "torch_adam", R},
     {"optimizer.params", "fused", I, "zerocpp's optimizers are its own"},
     {"optimizer.params", "fp32_optimizer_states", I, "zerocpp keeps optimizer states in fp32"},
     {"optimizer.params", "bias_correction", R},
@@ -160,6 +162,7 @@ constexpr KnownKey kKeys[] = {
     {"zero_optimization", "offload_param", R},
     {"zero_optimization", "overlap_comm", R},
     {"zero_optimization", "contiguous_gradients", R},
+    {"zero_optimization", "grad_hooks", I, "zerocpp always reduces from gradient hooks", "true"},
     {"zero_optimization", "reduce_bucket_size", R},
     {"zero_optimization", "allgather_bucket_size", R},
     {"zero_optimization", "reduce_scatter", R},

@@ -1,6 +1,7 @@
 // parse_config: key names, types, ranges, cross-key rules and warnings.
 #include <cstdio>
 #include <fstream>
+#include <limits>
 
 #include "config_test_util.h"
 
@@ -11,6 +12,7 @@ using zero::config::load_config;
 using zero::config::parse_config;
 using zero::config::to_json;
 using zero::config::testing::all_warnings;
+using zero::config::testing::contains;
 using zero::config::testing::error_of;
 using zero::config::testing::parse;
 
@@ -268,7 +270,7 @@ TEST(Config, AutoValuesMeanNotGivenWithANote) {
                                    "(a dynamic loss scale)");
   // Strings that are not "auto" stay errors.
   EXPECT_CONTAINS(error_of(with(R"("gradient_clipping": "1.0")")),
-                  "gradient_clipping: expected a number >= 0, got \"1.0\"");
+                  "gradient_clipping: expected a number, got \"1.0\"");
 }
 
 TEST(Config, NullMeansNotGiven) {
@@ -392,11 +394,10 @@ TEST(Config, RangesAreChecked) {
        "optimizer.params.weight_decay: expected a number >= 0, got -0.01"},
       {R"("optimizer": {"type": "Adam", "params": {"lr": 1e39}})",
        "optimizer.params.lr: expected a number >= 0 that fits a 32-bit float, got 1e+39"},
-      {R"("gradient_clipping": -1)", "gradient_clipping: expected a number >= 0, got -1"},
       {R"("fp16": {"hysteresis": 0})", "fp16.hysteresis: expected a positive integer"},
       {R"("fp16": {"loss_scale_window": 0})", "fp16.loss_scale_window: expected a positive integer"},
       {R"("fp16": {"loss_scale_window": 3000000000})", "fp16.loss_scale_window: expected a positive integer (at most 2147483647), got 3000000000"},
-      {R"("fp16": {"min_loss_scale": 0})", "fp16.min_loss_scale: expected a number > 0, got 0"},
+      {R"("fp16": {"min_loss_scale": -0.5})", "fp16.min_loss_scale: expected a number >= 0, got -0.5"},
       {R"("fp16": {"loss_scale": -1})", "fp16.loss_scale: expected a number >= 0, got -1"},
       {R"("fp16": {"initial_scale_power": 128})", "fp16.initial_scale_power: expected an integer 0..127, got 128"},
       {R"("zero_optimization": {"reduce_bucket_size": -1})", "zero_optimization.reduce_bucket_size: expected an integer >= 0, got -1"},
@@ -1048,3 +1049,87 @@ TEST(Config, LoadConfigUsesThePathAsSource) {
 }
 
 }  // namespace
+
+// What DeepSpeed's own files mean, read as DeepSpeed reads them
+// (deepspeed/runtime/lr_schedules.py, engine.py, fp16/loss_scaler.py).
+TEST(Config, WarmupDecayLRPeaksAtDeepSpeedsDefaultWithoutWarmupMaxLr) {
+  Config c = parse(with(R"("optimizer": {"type": "AdamW", "params": {"lr": 3e-4}},
+                           "scheduler": {"type": "WarmupDecayLR", "params": {"total_num_steps": 1000}})"));
+  EXPECT_EQ(c.scheduler.warmup_max_lr, 0.001f);
+  EXPECT_CONTAINS(all_warnings(c), "scheduler WarmupDecayLR has no 'warmup_max_lr', so it peaks at DeepSpeed's "
+                                   "default 0.001, not at optimizer.params.lr (0.0003)");
+  // The lr 0.001 itself says nothing; "auto" (Hugging Face) and WarmupLR peak at the lr.
+  c = parse(with(R"("optimizer": {"type": "AdamW", "params": {"lr": 0.001}},
+                    "scheduler": {"type": "WarmupDecayLR", "params": {"total_num_steps": 1000}})"));
+  EXPECT_EQ(c.scheduler.warmup_max_lr, 0.001f);
+  EXPECT_TRUE(c.warnings.empty()) << all_warnings(c);
+  c = parse(with(R"("optimizer": {"type": "AdamW", "params": {"lr": 3e-4}},
+                    "scheduler": {"type": "WarmupDecayLR", "params": {"total_num_steps": 10, "warmup_max_lr": "auto"}})"));
+  EXPECT_EQ(c.scheduler.warmup_max_lr, 3e-4f);
+  EXPECT_FALSE(contains(all_warnings(c), "WarmupDecayLR has no")) << all_warnings(c);
+  c = parse(with(R"("optimizer": {"type": "AdamW", "params": {"lr": 3e-4}},
+                    "scheduler": {"type": "WarmupLR", "params": {}})"));
+  EXPECT_EQ(c.scheduler.warmup_max_lr, 3e-4f);
+  EXPECT_TRUE(c.warnings.empty()) << all_warnings(c);
+}
+
+TEST(Config, WarmupTypeIsMatchedCaseSensitivelyAsInDeepSpeed) {
+  EXPECT_EQ(parse(with(R"("scheduler": {"type": "WarmupLR", "params": {"warmup_type": "linear"}})")).scheduler.warmup_type,
+            "linear");
+  EXPECT_CONTAINS(error_of(with(R"("scheduler": {"type": "WarmupLR", "params": {"warmup_type": "Linear"}})")),
+                  "scheduler.params.warmup_type: is \"Linear\", which DeepSpeed does not recognise (it matches "
+                  "\"log\" and \"linear\" case-sensitively) and replaces by \"log\": write \"log\" or \"linear\"");
+  EXPECT_CONTAINS(error_of(with(R"("scheduler": {"type": "WarmupCosineLR",
+                                                 "params": {"total_num_steps": 9, "warmup_type": "LOG"}})")),
+                  "is \"LOG\", which DeepSpeed does not recognise");
+}
+
+TEST(Config, MinLossScaleZeroAndNegativeClippingAreDeepSpeedsOff) {
+  Config c = parse(with(R"("fp16": {"enabled": true, "min_loss_scale": 0}, "gradient_clipping": -1)"));
+  EXPECT_EQ(c.fp16.min_loss_scale, std::numeric_limits<float>::min());
+  EXPECT_EQ(c.gradient_clipping, 0.0f);
+  EXPECT_TRUE(c.warnings.empty()) << all_warnings(c);
+  EXPECT_CONTAINS(error_of(with(R"("fp16": {"enabled": true, "min_loss_scale": -1})")),
+                  "fp16.min_loss_scale: expected a number >= 0, got -1");
+}
+
+TEST(Config, TorchAdamDecaysAsTorchsAdamW) {
+  Config c = parse(with(R"("optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": true}})"));
+  EXPECT_EQ(c.optimizer.weight_decay, 0.01f);
+  EXPECT_CONTAINS(all_warnings(c), "'optimizer.params.torch_adam' is true and 'weight_decay' is not given: "
+                                   "weight_decay is 0.01, torch.optim.AdamW's default");
+  // Adam is AdamW by default (adam_w_mode); given weight decay, or torch.optim.Adam, keep theirs.
+  EXPECT_EQ(parse(with(R"("optimizer": {"type": "Adam", "params": {"torch_adam": true}})")).optimizer.weight_decay,
+            0.01f);
+  c = parse(with(R"("optimizer": {"type": "AdamW", "params": {"torch_adam": true, "weight_decay": 0}})"));
+  EXPECT_EQ(c.optimizer.weight_decay, 0.0f);
+  EXPECT_TRUE(c.warnings.empty()) << all_warnings(c);
+  c = parse(with(R"("optimizer": {"type": "Adam", "params": {"torch_adam": true, "adam_w_mode": false}})"));
+  EXPECT_EQ(c.optimizer.weight_decay, 0.0f);
+  EXPECT_TRUE(c.warnings.empty()) << all_warnings(c);
+  EXPECT_EQ(parse(with(R"("optimizer": {"type": "AdamW", "params": {"torch_adam": false}})")).optimizer.weight_decay,
+            0.0f);
+  c = parse(with(R"("optimizer": {"type": "Lion", "params": {"torch_adam": true}})"));
+  EXPECT_CONTAINS(all_warnings(c), "'optimizer.params.torch_adam' is ignored: it applies to Adam and AdamW");
+}
+
+TEST(Config, Fp32AllreduceAndGradHooksAreNamedWithTheirReason) {
+  Config c = parse(with(R"("fp32_allreduce": true, "zero_optimization": {"stage": 1, "grad_hooks": false})"));
+  EXPECT_CONTAINS(all_warnings(c), "fp32_allreduce");
+  EXPECT_CONTAINS(all_warnings(c), "zerocpp reduces gradients in the training precision");
+  EXPECT_CONTAINS(all_warnings(c), "zerocpp always reduces from gradient hooks");
+  EXPECT_FALSE(contains(all_warnings(c), "unknown key")) << all_warnings(c);
+  c = parse(with(R"("fp32_allreduce": false, "zero_optimization": {"stage": 1, "grad_hooks": true})"));
+  EXPECT_TRUE(c.warnings.empty()) << all_warnings(c);
+}
+
+TEST(Config, HjsonCommentsAndTrailingCommasSayWhatToRemove) {
+  EXPECT_CONTAINS(error_of("{\n  // ZeRO-2\n  \"train_batch_size\": 8\n}"),
+                  "this is a comment: remove it (DeepSpeed reads its config as hjson");
+  EXPECT_CONTAINS(error_of("{\"train_batch_size\": 8, # hash\n}"), "this is a comment: remove it");
+  EXPECT_CONTAINS(error_of("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 2,}}"),
+                  "a trailing comma precedes it: remove the comma");
+  EXPECT_CONTAINS(error_of("{\"train_batch_size\": 8,\n}"), "a trailing comma precedes it");
+  // Other syntax errors get no such hint.
+  EXPECT_FALSE(contains(error_of("{\"train_batch_size\": 8 \"x\": 1}"), "hjson"));
+}
