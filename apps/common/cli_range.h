@@ -48,4 +48,14 @@ CLI::Validator at_least(T lo, const std::string& note = "") {
   return in_range<T>(lo, std::numeric_limits<T>::max(), note);
 }
 
+// A text option given as "" (often an unset shell variable: --resume "$TAG")
+// is a usage error, not "not given": "--resume: is empty: give a tag ...".
+inline CLI::Validator non_empty(const std::string& what) {
+  return CLI::Validator(
+      [what](std::string& in) -> std::string {
+        return in.empty() ? "is empty: give " + what + ", or leave the option out" : std::string();
+      },
+      "");
+}
+
 }  // namespace zero::tools

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/run_record.h"
 #include "zero/ckpt/checkpoint_dir.h"
 #include "zero/ckpt/safetensors.h"
 #include "zero/core/error.h"
@@ -51,6 +52,7 @@ std::map<std::string, Mapping> gpt_names(std::int64_t n_layer) {
 // export another model (the same weights split into other heads).
 std::int64_t heads_to_export(const ckpt::OpenCheckpoint& c, std::int64_t n_head) {
   const nlohmann::json& cs = c.manifest.client_state;
+  tools::check_run_record(cs, c.folder.string());
   const std::int64_t recorded = cs.contains("gpt") && cs.at("gpt").is_object()
                                     ? cs.at("gpt").value("n_head", std::int64_t{0}) : 0;
   ZERO_CHECK(n_head >= 0, "--n-head must be >= 1, got ", n_head);

@@ -10,6 +10,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "common/cli_range.h"
 #include "common/trainer_autos.h"
 #include "zero/ckpt/shard_io.h"
 #include "zero/config/byte_size.h"
@@ -46,7 +47,10 @@ std::int64_t parse_count(const std::string& s, const char* flag = "--params", bo
   else if (unit == "M") m = 1e6;
   else if (unit == "B") m = 1e9;
   else if (unit == "T") m = 1e12;
-  ZERO_CHECK(m > 0.0 && std::isfinite(v) && (v > 0.0 || (zero_ok && v == 0.0)) && v * m < 9.2e18, flag, " ", fix);
+  ZERO_CHECK(m > 0.0 && std::isfinite(v) && (v > 0.0 || (zero_ok && v == 0.0)), flag, " ", fix);
+  // Byte totals of 16+ bytes per parameter must stay in 64 bits.
+  ZERO_CHECK(v * m <= 1e15, flag, " '", s, "' is more than 1000T (10^15) parameters, the most zero-estimate "
+             "counts (its byte totals would overflow)");
   return static_cast<std::int64_t>(std::llround(v * m));
 }
 
@@ -102,7 +106,9 @@ int main(int argc, char** argv) {
                  "precision, optimizer, micro-batch, accumulation, buckets, stage-3 keys, cpu_checkpointing and "
                  "device_memory_limit stand for the flags below; a flag given as well overrides it")
       ->check(CLI::ExistingFile);
-  app.add_option("--world", world, "data-parallel ranks")->capture_default_str();
+  app.add_option("--world", world, "data-parallel ranks")
+      ->check(tools::in_range<int>(1, 1 << 20))
+      ->capture_default_str();
   app.add_option("--stage", stage_text, "ZeRO stage 0, 1, 2 or 3 (default: all)");
   app.add_flag("--offload", offload, "offload_optimizer.device = cpu (stage 1, 2 or 3)");
   app.add_flag("--offload-param", offload_param, "offload_param.device = cpu: stage 3's parameter partition in "
@@ -212,6 +218,17 @@ int main(int argc, char** argv) {
                   op.device != "none" ? (", offload_param " + op.device).c_str() : "", precision.c_str(),
                   optimizer.c_str(), static_cast<long long>(c.train_micro_batch_size_per_gpu),
                   accumulation, static_cast<long long>(z.reduce_bucket_size), " (flags given override it)");
+      // A --stage where the config's offload cannot be: left out, and said.
+      const bool drops_optimizer = oo.device != "none" && at == 0 && unless("--offload");
+      const bool drops_param = op.device != "none" && at != 3 && unless("--offload-param");
+      if (stage_flag_ok && (drops_optimizer || drops_param)) {
+        std::printf("(--stage %d: the config's %s%s%s %s left out, as %s only at %s)\n", at,
+                    drops_optimizer ? "offload_optimizer" : "", drops_optimizer && drops_param ? " and " : "",
+                    drops_param ? "offload_param" : "", drops_optimizer && drops_param ? "are" : "is",
+                    drops_param && !drops_optimizer ? "the engine offloads parameters" : "the engine offloads",
+                    drops_param && !drops_optimizer ? "stage 3" : drops_optimizer && !drops_param ? "stages 1-3"
+                                                                                                 : "stages 1-3 (parameters: 3)");
+      }
     }
     // Flags first, each error naming the fix: a usage error (exit 2).
     models::GptConfig gpt;  // (with --model)
@@ -348,7 +365,7 @@ int main(int argc, char** argv) {
     std::printf("%-40s %12s %12s %12s %12s %12s %12s | %12s %12s%s\n", "configuration", "dev states", "dev padding",
                 "dev buckets", "dev units", "dev activ.", "dev total", "host states", "host total",
                 nvme || param_nvme ? " |         nvme" : "");
-    struct Row { int stage; bool offload; MemoryEstimate e; bool fits; };
+    struct Row { int stage; bool offload; MemoryEstimate e; bool fits; bool device_fits; bool host_fits; };
     std::vector<Row> rows;
     // Best first: the least communication and host work that fits.
     // --offload lists only offloaded configurations; --stage only that stage.
@@ -373,8 +390,9 @@ int main(int argc, char** argv) {
       // On the CPU (no --gpu) the "device" is host memory too: both columns
       // come out of --host-mem.
       const std::int64_t host_need = on_gpu ? e.host_total() : e.host_total() + e.device_total();
-      const bool fits = (device_mem == 0 || e.device_total() <= device_mem) && (host_mem == 0 || host_need <= host_mem);
-      rows.push_back({s, off, e, fits});
+      const bool device_fits = device_mem == 0 || e.device_total() <= device_mem;
+      const bool host_fits = host_mem == 0 || host_need <= host_mem;
+      rows.push_back({s, off, e, device_fits && host_fits, device_fits, host_fits});
       std::printf("%-40s %12s %12s %12s %12s %12s %12s | %12s %12s%s%s\n",
                   (describe_config(s, off, in.offload_param) +
                    (in.nvme && in.param_nvme ? " (all nvme)" : in.nvme ? " (nvme)" : in.param_nvme ? " (params nvme)" : ""))
@@ -385,7 +403,7 @@ int main(int argc, char** argv) {
                   memory::format_bytes(e.host_model_states()).c_str(), memory::format_bytes(e.host_total()).c_str(),
                   nvme || param_nvme ? (" | " + std::string(12 - std::min<std::size_t>(12, memory::format_bytes(e.nvme_total()).size()), ' ') +
                           memory::format_bytes(e.nvme_total())).c_str() : "",
-                  (device_mem || host_mem) ? (fits ? "  fits" : "  does not fit") : "");
+                  (device_mem || host_mem) ? (rows.back().fits ? "  fits" : "  does not fit") : "");
     }
     for (const Row& r : rows) {
       if (r.e.nvme_total() == 0) continue;
@@ -457,7 +475,29 @@ int main(int argc, char** argv) {
                     best->offload ? (nvme ? ", offload_optimizer.device=\"nvme\"" : ", offload_optimizer.device=\"cpu\"") : "",
                     params_off ? (param_nvme ? ", offload_param.device=\"nvme\"" : ", offload_param.device=\"cpu\"") : "");
       } else {
-        std::printf("nothing fits: add ranks (--world), lower the micro-batch, or use more host memory\n");
+        // Which limit stops every row: the advice for that one.
+        bool any_device = false, any_host = false;
+        for (const Row& r : rows) {
+          any_device = any_device || r.device_fits;
+          any_host = any_host || r.host_fits;
+        }
+        const std::string device_fix = on_gpu ? "add ranks (--world), offload (--offload, and --offload-param at "
+                                                "stage 3), lower the micro-batch or --checkpoint-activations"
+                                              : "add ranks (--world), lower the micro-batch or "
+                                                "--checkpoint-activations";
+        if (!any_device && !any_host) {
+          std::printf("nothing fits: no configuration fits --device-mem nor --host-mem; %s, and use more host "
+                      "memory\n", device_fix.c_str());
+        } else if (!any_device) {
+          std::printf("nothing fits: no configuration fits --device-mem (dev total); %s\n", device_fix.c_str());
+        } else if (!any_host) {
+          std::printf("nothing fits: no configuration fits --host-mem (host total); add ranks (--world) or use "
+                      "more host memory%s\n", on_gpu ? "" : " (on the CPU the device columns are host memory too)");
+        } else {
+          std::printf("nothing fits: the configurations that fit --device-mem need more than --host-mem, and "
+                      "those that fit --host-mem more than --device-mem; add ranks (--world) or use more of "
+                      "either\n");
+        }
         nothing_fits = true;
       }
     }

@@ -39,6 +39,8 @@
 #include <torch/utils.h>
 
 #include "common/cli_range.h"
+#include "common/run_record.h"
+#include "common/printable_text.h"
 #include "common/tool_paths.h"
 #include "common/usage_rank.h"
 #include "progress.h"
@@ -133,24 +135,6 @@ std::vector<std::pair<std::string, std::string>> training_options(const Options&
           {"--eval-batches", n(o.eval_batches)}, {"--sample", n(o.sample)},
           {"--min-lr-ratio", n(o.min_lr_ratio)}, {"--checkpoint-activations", n(o.checkpoint_activations)},
           {"--seed", n(o.seed)}};
-}
-
-// A sample as the terminal can show it: control bytes other than newline and
-// tab (an undertrained model emits them; they would move the cursor or ring
-// the bell) as \xNN; UTF-8 as it is.
-std::string printable(const std::string& text) {
-  std::string out;
-  for (const char ch : text) {
-    const auto c = static_cast<unsigned char>(ch);
-    if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7f) {
-      char esc[5];
-      std::snprintf(esc, sizeof esc, "\\x%02x", c);
-      out += esc;
-    } else {
-      out += ch;
-    }
-  }
-  return out;
 }
 
 // The warm-up of zero-train's own schedule, and of an "auto" one: --warmup,
@@ -361,6 +345,7 @@ std::int64_t resume_step(const Options& o) {
   const ckpt::OpenCheckpoint c =
       ckpt::open_checkpoint(o.save_dir, o.resume, {"--resume", "start without --resume (a new run)"});
   const nlohmann::json& client = c.manifest.client_state;
+  tools::check_run_record(client, c.folder.string());
   const std::int64_t step = client.is_object() ? client.value("step", std::int64_t{0}) : 0;
   ZERO_CHECK(step < o.steps, "checkpoint ", c.folder.string(), " is at step ", step,
              step == o.steps ? " and --steps is " : ", past --steps ", o.steps,
@@ -914,7 +899,11 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
       files.loss << p.step << " " << loss << " " << p.device_bytes << " " << p.host_bytes << "\n";
       if (val >= 0) files.val << p.step << " " << val << "\n";
       if (val >= 0) files.val_points = true;
-      files.flush();  // (each step: a run killed outright keeps every step it finished)
+      // (Each step: a run killed outright keeps every step it finished.)
+      if (files.flush(p.step)) {
+        std::fprintf(stderr, "\nzero-train: warning: %s; training goes on, and the run ends with exit status 1\n",
+                     files.failure().c_str());
+      }
     }
     if (signal.stop) {
       note_stop(signal.stop_names, step + 1,
@@ -975,13 +964,17 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
       std::fprintf(stderr, "no validation loss: no evaluation ran (--eval-every 0); unigram entropy of the corpus "
                            "%.4f nats\n", corpus.unigram_entropy_nats());
     }
-    std::fprintf(stderr, "metrics: %s\n", (fs::path(o.out_dir) / "metrics.jsonl").c_str());
+    if (files.failure().empty()) std::fprintf(stderr, "metrics: %s\n", (fs::path(o.out_dir) / "metrics.jsonl").c_str());
     if (failed_saves > 0) {
       std::fprintf(stderr, "zero-train: warning: %lld checkpoint save(s) of this run failed (--on-save-error "
                    "continue); the newest checkpoint committed in %s is %s\n", static_cast<long long>(failed_saves),
                    o.save_dir.c_str(), newest_committed().c_str());
     }
-    write_plot(o.out_dir, files.val_points);
+    if (files.failure().empty()) {
+      write_plot(o.out_dir, files.val_points);
+    } else {
+      std::fprintf(stderr, "plot: skipped (the metrics are incomplete)\n");
+    }
     if (!o.report.empty()) {
       nlohmann::json r;
       r["config"] = config::to_json(cfg);
@@ -1009,11 +1002,21 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
       r["stopped_by_signal"] = stopped_by.empty() ? nlohmann::json(nullptr) : nlohmann::json(stopped_by);
       r["skipped_steps"] = engine.stats().skipped;
       r["failed_saves"] = failed_saves;
-      std::ofstream report(o.report);
+      r["out_error"] = files.failure().empty() ? nlohmann::json(nullptr) : nlohmann::json(files.failure());
+      // Written beside, then renamed over: a failed write leaves no partial report.
+      const std::string partial = o.report + ".partial";
+      std::ofstream report(partial);
       report << r.dump(2) << "\n";
       report.close();
-      ZERO_CHECK(!report.fail(), "--report ", o.report, ": writing the report failed (", std::strerror(errno),
-                 "); the metrics are in ", (fs::path(o.out_dir) / "metrics.jsonl").string());
+      std::error_code renamed;
+      if (!report.fail()) fs::rename(partial, o.report, renamed);
+      if (report.fail() || renamed) {
+        const std::string why = report.fail() ? std::strerror(errno) : renamed.message();
+        std::error_code ignored;
+        fs::remove(partial, ignored);
+        throw Error("--report " + o.report + ": writing the report failed (" + why + "); the metrics are in " +
+                    (fs::path(o.out_dir) / "metrics.jsonl").string());
+      }
       std::fprintf(stderr, "report: %s\n", o.report.c_str());
     }
   }
@@ -1043,13 +1046,21 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
     if (before_sample.stop) note_stop(before_sample.stop_names, last_step, "the sample is skipped");
   }
   signals.restore();
+  // The metrics went missing in part: the training finished (and saved), so
+  // the sample still comes, but the run ends with an error that says so.
+  const bool out_failed = root && !files.failure().empty();
   if (o.sample > 0 && stopped_by.empty()) {
     // Every rank runs the same forwards (at stage 3 each one gathers its
     // blocks from every rank); rank 0 prints.
     const std::string text = generate(*model, o.sample, gc.block_size, o.seed, td.device);
-    if (root) std::printf("---- sample (%lld bytes) ----\n%s\n----\n", (long long)o.sample, printable(text).c_str());
+    if (root) std::printf("---- sample (%lld bytes) ----\n%s\n----\n", (long long)o.sample, tools::printable(text).c_str());
   }
   comm->barrier()->wait();
+  if (out_failed) {
+    std::fprintf(stderr, "zero-train: error: %s. Training itself finished; free space in (or give another) --out "
+                         "for the next run\n", files.failure().c_str());
+    return 1;
+  }
   return 0;
 }
 
@@ -1061,7 +1072,8 @@ int main(int argc, char** argv) {
   app.add_option("corpus", o.corpus,
                  "text files or folders, read recursively (default: the top-level English files of "
                  "/usr/share/games/fortunes)");
-  app.add_option("--config", o.config_path, "DeepSpeed-style JSON config (default: ZeRO-2 + CPU offload + bf16; fp32 on a CPU without native bf16); a Hugging Face config's \"auto\" batch, total_num_steps, warmup_num_steps and precision take zero-train's values");
+  app.add_option("--config", o.config_path, "DeepSpeed-style JSON config (default: ZeRO-2 + CPU offload + bf16; fp32 on a CPU without native bf16); a Hugging Face config's \"auto\" batch, total_num_steps, warmup_num_steps and precision take zero-train's values")
+      ->check(tools::non_empty("a config file"));
   app.add_option("--model", o.model, "preset: gpt2-tiny, gpt2-small-test, gpt2, gpt2-medium, gpt2-large, gpt2-xl")
       ->capture_default_str();
   app.add_option("--n-layer", o.n_layer, "override the preset's layers")->check(at_least<std::int64_t>(1));
@@ -1093,7 +1105,8 @@ int main(int argc, char** argv) {
       ->check(at_least<std::int64_t>(0))
       ->capture_default_str();
   app.add_option("--report", o.report, "write a JSON report (memory per rank, communication, losses, speed); its "
-                 "folder must exist (checked before training)");
+                 "folder must exist (checked before training)")
+      ->check(tools::non_empty("a file to write"));
   app.add_option("--out", o.out_dir, "folder for metrics.jsonl and training.png (created; checked before training)")
       ->capture_default_str();
   app.add_option("--device", o.device,
@@ -1108,10 +1121,12 @@ int main(int argc, char** argv) {
       ->check(at_least<std::int64_t>(0, " (0: only when a signal asks)"))
       ->capture_default_str();
   app.add_option("--save-dir", o.save_dir,
-                 "folder of the checkpoints (<dir>/<tag>/, <dir>/latest)");
+                 "folder of the checkpoints (<dir>/<tag>/, <dir>/latest)")
+      ->check(tools::non_empty("a folder"));
   app.add_option("--resume", o.resume,
                  "resume from checkpoint TAG of --save-dir (latest: the newest); saved on any number of ranks; a "
-                 "checkpoint at or past --steps is an error");
+                 "checkpoint at or past --steps is an error")
+      ->check(tools::non_empty("a tag (latest: the newest)"));
   app.add_flag("--sync-save", o.sync_save,
                "write checkpoints before training goes on (default: asynchronously, training blocks only for a "
                "host copy)");

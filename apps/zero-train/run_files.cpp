@@ -43,6 +43,7 @@ std::size_t trim(const std::filesystem::path& path, std::int64_t first_step, boo
 }  // namespace
 
 void RunFiles::open(const std::filesystem::path& dir, std::int64_t first_step) {
+  dir_ = dir;
   const auto mode = first_step > 0 ? std::ios::app : std::ios::trunc;
   if (first_step > 0) {
     trim(dir / "metrics.jsonl", first_step, /*json=*/true);
@@ -56,16 +57,40 @@ void RunFiles::open(const std::filesystem::path& dir, std::int64_t first_step) {
              "there (", std::strerror(errno), "); give a writable folder (--out)");
 }
 
-void RunFiles::flush() {
+bool RunFiles::note_failure(const std::string& what) {
+  if (!failure_.empty()) return false;
+  failure_ = "--out " + dir_.string() + ": " + what;
+  return true;
+}
+
+namespace {
+std::string write_error() { return errno != 0 ? std::strerror(errno) : "a write error"; }
+}  // namespace
+
+bool RunFiles::flush(std::int64_t step) {
+  errno = 0;
   metrics.flush();
   loss.flush();
   val.flush();
+  if (metrics && loss && val) return false;
+  return note_failure("writing metrics.jsonl, loss.dat and val.dat failed at step " + std::to_string(step) + " (" +
+                      write_error() + "): they lack that step and the ones after it");
 }
 
 void RunFiles::close() {
+  errno = 0;
   metrics.close();
   loss.close();
   val.close();
+  if (!metrics || !loss || !val) {
+    note_failure("writing metrics.jsonl, loss.dat and val.dat failed as they were closed (" + write_error() +
+                 "): their last lines may be missing");
+  }
+  std::error_code ec;
+  if (!std::filesystem::exists(dir_ / "metrics.jsonl", ec)) {
+    note_failure("metrics.jsonl is no longer there: the folder was removed or moved during the run, and the "
+                 "metrics went with it");
+  }
 }
 
 }  // namespace zero::train

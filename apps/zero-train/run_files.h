@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <string>
 
 namespace zero::train {
 
@@ -18,8 +19,20 @@ struct RunFiles {
   // steps <= first_step and appended to. Throws zero::Error naming the
   // folder when they cannot be written.
   void open(const std::filesystem::path& dir, std::int64_t first_step);
-  void flush();
+  // Writes out what step `step` added. The first write that fails (a full
+  // disk, the folder removed) is kept in failure(); returns true then, once,
+  // so that the caller warns once. Training goes on: the files are its log.
+  bool flush(std::int64_t step);
+  // Closes the files, and checks that metrics.jsonl is still in the folder
+  // (a folder removed during the run takes the files with it).
   void close();
+  // "" while every line reached the files; else what was lost and why.
+  const std::string& failure() const { return failure_; }
+
+ private:
+  bool note_failure(const std::string& what);
+  std::filesystem::path dir_;
+  std::string failure_;
 };
 
 }  // namespace zero::train

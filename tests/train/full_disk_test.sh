@@ -9,12 +9,27 @@
 #  - one more page: the checkpoint is in place and the error says `latest`
 #    could not follow, naming the tag to resume from (with continue: counted
 #    as saved);
-#  - a read-only --save-dir is refused before anything trains.
+#  - a read-only --save-dir is refused before anything trains;
+#  - metrics that cannot be written (metrics.jsonl on /dev/full: no mount
+#    needed, so checked first) warn once, training goes on, and the run ends
+#    with exit status 1 naming the step they stop at; a --report on a full
+#    disk is exit 1 and leaves no partial file.
 # usage: full_disk_test.sh ZERO_TRAIN CORPUS WORK
 set -u
 train=$1 corpus=$2 work=$3
 rm -rf "$work" && mkdir -p "$work"
 fail() { echo "FAIL: $*"; exit 1; }
+
+mkdir -p "$work/full_out" && ln -s /dev/full "$work/full_out/metrics.jsonl"
+ZERO_COMM_BACKEND=single timeout 200 "$train" "$corpus" --model gpt2-tiny --steps 3 --eval-every 0 \
+  --out "$work/full_out" --report "$work/full_out.json" >"$work/full_out.log" 2>&1; rc=$?
+[ $rc = 1 ] || { tail -5 "$work/full_out.log"; fail "metrics that could not be written: exit $rc, not 1"; }
+n=$(grep -c "zero-train: warning: --out .*full_out: writing metrics.jsonl, loss.dat and val.dat failed at step 1 (No space left on device)" "$work/full_out.log")
+[ "$n" = 1 ] || { tail -5 "$work/full_out.log"; fail "the failed metrics were warned of $n times, not once at step 1"; }
+grep -q "^zero-train: error: --out .*failed at step 1 .*Training itself finished" "$work/full_out.log" \
+  || { tail -5 "$work/full_out.log"; fail "the run's last line does not say the metrics are incomplete"; }
+grep -q "^metrics: " "$work/full_out.log" && fail "incomplete metrics were announced as written"
+grep -q '"out_error": "--out .*failed at step 1' "$work/full_out.json" || fail "the report does not carry the metrics' failure"
 disk=$work/disk
 mkdir -p "$disk"
 mount -t tmpfs -o size=64k tmpfs "$disk" 2>/dev/null || { echo "SKIP: cannot mount a tmpfs here (not root?)"; exit 77; }
@@ -57,9 +72,17 @@ grep -q "zero-train: warning: checkpoint 'step-2' is complete in .*; training is
 grep -q "save(s) of this run failed" "$work/latest_continue.log" && fail "a complete checkpoint was counted as a failed save"
 grep -q '"failed_saves": 0' "$work/latest.json" || fail "the report counts the complete checkpoint as a failed save"
 
+resize 1  # the report does not fit (the run's own files are elsewhere)
+timeout 200 "$train" "$corpus" --model gpt2-tiny --config "$work/fp32.json" --steps 2 --eval-every 0 \
+  --out "$work/out" --report "$disk/report.json" >"$work/report.log" 2>&1; rc=$?
+[ $rc = 1 ] || { tail -5 "$work/report.log"; fail "a report that did not fit: exit $rc, not 1"; }
+grep -q -- "--report .*report.json: writing the report failed (No space left on device)" "$work/report.log" \
+  || { tail -5 "$work/report.log"; fail "no error naming the report's write"; }
+[ -z "$(ls -A "$disk")" ] || fail "the failed report left $(ls -A "$disk")"
+
 mount -o remount,ro "$disk" || fail "cannot make the tmpfs read-only"
 run --save-dir "$disk/new" >"$work/ro.log" 2>&1 && fail "a read-only --save-dir was taken"
 grep -q -- "--save-dir .*new: cannot write in .*disk (Read-only file system), so no checkpoint could be saved" "$work/ro.log" \
   || { tail -5 "$work/ro.log"; fail "no error naming the read-only folder"; }
 grep -q "^step " "$work/ro.log" && fail "a read-only --save-dir was found only after training"
-echo "full disk: errors, not crashes; nothing partial left; latest's failure named; read-only refused up front"
+echo "full disk: errors, not crashes; nothing partial left; latest's failure named; read-only refused up front; lost metrics and reports are exit 1"

@@ -1,0 +1,74 @@
+// The tools' own text handling: a sample made printable, and zero-train's
+// record in a checkpoint's client_state checked before it is used.
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "common/printable_text.h"
+#include "common/run_record.h"
+#include "zero/core/error.h"
+
+namespace {
+
+using zero::tools::printable;
+
+TEST(Printable, KeepsUtf8AndEscapesControlsAndNonUtf8) {
+  // ASCII, newline and tab, 2-, 3- and 4-byte UTF-8 stay as they are.
+  const std::string utf8 = "a b\n\tc h\xc3\xa9llo \xe2\x9c\x93 \xf0\x9d\x84\x9e";
+  EXPECT_EQ(printable(utf8), utf8);
+  EXPECT_EQ(printable("\x1b[2J\x07\x7f"), "\\x1b[2J\\x07\\x7f");
+  // A lone continuation byte and a lead byte of nothing.
+  EXPECT_EQ(printable("x\x9ey\xffz"), "x\\x9ey\\xffz");
+  // C1 controls (U+0080..U+009F, as UTF-8) are controls too.
+  EXPECT_EQ(printable("\xc2\x85"), "\\xc2\\x85");
+  EXPECT_EQ(printable("\xc2\xa0"), "\xc2\xa0");  // U+00A0 is not
+  // Overlong forms, a surrogate, a code point past U+10FFFF.
+  EXPECT_EQ(printable("\xc0\xaf"), "\\xc0\\xaf");
+  EXPECT_EQ(printable("\xe0\x80\xaf"), "\\xe0\\x80\\xaf");
+  EXPECT_EQ(printable("\xed\xa0\x80"), "\\xed\\xa0\\x80");
+  EXPECT_EQ(printable("\xf4\x90\x80\x80"), "\\xf4\\x90\\x80\\x80");
+  // A sequence cut short, at the end and before ASCII: the ASCII stays.
+  EXPECT_EQ(printable("\xe2\x9c"), "\\xe2\\x9c");
+  EXPECT_EQ(printable("\xe2\x9cok"), "\\xe2\\x9cok");
+}
+
+std::string error_of(const nlohmann::json& cs) {
+  try {
+    zero::tools::check_run_record(cs, "ck/step-6");
+  } catch (const zero::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(RunRecord, WhatZeroTrainWritesPasses) {
+  const nlohmann::json cs = {{"step", 6}, {"seed", 1234u}, {"model", "gpt2-tiny"}, {"seq_len", 0}, {"steps", 8},
+                             {"corpus", {{"bytes", 10}}}, {"lr", 3e-4}, {"decay", "all"}, {"train_batch_size", 8},
+                             {"gpt", {{"vocab_size", 256}, {"block_size", 64}, {"n_layer", 2}, {"n_head", 2},
+                                      {"n_embd", 64}}}};
+  EXPECT_EQ(error_of(cs), "");
+  // Older checkpoints, and a library user's own client_state, lack fields.
+  EXPECT_EQ(error_of(nlohmann::json::object()), "");
+  EXPECT_EQ(error_of({{"step", 3}, {"mine", "x"}}), "");
+  EXPECT_EQ(error_of(nlohmann::json()), "");
+}
+
+TEST(RunRecord, ValuesZeroTrainNeverWritesAreNamed) {
+  EXPECT_NE(error_of({{"step", -5}}).find("checkpoint ck/step-6: its manifest's client_state.step is -5, not a step "
+                                          "(an integer >= 0) as zero-train writes it: the manifest was edited"),
+            std::string::npos)
+      << error_of({{"step", -5}});
+  EXPECT_NE(error_of({{"step", 2.5}}).find("client_state.step is 2.5"), std::string::npos);
+  EXPECT_NE(error_of({{"gpt", {{"n_head", 0}}}}).find("client_state.gpt.n_head is 0, not a size"), std::string::npos);
+  EXPECT_NE(error_of({{"gpt", {{"n_layer", "two"}}}}).find("client_state.gpt.n_layer is \"two\""), std::string::npos);
+  EXPECT_NE(error_of({{"gpt", 3}}).find("client_state.gpt is 3"), std::string::npos);
+  EXPECT_NE(error_of({{"seed", -1}}).find("client_state.seed is -1"), std::string::npos);
+  EXPECT_NE(error_of({{"lr", "1e-3"}}).find("client_state.lr is \"1e-3\""), std::string::npos);
+  EXPECT_NE(error_of({{"train_batch_size", 0}}).find("client_state.train_batch_size is 0"), std::string::npos);
+  EXPECT_NE(error_of({{"decay", 1}}).find("client_state.decay is 1, not a string"), std::string::npos);
+  EXPECT_NE(error_of({{"steps", 18446744073709551615u}}).find("client_state.steps is 18446744073709551615"),
+            std::string::npos);
+}
+
+}  // namespace
