@@ -40,8 +40,10 @@ void check_run_record(const nlohmann::json& cs, const std::string& folder) {
                                        !(it->is_number_integer() && it->get<std::int64_t>() >= 0)) {
     fail(folder, "seed", *it, "a seed (an integer >= 0)");
   }
-  if (const auto it = cs.find("lr"); it != cs.end() && !(it->is_number() && it->get<double>() >= 0.0)) {
-    fail(folder, "lr", *it, "a learning rate (a number >= 0)");
+  for (const char* key : {"lr", "weight_decay"}) {
+    if (const auto it = cs.find(key); it != cs.end() && !(it->is_number() && it->get<double>() >= 0.0)) {
+      fail(folder, key, *it, "a rate (a number >= 0)");
+    }
   }
   for (const char* key : {"model", "decay"}) {
     if (const auto it = cs.find(key); it != cs.end() && !it->is_string()) fail(folder, key, *it, "a string");

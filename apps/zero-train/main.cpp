@@ -672,6 +672,13 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
       std::fprintf(stderr, "warning: the checkpoint was trained with lr %g, this run's config has %g: the schedule "
                    "from here on follows the new one\n", client.value("lr", 0.0), static_cast<double>(cfg.optimizer.lr));
     }
+    if (root && client.contains("weight_decay") &&
+        client.value("weight_decay", 0.0) != static_cast<double>(cfg.optimizer.weight_decay)) {
+      std::fprintf(stderr, "warning: the checkpoint was trained with weight_decay %g, this run's config has %g: to "
+                   "continue as it was, give a --config whose optimizer.params.weight_decay is %g\n",
+                   client.value("weight_decay", 0.0), static_cast<double>(cfg.optimizer.weight_decay),
+                   client.value("weight_decay", 0.0));
+    }
     if (root) {
       std::fprintf(stderr, "resuming at step %lld of %lld\n", static_cast<long long>(first_step),
                    static_cast<long long>(o.steps));
@@ -757,7 +764,8 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
     }
     const nlohmann::json client = {{"step", done}, {"seed", o.seed}, {"model", o.model},
                                    {"seq_len", o.seq_len}, {"steps", o.steps}, {"corpus", corpus_id},
-                                   {"lr", static_cast<double>(cfg.optimizer.lr)}, {"decay", o.decay},
+                                   {"lr", static_cast<double>(cfg.optimizer.lr)},
+                                   {"weight_decay", static_cast<double>(cfg.optimizer.weight_decay)}, {"decay", o.decay},
                                    {"train_batch_size", cfg.train_batch_size},
                                    {"gpt", {{"vocab_size", gc.vocab_size}, {"block_size", gc.block_size},
                                             {"n_layer", gc.n_layer}, {"n_head", gc.n_head}, {"n_embd", gc.n_embd}}}};

@@ -44,7 +44,7 @@ std::string error_of(const nlohmann::json& cs) {
 
 TEST(RunRecord, WhatZeroTrainWritesPasses) {
   const nlohmann::json cs = {{"step", 6}, {"seed", 1234u}, {"model", "gpt2-tiny"}, {"seq_len", 0}, {"steps", 8},
-                             {"corpus", {{"bytes", 10}}}, {"lr", 3e-4}, {"decay", "all"}, {"train_batch_size", 8},
+                             {"corpus", {{"bytes", 10}}}, {"lr", 3e-4}, {"weight_decay", 0.1}, {"decay", "all"}, {"train_batch_size", 8},
                              {"gpt", {{"vocab_size", 256}, {"block_size", 64}, {"n_layer", 2}, {"n_head", 2},
                                       {"n_embd", 64}}}};
   EXPECT_EQ(error_of(cs), "");
@@ -65,6 +65,7 @@ TEST(RunRecord, ValuesZeroTrainNeverWritesAreNamed) {
   EXPECT_NE(error_of({{"gpt", 3}}).find("client_state.gpt is 3"), std::string::npos);
   EXPECT_NE(error_of({{"seed", -1}}).find("client_state.seed is -1"), std::string::npos);
   EXPECT_NE(error_of({{"lr", "1e-3"}}).find("client_state.lr is \"1e-3\""), std::string::npos);
+  EXPECT_NE(error_of({{"weight_decay", -0.1}}).find("client_state.weight_decay is -0.1"), std::string::npos);
   EXPECT_NE(error_of({{"train_batch_size", 0}}).find("client_state.train_batch_size is 0"), std::string::npos);
   EXPECT_NE(error_of({{"decay", 1}}).find("client_state.decay is 1, not a string"), std::string::npos);
   EXPECT_NE(error_of({{"steps", 18446744073709551615u}}).find("client_state.steps is 18446744073709551615"),
