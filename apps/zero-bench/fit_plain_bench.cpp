@@ -75,6 +75,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "common/cli_range.h"
 #include "zero/comm/communicator.h"
 #include "zero/config/config.h"
 #include "zero/core/error.h"
@@ -687,7 +688,9 @@ void add_fit_plain_command(CLI::App& app) {
                   "torch (torch::optim::AdamW), fused (at::_fused_adamw_, as Python's AdamW(fused=True)), zero "
                   "(zerocpp's device Adam, CUDA builds) or engine (zero::Engine; see --stage)")
       ->capture_default_str();
-  cmd->add_option("--stage", o->stage, "--optimizer engine: ZeRO stage")->capture_default_str();
+  cmd->add_option("--stage", o->stage, "--optimizer engine: ZeRO stage")
+      ->check(tools::in_range<int>(0, 3))
+      ->capture_default_str();
   cmd->add_option("--offload", o->offload, "--optimizer engine: none or cpu (offload_optimizer.device)")
       ->capture_default_str();
   cmd->add_flag("--dpu", o->dpu, "--optimizer engine with --offload cpu: the delayed parameter update");

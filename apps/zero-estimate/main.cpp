@@ -265,7 +265,6 @@ int main(int argc, char** argv) {
                  offload_ratio);
       ZERO_CHECK(offload_ratio == 1.0 || offload, "--offload-ratio is the offloaded share of the optimizer state: "
                  "it needs --offload");
-      ZERO_CHECK(world >= 1, "--world must be at least 1, got ", world);
       ZERO_CHECK(bucket >= 0, "--bucket (reduce_bucket_size) must be 0 or more, got ", bucket);
       ZERO_CHECK(micro >= 1, "--micro must be at least 1, got ", micro);
       ZERO_CHECK(accumulation >= 1, "--accumulation (gradient_accumulation_steps) must be at least 1, got ",

@@ -299,6 +299,13 @@ void prepare_outputs(const Options& o, bool root) {
                "; give a folder that can be created, or an existing one (--out)");
   }
   ZERO_CHECK(fs::is_directory(o.out_dir, ec), "--out ", o.out_dir, " is not a folder: give a folder (--out)");
+  // A resume from a folder that is not there: a typo, said as one (not
+  // "holds no finished checkpoint" of a folder made for it).
+  if (!o.resume.empty()) {
+    ZERO_CHECK(fs::is_directory(o.save_dir, ec), "--save-dir ", o.save_dir, " is not ",
+               fs::exists(o.save_dir, ec) ? "a folder" : "there", ", so there is no checkpoint to --resume ", o.resume,
+               ": give the folder the checkpoints were saved to, or start without --resume (a new run)");
+  }
   // --save-dir: a file in the way is found now, not at the first save
   // (unless saves may fail: --on-save-error continue warns at each).
   if (!o.save_dir.empty() && o.on_save_error != "continue") {
@@ -1169,6 +1176,22 @@ int main(int argc, char** argv) {
   }
   if (!o.resume.empty() && o.save_dir.empty()) {
     if (says) std::fprintf(stderr, "zero-train: error: --resume needs --save-dir: the folder the checkpoints were saved to\n");
+    return 2;
+  }
+  // The model's shape is the command line's: an unknown preset, or heads
+  // that do not split the width, is a usage error (exit 2, as in
+  // zero-estimate), said before MPI starts.
+  try {
+    models::GptConfig gc = models::gpt_preset(o.model);
+    const bool heads_given = o.n_head != 0, width_given = o.n_embd != 0;
+    if (heads_given) gc.n_head = o.n_head;
+    if (width_given) gc.n_embd = o.n_embd;
+    ZERO_CHECK(gc.n_embd % gc.n_head == 0, "the width ", gc.n_embd, width_given ? " (--n-embd)" : " (the preset's)",
+               " is not a multiple of the heads ", gc.n_head, heads_given ? " (--n-head)" : " (the preset's)",
+               ": each head takes an equal share of it; give --n-embd a multiple of ", gc.n_head,
+               " or --n-head a divisor of ", gc.n_embd);
+  } catch (const Error& e) {
+    if (says) std::fprintf(stderr, "zero-train: error: %s\n", e.what());
     return 2;
   }
   o.warmup_given = warmup->count() > 0;

@@ -28,13 +28,14 @@ expect2 "--n: counts must be >= 1, got '0'" "$bench" adam --n 0
 expect2 "--n: '-5' is not a count" "$bench" adam --n -5
 expect2 "--iters: must be >= 1, got 0" "$bench" adam --iters 0
 expect2 "--matmul: 'abc' is not a positive matrix size" "$bench" fit-plain --matmul abc
+expect2 "--stage: must be in \[0, 3\], got 5" "$bench" fit-plain --optimizer engine --stage 5
 expect2 "--offload must be none or cpu, not 'nvme'" "$bench" fit-plain --optimizer engine --stage 2 --offload nvme
 expect2 "--timeline .*: the folder /nonexistent/dir does not exist" "$bench" fit-plain --timeline /nonexistent/dir/tl
 expect2 "unknown command 'nosuch': use adam, step, fit-plain or ckpt" "$bench" nosuch
 expect2 "'--bogus' before a command" "$bench" --bogus
 expect2 "zero-bench adam measures one process, and 2 are on this node" \
   "$mpiexec" -np 2 --oversubscribe --bind-to none "$bench" adam --n 1000
-expect2 "--world must be at least 1, got 0" "$est" --world 0
+expect2 "--world: must be in \[1, 1048576\], got 0" "$est" --world 0
 expect2 "--precision must be bf16, fp16 or fp32, got 'fp8'" "$est" --precision fp8
 expect2 "--params '80G' is not a parameter count" "$est" --params 80G
 expect2 "--device-mem '80G' is not a byte size" "$est" --device-mem 80G
