@@ -712,7 +712,7 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
     last_saved = saving_step;  // (called once a save is committed)
     newest_saved = c.tag;
     if (root) {
-      std::fprintf(stderr, "checkpoint %s saved in %s: %.1f MiB per rank written in %.2f s, training stalled %.1f ms%s\n",
+      std::fprintf(stderr, "checkpoint %s saved in %s: rank 0 wrote %.1f MiB in %.2f s, training stalled %.1f ms%s\n",
                    c.tag.c_str(), o.save_dir.c_str(), static_cast<double>(c.bytes) / (1 << 20), c.write_s,
                    c.stall_s * 1e3, c.async ? " (asynchronous save)" : "");
     }
