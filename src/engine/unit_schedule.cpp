@@ -59,7 +59,7 @@ UnitSchedule::UnitSchedule(const UnitAssignment& units, ParamStore& store, comm:
     const bool trains = !units_[u].buckets.empty();
     for (int b : store.frozen_group_buckets(static_cast<int>(u))) units_[u].buckets.push_back(b);
     for (int b : units_[u].buckets) units_[u].elements += store.bucket(static_cast<std::size_t>(b)).padded;
-    handlers_.emplace_back(this, static_cast<int>(u), trains);
+    handlers_.emplace_back(this, static_cast<int>(u), trains, units.names[u]);
   }
   // A unit with nothing of its own to gather (shared with another unit, or
   // kept) gets no handler: zero::unit() then just calls it. One whose own

@@ -98,8 +98,9 @@ class UnitSchedule {
 
  private:
   struct Handler : UnitHandler {
-    Handler(UnitSchedule* s, int u, bool t) : schedule(s), unit(u), trains(t) {}
+    Handler(UnitSchedule* s, int u, bool t, std::string p) : schedule(s), unit(u), trains(t), where(std::move(p)) {}
     bool trains_parameters() const override { return trains; }
+    std::string path() const override { return where; }
     void gather() override { schedule->gather(unit); }
     void release() override { schedule->release(unit); }
     void gather_until_backward_ends() override { schedule->gather_until_backward_ends(unit); }
@@ -109,6 +110,7 @@ class UnitSchedule {
     UnitSchedule* schedule;
     int unit;
     bool trains;  // some of its buckets are trainable (not only frozen ones)
+    std::string where;  // its name in the model ("" for the root: then its class names it)
   };
   struct UnitState {
     std::vector<int> buckets;  // ParamStore's numbering: trainable, then frozen ones

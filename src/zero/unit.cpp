@@ -136,7 +136,9 @@ at::Tensor unit(const torch::nn::Module& m, const at::Tensor& x,
   }
   const bool view_of_parameters = out.defined() && h->shares_gathered_memory(out);
   h->release();
-  ZERO_CHECK(!view_of_parameters, "zero::unit: the output of unit '", m.name(), "' is a view of its own parameters, "
+  const std::string path = h->path();  // (its class alone does not tell one block from another)
+  const std::string named = path.empty() ? "'" + m.name() + "'" : "'" + path + "' (" + m.name() + ")";
+  ZERO_CHECK(!view_of_parameters, "zero::unit: the output of unit ", named, " is a view of its own parameters, "
              "whose memory stage 3 releases when the unit returns: return a copy (e.g. the view's .clone()) or a "
              "result computed from them");
   if (track && out.requires_grad()) {

@@ -35,6 +35,7 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 
 #include <ATen/Tensor.h>
 #include <torch/nn/module.h>
@@ -61,6 +62,9 @@ class UnitHandler {
     (void)t;
     return false;
   }
+  // The unit's path in the model ("blocks.0"), for messages; "" when the
+  // handler does not know it (messages then name the module's class).
+  virtual std::string path() const { return {}; }
   // Expires with the handler: a unit's backward hooks (which may outlive
   // the engine, with the graph that holds them) use it only while alive.
   std::weak_ptr<const void> liveness() const { return alive_; }
