@@ -291,8 +291,11 @@ void UnitSchedule::release_all() {
 
 std::string UnitSchedule::describe(std::int64_t persistence_threshold, c10::ScalarType dtype) const {
   const FlatLayout& L = store_.layout();
-  std::size_t kept = 0;
-  for (const Bucket& b : L.buckets()) kept += b.group < 0 ? b.numel : 0;
+  std::size_t kept = 0, kept_buckets = 0;
+  for (const Bucket& b : L.buckets()) {
+    kept += b.group < 0 ? b.numel : 0;
+    kept_buckets += b.group < 0 ? 1 : 0;
+  }
   if (units_.empty()) {
     return "zerocpp: stage 3: no module of the model is marked as a unit, so the whole model is one unit that "
            "stays gathered: every rank holds all " + std::to_string(L.numel()) + " parameters in " +
@@ -300,10 +303,11 @@ std::string UnitSchedule::describe(std::int64_t persistence_threshold, c10::Scal
            "(zero::mark_unit(*block) at construction and zero::unit(*block, x, fn) in forward; docs/engine.md) so "
            "that only one block is gathered at a time.";
   }
-  std::string out = "zerocpp: stage 3: " + std::to_string(units_.size()) + " units; " + std::to_string(kept) +
-                    " of " + std::to_string(L.numel()) + " parameters stay gathered (no unit, shared by two units, "
-                    "or below stage3_param_persistence_threshold=" + std::to_string(persistence_threshold) +
-                    " elements)";
+  std::string out = "zerocpp: stage 3: " + std::to_string(units_.size()) + " units in " +
+                    std::to_string(L.buckets().size() - kept_buckets) + " buckets; " + std::to_string(kept) + " of " +
+                    std::to_string(L.numel()) + " parameters stay gathered, in " + std::to_string(kept_buckets) +
+                    " buckets (no unit, shared by two units, or below stage3_param_persistence_threshold=" +
+                    std::to_string(persistence_threshold) + " elements)";
   std::size_t largest = 0, largest_bucket = 0;
   for (const UnitState& u : units_) {
     largest = std::max(largest, u.elements);

@@ -45,6 +45,46 @@ TEST(FlatLayout, LargeParameterGetsItsOwnBucketAndStage0OwnsAll) {
   EXPECT_EQ(L.partition_valid(0), 103u);
 }
 
+// A block's small parameters (no group: under the persistence threshold)
+// between its matrices (group 0) go after the matrices, back to front: the
+// unit is one bucket, and they one kept bucket with the parameters of no
+// group that follow, not a bucket each.
+TEST(FlatLayout, Stage3KeptParametersAmongAUnitsDoNotCutIt) {
+  // Model order: ln.w ln.b | w1 b1 w2 b2 (block) | head.b; back to front:
+  // head.b, b2, w2, b1, w1, ln.b, ln.w -> head.b b2 | w2 w1 | b1 ln.b ln.w.
+  const std::vector<int> groups{-1, -1, 0, -1, 0, -1, -1};
+  FlatLayout L({2, 2, 8, 3, 8, 3, 1}, 100, 1, 1, 1, groups);
+  ASSERT_EQ(L.buckets().size(), 3u);
+  EXPECT_EQ(L.buckets()[0].group, -1);
+  EXPECT_EQ((L.buckets()[0].params), (std::vector<int>{6, 5}));
+  EXPECT_EQ(L.buckets()[1].group, 0);
+  EXPECT_EQ((L.buckets()[1].params), (std::vector<int>{4, 2}));
+  EXPECT_EQ(L.buckets()[2].group, -1);
+  EXPECT_EQ((L.buckets()[2].params), (std::vector<int>{3, 1, 0}));
+  // Every parameter still has its own range, inside its bucket, and the
+  // ranges tile the buffer.
+  std::size_t covered = 0;
+  for (std::size_t i = 0; i < L.params().size(); ++i) {
+    const ParamSlot& p = L.params()[i];
+    const Bucket& b = L.buckets()[static_cast<std::size_t>(p.bucket)];
+    EXPECT_GE(p.offset, b.offset);
+    EXPECT_LE(p.offset + p.numel, b.offset + b.numel);
+    EXPECT_EQ(b.group, groups[i]);
+    covered += p.numel;
+  }
+  EXPECT_EQ(covered, L.numel());
+  // Two blocks (w b w b each): each unit whole, its kept parameters after
+  // it, joined by the next block's last bias (which comes before that
+  // block's matrices, back to front): two buckets a block, not four.
+  FlatLayout M({8, 3, 8, 3, 8, 3, 8, 3}, 100, 1, 1, 1, {0, -1, 0, -1, 1, -1, 1, -1});
+  ASSERT_EQ(M.buckets().size(), 5u);
+  EXPECT_EQ((M.buckets()[0].params), (std::vector<int>{7}));
+  EXPECT_EQ((M.buckets()[1].params), (std::vector<int>{6, 4}));
+  EXPECT_EQ((M.buckets()[2].params), (std::vector<int>{5, 3}));
+  EXPECT_EQ((M.buckets()[3].params), (std::vector<int>{2, 0}));
+  EXPECT_EQ((M.buckets()[4].params), (std::vector<int>{1}));
+}
+
 TEST(FlatLayout, Stage3GroupsAreWholeBuckets) {
   // Groups -1, 0, 0, 1, -1 (back to front: -1, 1, 0 0, -1); 0's two fit one bucket.
   FlatLayout L({4, 3, 3, 5, 2}, 100, 2, 2, 1, {-1, 0, 0, 1, -1});

@@ -19,7 +19,10 @@
 //    sits at `bucket.partition_offset` in every rank's partition.
 //  - Stage 3: each parameter may belong to a group (a unit, gathered and
 //    released together; -1: none); a bucket holds parameters of one group
-//    only, so a unit's parameters are whole buckets.
+//    only, so a unit's parameters are whole buckets. A parameter of no group
+//    that lies among a group's (a block's bias or norm gain between its
+//    matrices) is packed right after the group's last one instead, so that
+//    it cuts neither the unit's buckets nor its own kept ones into pieces.
 // Stage 0 uses shard_world = 1 (every rank owns everything).
 #pragma once
 
