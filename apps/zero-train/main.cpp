@@ -622,6 +622,10 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
       // The engine's words are a C++ caller's (EngineOptions' rules); here
       // those settings come from zero-train's options.
       const std::string said = e.what();
+      if (said.find("holds the state of optimizer") != std::string::npos) {
+        throw Error(said + ". In zero-train the optimizer is the config's optimizer.type: resume with a --config "
+                    "whose optimizer is the checkpoint's (zero-ckpt inspect shows it)");
+      }
       if (said.find("EngineOptions") == std::string::npos && said.find("fresh engine") == std::string::npos) throw;
       throw Error(said + ". In zero-train, the settings per parameter follow --decay (the weight decay of the "
                   "matrices only, or of all parameters) and Muon's matrices the config's optimizer.type: resume "
