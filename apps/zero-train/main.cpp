@@ -980,8 +980,14 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
       std::fprintf(stderr, "last validation loss %.4f nats, at step %lld (unigram entropy of the corpus %.4f)\n",
                    *last_val, static_cast<long long>(last_val_step), corpus.unigram_entropy_nats());
     } else {
-      std::fprintf(stderr, "no validation loss: no evaluation ran (--eval-every 0); unigram entropy of the corpus "
-                           "%.4f nats\n", corpus.unigram_entropy_nats());
+      // (With --eval-every N the last step is evaluated too: only a stop
+      // before the first evaluation leaves none.)
+      const std::string why = o.eval_every == 0 ? "--eval-every 0"
+                                                : (stopped_by.empty() ? "the run ended" : "stopped by " + stopped_by) +
+                                                      " before the first, at step " +
+                                                      std::to_string(std::min<std::int64_t>(o.eval_every, o.steps));
+      std::fprintf(stderr, "no validation loss: no evaluation ran (%s); unigram entropy of the corpus %.4f nats\n",
+                   why.c_str(), corpus.unigram_entropy_nats());
     }
     if (files.failure().empty()) std::fprintf(stderr, "metrics: %s\n", (fs::path(o.out_dir) / "metrics.jsonl").c_str());
     if (failed_saves > 0) {

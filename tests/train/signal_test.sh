@@ -138,13 +138,18 @@ echo "a stop during an evaluation: stopped and saved at that step"
 
 # 6. One process: SIGTERM without --save-dir says nothing is saved; a second
 # SIGINT after the first ends the process at once.
-ZERO_COMM_BACKEND=single "$train" "${args[@]}" --out "$work/nosave" >"$work/nosave.log" 2>&1 &
+# (An evaluation every 300 steps: the stop comes before the first.)
+ZERO_COMM_BACKEND=single "$train" "$corpus" --model gpt2-tiny --config "$work/fp32.json" --eval-every 300 \
+  --steps $steps --out "$work/nosave" >"$work/nosave.log" 2>&1 &
 job=$!
 wait_lines "$work/nosave/metrics.jsonl" 5
 kill -TERM $job
 wait $job; rc=$?
 [ $rc = 75 ] || fail "SIGTERM without --save-dir: exit $rc, not 75"
 grep -q "nothing is saved" "$work/nosave.log" || fail "SIGTERM without --save-dir does not say that nothing is saved"
+# The end says why there is no validation loss: the stop, not --eval-every 0.
+grep -q "no validation loss: no evaluation ran (stopped by SIGTERM before the first, at step 300)" "$work/nosave.log" \
+  || { tail -5 "$work/nosave.log"; fail "the end does not say the stop came before the first evaluation"; }
 ZERO_COMM_BACKEND=single "$train" "${args[@]}" --out "$work/twice" >"$work/twice.log" 2>&1 &
 job=$!
 wait_lines "$work/twice/metrics.jsonl" 5
