@@ -222,12 +222,12 @@ int main(int argc, char** argv) {
       const bool drops_optimizer = oo.device != "none" && at == 0 && unless("--offload");
       const bool drops_param = op.device != "none" && at != 3 && unless("--offload-param");
       if (stage_flag_ok && (drops_optimizer || drops_param)) {
-        std::printf("(--stage %d: the config's %s%s%s %s left out, as %s only at %s)\n", at,
-                    drops_optimizer ? "offload_optimizer" : "", drops_optimizer && drops_param ? " and " : "",
-                    drops_param ? "offload_param" : "", drops_optimizer && drops_param ? "are" : "is",
-                    drops_param && !drops_optimizer ? "the engine offloads parameters" : "the engine offloads",
-                    drops_param && !drops_optimizer ? "stage 3" : drops_optimizer && !drops_param ? "stages 1-3"
-                                                                                                 : "stages 1-3 (parameters: 3)");
+        const bool both = drops_optimizer && drops_param;
+        const char* what = both ? "offload_optimizer and offload_param are"
+                           : drops_optimizer ? "offload_optimizer is" : "offload_param is";
+        const char* why = both ? "only at stages 1-3 (parameters: 3)"
+                          : drops_optimizer ? "only at stages 1-3" : "parameters only at stage 3";
+        std::printf("(--stage %d: the config's %s left out, as the engine offloads %s)\n", at, what, why);
       }
     }
     // Flags first, each error naming the fix: a usage error (exit 2).

@@ -137,6 +137,22 @@ std::vector<std::pair<std::string, std::string>> training_options(const Options&
           {"--seed", n(o.seed)}};
 }
 
+// The GPT: the preset, with the shape options given (0: the preset's).
+// Throws zero::Error for an unknown preset, or heads that do not split the
+// width, naming the options.
+models::GptConfig gpt_config(const Options& o) {
+  models::GptConfig gc = models::gpt_preset(o.model);
+  if (o.n_layer) gc.n_layer = o.n_layer;
+  if (o.n_head) gc.n_head = o.n_head;
+  if (o.n_embd) gc.n_embd = o.n_embd;
+  if (o.block_size) gc.block_size = o.block_size;
+  ZERO_CHECK(gc.n_embd % gc.n_head == 0, "the width ", gc.n_embd, o.n_embd ? " (--n-embd)" : " (the preset's)",
+             " is not a multiple of the heads ", gc.n_head, o.n_head ? " (--n-head)" : " (the preset's)",
+             ": each head takes an equal share of it; give --n-embd a multiple of ", gc.n_head,
+             " or --n-head a divisor of ", gc.n_embd);
+  return gc;
+}
+
 // The warm-up of zero-train's own schedule, and of an "auto" one: --warmup,
 // or max(1, steps/10).
 std::int64_t warmup_steps(const Options& o) {
@@ -411,11 +427,7 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
     for (const auto& w : cfg.warnings) std::fprintf(stderr, "config warning: %s\n", w.c_str());
     std::fprintf(stderr, "batch: %s\n", cfg.batch_summary().c_str());
   }
-  models::GptConfig gc = models::gpt_preset(o.model);
-  if (o.n_layer) gc.n_layer = o.n_layer;
-  if (o.n_head) gc.n_head = o.n_head;
-  if (o.n_embd) gc.n_embd = o.n_embd;
-  if (o.block_size) gc.block_size = o.block_size;
+  models::GptConfig gc = gpt_config(o);
   // Activation checkpointing: as in Megatron-DeepSpeed, the model invokes it
   // (--checkpoint-activations) and the config's section says how; a config
   // that asks for the checkpoints on the host turns it on as well.
@@ -1192,14 +1204,7 @@ int main(int argc, char** argv) {
   // that do not split the width, is a usage error (exit 2, as in
   // zero-estimate), said before MPI starts.
   try {
-    models::GptConfig gc = models::gpt_preset(o.model);
-    const bool heads_given = o.n_head != 0, width_given = o.n_embd != 0;
-    if (heads_given) gc.n_head = o.n_head;
-    if (width_given) gc.n_embd = o.n_embd;
-    ZERO_CHECK(gc.n_embd % gc.n_head == 0, "the width ", gc.n_embd, width_given ? " (--n-embd)" : " (the preset's)",
-               " is not a multiple of the heads ", gc.n_head, heads_given ? " (--n-head)" : " (the preset's)",
-               ": each head takes an equal share of it; give --n-embd a multiple of ", gc.n_head,
-               " or --n-head a divisor of ", gc.n_embd);
+    gpt_config(o);
   } catch (const Error& e) {
     if (says) std::fprintf(stderr, "zero-train: error: %s\n", e.what());
     return 2;

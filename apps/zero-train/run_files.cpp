@@ -40,6 +40,9 @@ std::size_t trim(const std::filesystem::path& path, std::int64_t first_step, boo
   return kept.size();
 }
 
+// Why a write failed, as the stream's last system call left it.
+std::string write_error() { return errno != 0 ? std::strerror(errno) : "a write error"; }
+
 }  // namespace
 
 void RunFiles::open(const std::filesystem::path& dir, std::int64_t first_step) {
@@ -62,10 +65,6 @@ bool RunFiles::note_failure(const std::string& what) {
   failure_ = "--out " + dir_.string() + ": " + what;
   return true;
 }
-
-namespace {
-std::string write_error() { return errno != 0 ? std::strerror(errno) : "a write error"; }
-}  // namespace
 
 bool RunFiles::flush(std::int64_t step) {
   errno = 0;
