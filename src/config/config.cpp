@@ -676,7 +676,7 @@ Config parse_config(std::string_view json_text, int world_size, std::string_view
              world_size);
   Config c;
   c.world_size = world_size;
-  Json root = parse_json(json_text, source, &c.warnings);
+  Json root = parse_json(json_text, source);
   ParseContext ctx(source, &c.warnings);
   if (!root.is_object()) {
     ctx.fail("", "expected a JSON object ({...}) at the top level, got " +

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstddef>
+#include <iterator>
+#include <map>
 
 #include "zero/core/error.h"
 
@@ -44,12 +47,58 @@ std::size_t utf8_length(std::string_view text, std::size_t i) {
   return len;
 }
 
+// nlohmann's message is "[json.exception.parse_error.101] parse error at line
+// 1, column 5: syntax error while parsing ..."; keep what comes after the
+// location, since the location is given in our own form.
+std::string parser_message(std::string what) {
+  if (!what.empty() && what[0] == '[') {
+    std::size_t close = what.find("] ");
+    if (close != std::string::npos) what.erase(0, close + 2);
+  }
+  if (what.rfind("parse error", 0) == 0) {
+    std::size_t colon = what.find(": ");
+    if (colon != std::string::npos) what.erase(0, colon + 2);
+  }
+  return what;
+}
+
+// A pointer into the text that records how far the parser has read, so that a
+// SAX callback (which nlohmann gives no position) can say where it is.
+class ReadingPointer {
+ public:
+  using iterator_category = std::forward_iterator_tag;
+  using value_type = char;
+  using difference_type = std::ptrdiff_t;
+  using pointer = const char*;
+  using reference = const char&;
+
+  ReadingPointer() = default;
+  ReadingPointer(const char* at, const char** furthest) : at_(at), furthest_(furthest) {}
+  reference operator*() const { return *at_; }
+  ReadingPointer& operator++() {
+    ++at_;
+    if (at_ > *furthest_) *furthest_ = at_;
+    return *this;
+  }
+  ReadingPointer operator++(int) {
+    ReadingPointer before = *this;
+    ++*this;
+    return before;
+  }
+  bool operator==(const ReadingPointer& other) const { return at_ == other.at_; }
+  bool operator!=(const ReadingPointer& other) const { return at_ != other.at_; }
+
+ private:
+  const char* at_ = nullptr;
+  const char** furthest_ = nullptr;
+};
+
 // Builds the document from SAX events. nlohmann's own DOM builder is in its
-// detail namespace; this one also sees each key, to warn about duplicates
-// (a second "zero_optimization" block silently replacing the first is a
-// classic mistake), and records where the parser stopped on every kind of
-// error, including number overflow, which nlohmann raises as out_of_range
-// without a byte position.
+// detail namespace; this one also sees each key, to refuse duplicates (a
+// second "zero_optimization" block silently replacing the first is a classic
+// mistake, and DeepSpeed refuses such a file), and records where the parser
+// stopped on every kind of error, including number overflow, which nlohmann
+// raises as out_of_range without a byte position.
 class DomBuilder {
  public:
   using number_integer_t = Json::number_integer_t;
@@ -58,7 +107,8 @@ class DomBuilder {
   using string_t = Json::string_t;
   using binary_t = Json::binary_t;
 
-  explicit DomBuilder(std::vector<std::string>* warnings) : warnings_(warnings) {}
+  // text: what is parsed; read: the parser's furthest position in it.
+  DomBuilder(std::string_view text, const char* const* read) : text_(text), read_(read) {}
 
   bool null() { return add(Json(nullptr)) != nullptr; }
   bool boolean(bool v) { return add(Json(v)) != nullptr; }
@@ -70,15 +120,23 @@ class DomBuilder {
 
   bool start_object(std::size_t) {
     Json* slot = add(Json::object());
-    stack_.push_back({slot, {}, 0});
+    stack_.push_back({slot, {}, 0, {}});
     return true;
   }
   bool key(string_t& k) {
     Level& top = stack_.back();
-    if (warnings_ && top.value->contains(k)) {
-      warnings_->push_back(sanitize_utf8("key '" + path() + (path().empty() ? "" : ".") + k +
-                                         "' is given twice in the same object; the last "
-                                         "value is used"));
+    const std::size_t at = key_offset();
+    auto [first, inserted] = top.key_offsets.emplace(k, at);
+    if (!inserted) {
+      const std::string parent = path();
+      TextPosition before = locate_offset(text_, first->second);
+      failed_ = true;
+      error_offset_ = at;
+      error_message_ = "key '" + parent + (parent.empty() ? "" : ".") + k +
+                       "' is given twice in the same object (first at line " + std::to_string(before.line) +
+                       ", column " + std::to_string(before.column) +
+                       "): keep one of them (DeepSpeed refuses such a file too)";
+      return false;
     }
     top.key = std::move(k);
     return true;
@@ -89,7 +147,7 @@ class DomBuilder {
   }
   bool start_array(std::size_t) {
     Json* slot = add(Json::array());
-    stack_.push_back({slot, {}, 0});
+    stack_.push_back({slot, {}, 0, {}});
     return true;
   }
   bool end_array() {
@@ -98,13 +156,15 @@ class DomBuilder {
   }
   bool parse_error(std::size_t position, const std::string&, const nlohmann::detail::exception& e) {
     failed_ = true;
-    error_position_ = position;
-    error_message_ = e.what();
+    // The parser counts the characters it read, the offending one included:
+    // the 0-based offset is one less.
+    error_offset_ = position == 0 ? 0 : position - 1;
+    error_message_ = "malformed JSON: " + parser_message(e.what());
     return false;
   }
 
   bool failed() const { return failed_; }
-  std::size_t error_position() const { return error_position_; }
+  std::size_t error_offset() const { return error_offset_; }
   const std::string& error_message() const { return error_message_; }
   Json take() { return std::move(root_); }
 
@@ -113,7 +173,22 @@ class DomBuilder {
     Json* value;
     std::string key;    // objects: the key whose value comes next
     std::size_t index;  // arrays: the index of the next element
+    std::map<std::string, std::size_t> key_offsets;  // objects: where each key was
   };
+
+  // The key callback comes when the parser has read the key's closing quote:
+  // its opening quote is the last unescaped one before that.
+  std::size_t key_offset() const {
+    std::size_t close = static_cast<std::size_t>(*read_ - text_.data());
+    if (close == 0) return 0;
+    for (std::size_t i = close - 1; i-- > 0;) {
+      if (text_[i] != '"') continue;
+      std::size_t slashes = 0;
+      while (slashes < i && text_[i - 1 - slashes] == '\\') ++slashes;
+      if (slashes % 2 == 0) return i;
+    }
+    return 0;
+  }
 
   // Only the innermost container is ever appended to, so the pointers to the
   // outer ones on the stack stay valid.
@@ -133,7 +208,7 @@ class DomBuilder {
     return &slot;
   }
 
-  // "a.b[2].c" of the innermost container, for the duplicate-key warning.
+  // "a.b[2].c" of the innermost container, for the duplicate-key error.
   std::string path() const {
     std::string out;
     for (std::size_t i = 0; i + 1 < stack_.size(); ++i) {
@@ -148,28 +223,14 @@ class DomBuilder {
     return out;
   }
 
-  std::vector<std::string>* warnings_;
+  std::string_view text_;
+  const char* const* read_;
   Json root_;
   std::vector<Level> stack_;
   bool failed_ = false;
-  std::size_t error_position_ = 0;
+  std::size_t error_offset_ = 0;
   std::string error_message_;
 };
-
-// nlohmann's message is "[json.exception.parse_error.101] parse error at line
-// 1, column 5: syntax error while parsing ..."; keep what comes after the
-// location, since the location is given in our own form.
-std::string parser_message(std::string what) {
-  if (!what.empty() && what[0] == '[') {
-    std::size_t close = what.find("] ");
-    if (close != std::string::npos) what.erase(0, close + 2);
-  }
-  if (what.rfind("parse error", 0) == 0) {
-    std::size_t colon = what.find(": ");
-    if (colon != std::string::npos) what.erase(0, colon + 2);
-  }
-  return what;
-}
 
 // The line holding `offset`, cut to a window around it when long, with
 // control characters blanked, and a caret line under the column.
@@ -247,26 +308,19 @@ TextPosition locate_offset(std::string_view text, std::size_t offset) {
   return pos;
 }
 
-nlohmann::ordered_json parse_json(std::string_view text, std::string_view source,
-                                  std::vector<std::string>* warnings) {
-  std::vector<std::string> duplicates;
-  DomBuilder builder(warnings ? &duplicates : nullptr);
-  bool ok = Json::sax_parse(text.begin(), text.end(), &builder, nlohmann::json::input_format_t::json,
+nlohmann::ordered_json parse_json(std::string_view text, std::string_view source) {
+  const char* read = text.data();
+  DomBuilder builder(text, &read);
+  bool ok = Json::sax_parse(ReadingPointer(text.data(), &read), ReadingPointer(text.data() + text.size(), &read),
+                            &builder, nlohmann::json::input_format_t::json,
                             /*strict=*/true, /*ignore_comments=*/false);
   if (!ok || builder.failed()) {
-    // The parser reports how many characters it had read, the offending one
-    // included: the 0-based offset is one less.
-    std::size_t position = builder.error_position();
-    std::size_t offset = position == 0 ? 0 : position - 1;
+    std::size_t offset = builder.failed() ? builder.error_offset() : 0;
     TextPosition at = locate_offset(text, offset);
-    std::string message = builder.failed() ? parser_message(builder.error_message())
-                                           : std::string("the parser stopped");
+    std::string message = builder.failed() ? builder.error_message() : std::string("malformed JSON: the parser stopped");
     throw Error(sanitize_utf8(std::string(source) + ":" + std::to_string(at.line) + ":" +
-                              std::to_string(at.column) + ": malformed JSON: " + message +
+                              std::to_string(at.column) + ": " + message +
                               hjson_hint(text, offset) + "\n" + excerpt(text, offset)));
-  }
-  if (warnings) {
-    for (std::string& d : duplicates) warnings->push_back(std::string(source) + ": " + d);
   }
   return builder.take();
 }

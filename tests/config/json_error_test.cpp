@@ -140,14 +140,25 @@ TEST(JsonError, ParseConfigUsesTheSourceName) {
   EXPECT_EQ(e.rfind("test.json:1:24: malformed JSON: ", 0), 0u) << e;
 }
 
-TEST(JsonError, DuplicateKeysWarnAndKeepTheLast) {
-  std::vector<std::string> warnings;
-  auto j = parse_json(R"({"a": {"b": 1, "b": 2}, "c": [{"d": 1, "d": 3}]})", "cfg.json", &warnings);
-  EXPECT_EQ(j["a"]["b"], 2);
-  EXPECT_EQ(j["c"][0]["d"], 3);
-  ASSERT_EQ(warnings.size(), 2u);
-  EXPECT_CONTAINS(warnings[0], "cfg.json: key 'a.b' is given twice");
-  EXPECT_CONTAINS(warnings[1], "key 'c[0].d' is given twice");
+TEST(JsonError, DuplicateKeysAreRefusedWhereTheSecondIs) {
+  // DeepSpeed refuses a config file with a key given twice in one object.
+  EXPECT_EQ(parse_error("{\"a\": {\"b\": 1,\n       \"b\": 2}}"),
+            "cfg.json:2:8: key 'a.b' is given twice in the same object (first at line 1, column 8): "
+            "keep one of them (DeepSpeed refuses such a file too)\n"
+            "         \"b\": 2}}\n"
+            "         ^");
+  std::string e = parse_error(R"({"c": [{"d": 1}, {"d": 2, "e": 1, "d": 3}]})");
+  EXPECT_EQ(e.rfind("cfg.json:1:35: key 'c[1].d' is given twice in the same object (first at line 1, column 19)", 0),
+            0u)
+      << e;
+  // An escaped quote in a key is not its start; the same key in sibling
+  // objects, or as a value, is no duplicate.
+  e = parse_error(R"({"x\"y": 1, "x\"y": 2})");
+  EXPECT_EQ(e.rfind("cfg.json:1:13: key 'x\"y' is given twice in the same object (first at line 1, column 2)", 0), 0u)
+      << e;
+  e = parse_error(R"({"k\\": 1, "k\\": 2})");
+  EXPECT_EQ(e.rfind("cfg.json:1:12: key 'k\\' is given twice", 0), 0u) << e;
+  EXPECT_NO_THROW((void)parse_json(R"({"a": {"b": 1}, "c": {"b": 1}, "d": ["b", "b"], "b": "b"})", "cfg.json"));
 }
 
 TEST(JsonError, KeepsTheOrderOfTheFile) {

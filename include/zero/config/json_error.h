@@ -6,7 +6,6 @@
 #include <cstddef>
 #include <string>
 #include <string_view>
-#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -24,13 +23,13 @@ struct TextPosition {
 TextPosition locate_offset(std::string_view text, std::size_t offset);
 
 // Parses strict JSON (no comments, no trailing commas). Objects keep the order
-// of the file, so that messages come in that order. A key given twice in one
-// object keeps the last value and adds a warning (when warnings is non-null).
-// On malformed text throws zero::Error:
+// of the file, so that messages come in that order. On malformed text throws
+// zero::Error:
 //   "<source>:<line>:<column>: malformed JSON: <parser message>"
-// followed by the offending line and a caret under the column.
-nlohmann::ordered_json parse_json(std::string_view text, std::string_view source,
-                                  std::vector<std::string>* warnings = nullptr);
+// followed by the offending line and a caret under the column. A key given
+// twice in one object is refused the same way, at the second one, naming the
+// first ("<source>:<line>:<column>: key 'a.b' is given twice ...").
+nlohmann::ordered_json parse_json(std::string_view text, std::string_view source);
 
 // Replaces bytes that are not valid UTF-8 with '?', so that a message quoting
 // user input can itself be written into JSON.
