@@ -43,6 +43,7 @@
 #include "common/printable_text.h"
 #include "common/tool_paths.h"
 #include "common/usage_rank.h"
+#include "loss_history.h"
 #include "progress.h"
 #include "rank_agreement.h"
 #include "run_files.h"
@@ -713,8 +714,7 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
   train::Progress progress(cfg.steps_per_print);
   const double flops_per_token = gc.flops_per_token(o.seq_len);
   const double tokens_per_step = static_cast<double>(micro * accum * o.seq_len * comm->world_size());
-  std::vector<double> losses;
-  nlohmann::json val_losses = nlohmann::json::array();
+  train::LossHistory history(!o.report.empty(), o.steps - first_step, o.eval_every);
   double total_seconds = 0.0;
   std::optional<double> last_val;  // none when no evaluation ran
   std::int64_t last_val_step = 0;
@@ -878,7 +878,7 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
     }
     // A non-finite loss gives non-finite gradients: the engine skipped the
     // step, said so, and stops the run if the config's nonfinite policy says so.
-    losses.push_back(loss);
+    history.add_step(loss);
     last_comm = engine.last_step_comm();
     train::add_comm(run_comm, last_comm);
     double val = -1.0;
@@ -888,7 +888,7 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
       val = evaluate(*model, *comm, corpus, o, micro, td.device);
       last_val = val;
       last_val_step = step + 1;
-      val_losses.push_back({{"step", step + 1}, {"loss", val}});
+      history.add_validation(step + 1, val);
       // A signal that came during the evaluation is acted on at this step,
       // not after the next one (an extra all-reduce, in steps that evaluate).
       signal.merge(agree_signals());
@@ -915,6 +915,9 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
                           {"grad_norm", engine.stats().grad_norm}, {"device_bytes", p.device_bytes},
                           {"host_bytes", p.host_bytes}, {"comm_bytes", train::comm_bytes_json(last_comm)}};
       if (val >= 0) m["val_loss"] = val;
+      // Rank 0's resident set, the process and LibTorch included: a long
+      // run's memory over time is in the metrics.
+      if (const auto rss = resident_set_bytes()) m["rss_bytes"] = *rss;
       if (engine.stats().delayed_cpu_ms > 0) {
         // The delayed update: the step before's CPU step, and this step's wait for it.
         m["delayed_cpu_ms"] = engine.stats().delayed_cpu_ms;
@@ -959,7 +962,7 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
     }
     if (signal.stop) break;
   }
-  const std::int64_t last_step = first_step + static_cast<std::int64_t>(losses.size());
+  const std::int64_t last_step = first_step + history.steps();
   finish_in_flight();
   // A signal after the last step's agreements (during the last save's
   // commit): the run is complete, the last step is saved (below), and the
@@ -1027,10 +1030,10 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
                                       {"all_steps", train::comm_json(train::unflatten_comm(run_comms[i]))}});
       }
       r["offload_bytes_per_step_rank0"] = engine.last_step_offload_bytes();
-      r["losses"] = losses;
-      r["val_losses"] = val_losses;
+      r["losses"] = history.losses_json();
+      r["val_losses"] = history.validation_json();
       // Over the steps this process trained (a resumed run starts past 0).
-      const double steps_run = static_cast<double>(losses.size());
+      const double steps_run = static_cast<double>(history.steps());
       r["tokens_per_s"] = tokens_per_step * steps_run / total_seconds;
       r["tflops"] = tokens_per_step * steps_run * flops_per_token / total_seconds / 1e12;
       r["steps"] = o.steps;

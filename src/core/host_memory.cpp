@@ -5,6 +5,8 @@
 #include <fstream>
 #include <sstream>
 
+#include <unistd.h>
+
 #include "zero/core/error.h"
 
 namespace zero {
@@ -62,6 +64,15 @@ std::string host_memory_source() {
   const auto a = mem_available();
   const auto e = env_limit();
   return e && (!a || *e <= *a) ? "ZERO_HOST_MEMORY_LIMIT" : "MemAvailable";
+}
+
+std::optional<std::int64_t> resident_set_bytes() {
+  std::ifstream in("/proc/self/statm");
+  std::int64_t size_pages = 0, resident_pages = 0;
+  if (!(in >> size_pages >> resident_pages)) return std::nullopt;
+  const long page = sysconf(_SC_PAGESIZE);
+  if (page <= 0) return std::nullopt;
+  return resident_pages * static_cast<std::int64_t>(page);
 }
 
 }  // namespace zero

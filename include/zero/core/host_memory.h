@@ -20,4 +20,9 @@ std::optional<std::int64_t> host_memory_available();
 // "ZERO_HOST_MEMORY_LIMIT".
 std::string host_memory_source();
 
+// This process's resident set (VmRSS, /proc/self/statm) in bytes, or nullopt
+// where /proc does not say: for a run's memory over time (zero-train's
+// metrics), beside the engine's own ledger.
+std::optional<std::int64_t> resident_set_bytes();
+
 }  // namespace zero
