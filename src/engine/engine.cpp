@@ -27,6 +27,7 @@
 #include "engine_impl.h"
 #include "out_of_memory.h"
 #include "rank_agreement.h"
+#include "setup_agreement.h"
 #include "released_use.h"
 #include "param_hypers.h"
 #include "zero/comm/launcher_env.h"
@@ -365,6 +366,7 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
                ": it must be between 1 and 2147483647");
     const int accumulation = static_cast<int>(config_.gradient_accumulation_steps);
     if (m.world > 1) {
+      detail::agree_on_setup(comm_, m.ctx.device, config::to_json(config_), detail::parameter_lines(*P.module()));
       detail::agree_on_param_hypers(comm_, m.ctx.device, hypers, rule_error, P.numels());
     } else if (!rule_error.empty()) {
       throw Error(rule_error);
@@ -986,6 +988,10 @@ std::pair<float, float> Engine::betas() const {
 
 void Engine::set_lr(float lr) {
   Impl& m = *impl_;
+  // As the config's optimizer.params.lr is checked: a NaN would make every
+  // master weight NaN at the next step, a negative rate climb the loss.
+  ZERO_CHECK(std::isfinite(lr) && lr >= 0.0f, "set_lr(", lr,
+             "): the learning rate must be a finite number >= 0 (the rate is unchanged)");
   if (m.schedule && m.rank == 0) {
     std::fprintf(stderr, "zerocpp: set_lr() sets the learning rate from now on; the config's scheduler (%s) is "
                  "off%s\n", config_.scheduler.type.c_str(),

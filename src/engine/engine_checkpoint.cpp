@@ -469,6 +469,12 @@ void add_streamed_read(const LoadTarget& t, const ckpt::SectionRecord& s, std::u
 
 nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string& tag) {
   Impl& m = *impl_;
+  // The window's gradients so far belong to the state being replaced: a load
+  // would carry them into the loaded one's next window.
+  ZERO_CHECK(m.micro_step % config_.gradient_accumulation_steps == 0, "load_checkpoint() in the middle of an "
+             "accumulation window (micro-batch ", m.micro_step % config_.gradient_accumulation_steps, " of ",
+             config_.gradient_accumulation_steps, "): call it after the step() that ends the window (the engine "
+             "is unchanged)");
   at::NoGradGuard no_grad;
   finish_checkpoint(/*block=*/true);
   m.delayed->wait();

@@ -1,5 +1,6 @@
 #include "param_store.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include <limits>
@@ -36,13 +37,18 @@ ParamStore::ParamStore(std::shared_ptr<torch::nn::Module> module, c10::ScalarTyp
     if (!seen.insert(p.unsafeGetTensorImpl()).second) continue;
     names_.push_back(item.key());
     shapes_.push_back(p.sizes().vec());
-    ZERO_CHECK(p.scalar_type() == at::kFloat, "parameter '", item.key(), "' is ", c10::toString(p.scalar_type()),
-               ": give zero::Engine an fp32 module; it makes the bf16/fp16 copy itself");
     params_.push_back(p);
   }
   ZERO_CHECK(!params_.empty(), "the module has no trainable parameters (", frozen_,
              " frozen): nothing to train. Check requires_grad on its parameters.");
+  // (First: a module a live engine trains is in that engine's precision,
+  // and the claim's error says what is wrong with it.)
   claim_ = ParamClaim(params_, names_);
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    ZERO_CHECK(params_[i].scalar_type() == at::kFloat, "parameter '", names_[i], "' is ",
+               c10::toString(params_[i].scalar_type()),
+               ": give zero::Engine an fp32 module; it makes the bf16/fp16 copy itself");
+  }
   const bool meta = has_meta_tensors(*module_);
   ZERO_CHECK(!meta || init_, "the module has parameters or buffers on the meta device (zero::to_meta) but no "
              "init function: give zero::EngineOptions::init, which fills each of them on the engine's device");
@@ -352,6 +358,10 @@ void ParamStore::copy_on_pool(const at::Tensor& dst, const at::Tensor& from, con
 void ParamStore::remember_storages() {
   storages_.clear();
   for (const at::Tensor& p : params_) storages_.push_back(p.storage().unsafeGetStorageImpl());
+  module_params_.clear();
+  for (const at::Tensor& p : module_->parameters()) module_params_.push_back(p.unsafeGetTensorImpl());
+  std::sort(module_params_.begin(), module_params_.end());
+  module_params_.erase(std::unique(module_params_.begin(), module_params_.end()), module_params_.end());
 }
 
 void ParamStore::check_intact() const {
@@ -370,6 +380,17 @@ void ParamStore::check_intact() const {
                "' no longer requires a gradient (requires_grad(false) after the engine was built): the engine "
                "would go on stepping it with a zero gradient (weight decay and the moments would still move it). "
                "Freeze parameters before building the engine");
+  }
+  for (const at::Tensor& p : module_->parameters()) {
+    if (std::binary_search(module_params_.begin(), module_params_.end(), p.unsafeGetTensorImpl())) continue;
+    std::string name = "?";
+    for (const auto& item : module_->named_parameters()) {
+      if (item.value().unsafeGetTensorImpl() == p.unsafeGetTensorImpl()) name = item.key();
+    }
+    ZERO_CHECK(false, "parameter '", name, "' is not one the module had when the engine was built (registered since, or "
+              "its submodule replaced): the engine trains only the parameters it was built with (their layout, "
+              "partitions, precision and optimizer state are fixed), so it would never be trained. "
+              "Change the model before building the engine");
   }
   for (const auto& [name, p] : frozen_params_) {
     ZERO_CHECK(!p.requires_grad(), "parameter '", name,

@@ -97,7 +97,9 @@ class ParamStore {
   // longer has.
   void remember_storages();
   // Also that the trainable ones still require a gradient and the frozen
-  // ones do not (a change after construction would be ignored silently).
+  // ones do not, and that the module has no parameter it did not have then
+  // (one registered since, or a submodule replaced): each change would be
+  // ignored silently.
   void check_intact() const;
   std::int64_t frozen_count() const { return frozen_; }
   // The frozen parameters' bytes on the device, once construction is done
@@ -322,6 +324,8 @@ class ParamStore {
   std::vector<std::vector<std::int64_t>> shapes_;
   ParamClaim claim_;  // no other live engine trains these parameters
   std::vector<const c10::StorageImpl*> storages_;
+  // Every parameter of the module once built, sorted (check_intact).
+  std::vector<const c10::TensorImpl*> module_params_;
   std::int64_t frozen_ = 0, frozen_bytes_ = 0;
   // The frozen parameters as built (check_intact: still frozen).
   std::vector<std::pair<std::string, at::Tensor>> frozen_params_;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <limits>
 #include <cstdio>
 #include <regex>
 #include <stdexcept>
@@ -784,6 +785,27 @@ TEST(Schedule, SkippedStepsAreNumberedByWindow) {
 // optimizer.params.bias_correction reaches the step: Adam's first step from
 // zero moments moves each weight by lr * (1-b1) g / (sqrt(1-b2) |g| + eps),
 // about 3.16 lr, without the corrections, and by about lr with them.
+// set_lr() takes what the config's optimizer.params.lr takes: a NaN would
+// make every master weight NaN, a negative rate climb the loss.
+TEST(Optimizer, SetLrRefusesWhatTheConfigWould) {
+  comm::Communicator& comm = world_comm();
+  const int world = comm.world_size();
+  auto model = make_model(ModelKind::kMlp);
+  Engine engine(model, make_config(2, true, false, world, kGlobalBatch / world, 1), comm);
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(), -1.0f}) {
+    try {
+      engine.set_lr(bad);
+      ADD_FAILURE() << "set_lr(" << bad << ") was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("the learning rate must be a finite number >= 0"), std::string::npos)
+          << e.what();
+    }
+    EXPECT_EQ(engine.lr(), engine.config().optimizer.lr) << "set_lr(" << bad << ") changed the rate";
+  }
+  engine.set_lr(0.0f);
+  EXPECT_EQ(engine.lr(), 0.0f);
+}
+
 TEST(Optimizer, BiasCorrectionOffStepsWithTheRawMoments) {
   comm::Communicator& comm = world_comm();
   const int world = comm.world_size();
@@ -1440,6 +1462,40 @@ TEST(Modules, RequiresGradChangedAfterConstructionIsRefused) {
   }
 }
 
+// A parameter the module gains after the engine is built (registered, or its
+// submodule replaced) would never be trained, and the replaced one would be
+// stepped with zero gradients: refused at backward, naming it.
+TEST(Modules, ParametersAddedAfterConstructionAreRefused) {
+  comm::Communicator& comm = world_comm();
+  const int world = comm.world_size();
+  const int micro = kGlobalBatch / world;
+  for (int stage : {0, 2, 3}) {
+    for (const std::string how : {"registered", "replaced"}) {
+      torch::manual_seed(7);
+      auto model = std::make_shared<WithUnused>();
+      Engine engine(model, make_config(stage, false, false, world, micro, 1), comm);
+      std::string expect;
+      if (how == "registered") {
+        model->l2->register_parameter("extra", torch::zeros({40}));
+        expect = "parameter 'l2.extra' is not one the module had when the engine was built";
+      } else {
+        model->l2 = model->replace_module("l2", torch::nn::Linear(48, 40));
+        zero::mark_unit(*model->l2);
+        expect = "parameter 'l2.weight' is not one the module had when the engine was built";
+      }
+      GlobalBatch gb = global_batch(ModelKind::kMlp, 0);
+      at::Tensor out = model->forward(gb.x.narrow(0, comm.rank() * micro, micro));
+      const at::Tensor loss = at::mse_loss(out, gb.y.narrow(0, comm.rank() * micro, micro));
+      try {
+        engine.backward(loss);
+        ADD_FAILURE() << "stage " << stage << ", " << how << ": expected an error";
+      } catch (const ::zero::Error& e) {
+        EXPECT_NE(std::string(e.what()).find(expect), std::string::npos) << "stage " << stage << ": " << e.what();
+      }
+    }
+  }
+}
+
 // Construction and one step; returns the device tier's peak.
 std::int64_t construct_and_step(const config::Config& cfg, comm::Communicator& comm, memory::LedgerSnapshot* out) {
   auto model = make_model(ModelKind::kMlp);
@@ -1683,8 +1739,12 @@ TEST(Lifetime, BackwardAndStepAlternate) {
 TEST(Lifetime, ASecondLiveEngineOnTheModuleIsRefused) {
   comm::Communicator& comm = world_comm();
   const int world = comm.world_size();
-  for (int stage : {0, 3}) {
-    const config::Config cfg = make_config(stage, false, false, world, kGlobalBatch / world, 1);
+  // (In bf16 the live engine's module is bf16: the error is still that it
+  // is taken, not its dtype.)
+  for (int stage : {0, 3, -2}) {
+    const bool bf16 = stage < 0;
+    stage = std::abs(stage);
+    const config::Config cfg = make_config(stage, false, bf16, world, kGlobalBatch / world, 1);
     const ModelKind kind = stage == 3 ? ModelKind::kUnitMlp : ModelKind::kMlp;
     auto model = make_model(kind);
     {
@@ -2347,6 +2407,63 @@ TEST(Config, BatchSizesForAnotherWorldSizeAreRefused) {
 // A config built in code with an optimizer type zerocpp has not (or spelt
 // otherwise than the parser writes it) is refused at construction, not
 // stepped as some other optimizer.
+// Two Linear layers registered in the order asked for.
+struct TwoLayers : torch::nn::Module {
+  explicit TwoLayers(bool b_first) {
+    if (b_first) b = register_module("b", torch::nn::Linear(4, 4));
+    a = register_module("a", torch::nn::Linear(4, 4));
+    if (!b_first) b = register_module("b", torch::nn::Linear(4, 4));
+  }
+  torch::nn::Linear a{nullptr}, b{nullptr};
+};
+
+// Ranks built differently train silently wrong (their own rate on their
+// partition, rank 0's values broadcast into another layer) or meet
+// collectives of other sizes: refused at construction on every rank, naming
+// the first difference. Settings that may differ per node do not count.
+TEST(Config, RanksBuiltDifferentlyAreRefusedNamingTheDifference) {
+  comm::Communicator& comm = world_comm();
+  const int world = comm.world_size();
+  if (world == 1) GTEST_SKIP() << "needs two ranks or more";
+  const bool last = comm.rank() == world - 1;
+  const std::string other = std::to_string(world - 1);
+  auto expect_refused = [&](const std::shared_ptr<torch::nn::Module>& model, const config::Config& cfg,
+                            const std::string& expect) {
+    try {
+      Engine engine(model, cfg, comm);
+      ADD_FAILURE() << "built; expected: " << expect;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(expect), std::string::npos) << e.what();
+    }
+  };
+  config::Config cfg = make_config(2, true, false, world, kGlobalBatch / world, 1);
+  config::Config mine = cfg;
+  if (last) mine.optimizer.lr = cfg.optimizer.lr * 2;
+  expect_refused(make_model(ModelKind::kMlp), mine,
+                 "rank " + other + " was given another config than rank 0 (optimizer.params.lr: ");
+  mine = cfg;
+  if (last) mine.zero_optimization.stage = 1;
+  expect_refused(make_model(ModelKind::kMlp), mine, "(zero_optimization.stage: 2 on rank 0, 1 on rank " + other);
+  expect_refused(std::make_shared<TwoLayers>(last), cfg,
+                 "rank " + other + "'s model differs from rank 0's at parameter 0 of 4 (rank 0: a.weight [4, 4] "
+                 "Float trainable; rank " + other + ": b.weight [4, 4] Float trainable)");
+  auto frozen = std::make_shared<TwoLayers>(false);
+  if (last) frozen->b->bias.set_requires_grad(false);
+  expect_refused(frozen, cfg, "at parameter 3 of 4 (rank 0: b.bias [4] Float trainable; rank " + other +
+                                  ": b.bias [4] Float frozen)");
+  // Per node: where the NVMe folder is, pinning, threads, printing.
+  mine = cfg;
+  if (last) {
+    mine.steps_per_print = 7;
+    mine.zero_optimization.offload_optimizer.cpu_threads = 1;
+    mine.zero_optimization.offload_optimizer.pin_memory = !cfg.zero_optimization.offload_optimizer.pin_memory;
+  }
+  auto model = make_model(ModelKind::kMlp);
+  Engine engine(model, mine, comm);
+  engine.backward(rank_loss(ModelKind::kMlp, *model, comm, engine.dtype()));
+  EXPECT_TRUE(engine.step());
+}
+
 TEST(Config, AnOptimizerTypeBuiltInCodeIsChecked) {
   comm::Communicator& comm = world_comm();
   for (const char* type : {"adamw", "Lamb", "", "muon"}) {

@@ -553,7 +553,7 @@ TEST(BadInput, UnwritableFolderAndFullDiskLeaveTheEarlierCheckpoint) {
   on_rank0([&] { EXPECT_EQ(ckpt::resolve_tag(s.dir, "latest"), "after"); rm_tree(s.dir); });
 }
 
-TEST(Save, MidWindowIsRefusedAndTheAsyncCommitComesAtAStep) {
+TEST(Save, MidWindowSaveAndLoadAreRefusedAndTheAsyncCommitComesAtAStep) {
   comm::Communicator& comm = world_comm();
   const int world = comm.world_size();
   const config::Config cfg = make_config(2, true, false, world, kGlobalBatch / (2 * world), 2);
@@ -561,6 +561,7 @@ TEST(Save, MidWindowIsRefusedAndTheAsyncCommitComesAtAStep) {
   Trainer t{ModelKind::kUnitMlp, cfg};
   std::vector<float> losses;
   t.steps(0, 1, losses);
+  t.engine->save_checkpoint(dir.string(), "window_start");
   // Half a window.
   GlobalBatch gb = global_batch(ModelKind::kUnitMlp, 1);
   const int micro = static_cast<int>(cfg.train_micro_batch_size_per_gpu);
@@ -568,6 +569,17 @@ TEST(Save, MidWindowIsRefusedAndTheAsyncCommitComesAtAStep) {
                                 gb.y.narrow(0, comm.rank() * micro, micro), t.engine->dtype()));
   t.engine->step();
   EXPECT_THROW(t.engine->save_checkpoint(dir.string(), "mid"), Error);
+  // A load would carry the half window's gradients into the loaded state's
+  // next window: refused as the save is, before anything changes.
+  try {
+    t.engine->load_checkpoint(dir.string(), "window_start");
+    ADD_FAILURE() << "a load in the middle of a window was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("load_checkpoint() in the middle of an accumulation window (micro-batch 1 "
+                                         "of 2): call it after the step() that ends the window"),
+              std::string::npos)
+        << e.what();
+  }
   t.engine->backward(micro_loss(ModelKind::kUnitMlp, *t.model, gb.x.narrow(0, 8 + comm.rank() * micro, micro),
                                 gb.y.narrow(0, 8 + comm.rank() * micro, micro), t.engine->dtype()));
   t.engine->step();
