@@ -1,5 +1,6 @@
 #include "setup_agreement.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "rank_agreement.h"
