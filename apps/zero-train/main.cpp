@@ -43,6 +43,7 @@
 #include "common/printable_text.h"
 #include "common/tool_paths.h"
 #include "common/usage_rank.h"
+#include "checkpoint_rotation.h"
 #include "loss_history.h"
 #include "progress.h"
 #include "rank_agreement.h"
@@ -107,7 +108,7 @@ constexpr const char* kDefaultConfig = R"({
 struct Options {
   std::string config_path, model = "gpt2-tiny", report, out_dir = "runs/latest", device = "auto";
   std::string save_dir, resume;
-  std::int64_t save_every = 0;
+  std::int64_t save_every = 0, keep_last = 0;
   bool sync_save = false;
   std::string on_save_error = "stop";
   std::string decay = "matrices";  // which parameters take the config's weight decay
@@ -127,7 +128,7 @@ std::vector<std::pair<std::string, std::string>> training_options(const Options&
   auto n = [](auto v) { return std::to_string(v); };
   return {{"--model", o.model},          {"--device", o.device},
           {"--save-dir", o.save_dir},    {"--resume", o.resume},
-          {"--save-every", n(o.save_every)}, {"--sync-save", n(o.sync_save)},
+          {"--save-every", n(o.save_every)}, {"--keep-last", n(o.keep_last)}, {"--sync-save", n(o.sync_save)},
           {"--on-save-error", o.on_save_error}, {"--decay", o.decay},
           {"--n-layer", n(o.n_layer)},   {"--n-head", n(o.n_head)},
           {"--n-embd", n(o.n_embd)},     {"--block-size", n(o.block_size)},
@@ -291,11 +292,8 @@ void warn_of_later_checkpoints(const Options& o, std::int64_t from_step) {
   std::string later;
   std::size_t n = 0;
   for (const std::string& tag : ckpt::list_tags(o.save_dir)) {
-    std::int64_t step = 0;
-    if (tag.rfind("step-", 0) != 0) continue;
-    const char* b = tag.data() + 5;
-    const char* e = tag.data() + tag.size();
-    if (std::from_chars(b, e, step).ptr != e || step <= from_step) continue;
+    const auto step = train::step_of_tag(tag);
+    if (!step || *step <= from_step) continue;
     if (n++ < 4) later += (later.empty() ? "" : ", ") + tag;
   }
   if (n == 0) return;
@@ -727,11 +725,20 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
     const Engine::CheckpointTiming& c = engine.last_checkpoint();
     last_saved = saving_step;  // (called once a save is committed)
     newest_saved = c.tag;
-    if (root) {
-      std::fprintf(stderr, "checkpoint %s saved in %s: rank 0 wrote %.1f MiB in %.2f s, training stalled %.1f ms%s\n",
-                   c.tag.c_str(), o.save_dir.c_str(), static_cast<double>(c.bytes) / (1 << 20), c.write_s,
-                   c.stall_s * 1e3, c.async ? " (asynchronous save)" : "");
+    if (!root) return;
+    // (Rank 0 alone removes: the folder is the one every rank saved into.)
+    std::string removed;
+    if (o.keep_last > 0) {
+      const train::Rotation r = train::rotate_checkpoints(o.save_dir, saving_step, o.keep_last);
+      for (const std::string& tag : r.removed) removed += (removed.empty() ? "" : ", ") + tag;
+      if (!removed.empty()) removed = "; removed " + removed + " (--keep-last " + std::to_string(o.keep_last) + ")";
+      if (!r.error.empty()) {
+        std::fprintf(stderr, "zero-train: warning: --keep-last: %s; training goes on\n", r.error.c_str());
+      }
     }
+    std::fprintf(stderr, "checkpoint %s saved in %s: rank 0 wrote %.1f MiB in %.2f s, training stalled %.1f ms%s%s\n",
+                 c.tag.c_str(), o.save_dir.c_str(), static_cast<double>(c.bytes) / (1 << 20), c.write_s,
+                 c.stall_s * 1e3, c.async ? " (asynchronous save)" : "", removed.c_str());
   };
   // A save that fails (a full disk, a folder gone) fails on every rank at
   // once (zero::ckpt::CheckpointSaveError): with --on-save-error continue
@@ -1160,6 +1167,11 @@ int main(int argc, char** argv) {
                  "signal asks)")
       ->check(at_least<std::int64_t>(0, " (0: only when a signal asks)"))
       ->capture_default_str();
+  app.add_option("--keep-last", o.keep_last,
+                 "keep only the N newest step-<K> checkpoints in --save-dir: older ones are removed once a newer one "
+                 "is committed (0: keep all; tags past this run's newest, from an earlier run, are left alone)")
+      ->check(at_least<std::int64_t>(0, " (0: keep all)"))
+      ->capture_default_str();
   app.add_option("--save-dir", o.save_dir,
                  "folder of the checkpoints (<dir>/<tag>/, <dir>/latest)")
       ->check(tools::non_empty("a folder"));
@@ -1197,6 +1209,10 @@ int main(int argc, char** argv) {
   }
   if (o.save_every > 0 && o.save_dir.empty()) {
     if (says) std::fprintf(stderr, "zero-train: error: --save-every needs --save-dir: the folder to save the checkpoints to\n");
+    return 2;
+  }
+  if (o.keep_last > 0 && o.save_dir.empty()) {
+    if (says) std::fprintf(stderr, "zero-train: error: --keep-last needs --save-dir: the folder whose checkpoints it keeps\n");
     return 2;
   }
   if (!o.resume.empty() && o.save_dir.empty()) {
