@@ -30,7 +30,7 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 [[noreturn]] void fs_fail(const std::string& what, const fs::path& p, const std::error_code& ec) {
   throw Error(zero::detail::str_cat(what, " ", p.string(), ": ", ec.message(),
-                                    "; make the folder writable, free space, or save somewhere else (--save-dir). "
+                                    "; make the folder writable, free space, or save somewhere else (zero-train: --save-dir). "
                                     "The previous checkpoint is untouched"));
 }
 
@@ -93,7 +93,7 @@ void write_text_atomic(const fs::path& path, const std::string& text) {
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   const int e = errno;
   ZERO_CHECK(fd >= 0, "cannot create ", tmp.string(), ": ", std::strerror(e),
-             "; make the folder writable or save somewhere else (--save-dir)");
+             "; make the folder writable or save somewhere else (zero-train: --save-dir)");
   std::size_t done = 0;
   while (done < text.size()) {
     const ssize_t w = ::write(fd, text.data() + done, text.size() - done);
@@ -103,7 +103,7 @@ void write_text_atomic(const fs::path& path, const std::string& text) {
       ::close(fd);
       ::unlink(tmp.c_str());  // (a full disk: nothing of it left behind)
       ZERO_CHECK(false, "writing ", tmp.string(), " failed: ", std::strerror(we),
-                 "; free space or save somewhere else (--save-dir)");
+                 "; free space or save somewhere else (zero-train: --save-dir)");
     }
     done += static_cast<std::size_t>(w);
   }
@@ -221,7 +221,7 @@ std::vector<std::string> list_tags(const fs::path& dir) {
 std::string resolve_tag(const fs::path& dir, const std::string& tag, const TagWording& wording) {
   std::error_code ec;
   ZERO_CHECK(fs::is_directory(dir, ec), "no checkpoint folder ", dir.string(),
-             ": give the folder the checkpoints were saved to (--save-dir)");
+             ": give the folder the checkpoints were saved to (zero-train: --save-dir)");
   // A tag's own folder given for the folder of checkpoints (ck/step-6 for ck).
   if (fs::exists(dir / kManifestName, ec)) {
     const fs::path full = fs::weakly_canonical(dir, ec);

@@ -54,9 +54,9 @@ std::optional<KillSpec> kill_spec(const std::string& file) {
 }
 
 std::string write_fix(int e) {
-  if (e == ENOSPC || e == EDQUOT) return "free space on that disk or save somewhere else (--save-dir)";
-  if (e == EACCES || e == EPERM || e == EROFS) return "make the folder writable or save somewhere else (--save-dir)";
-  return "check the disk and the folder, or save somewhere else (--save-dir)";
+  if (e == ENOSPC || e == EDQUOT) return "free space on that disk or save somewhere else (zero-train: --save-dir)";
+  if (e == EACCES || e == EPERM || e == EROFS) return "make the folder writable or save somewhere else (zero-train: --save-dir)";
+  return "check the disk and the folder, or save somewhere else (zero-train: --save-dir)";
 }
 
 }  // namespace

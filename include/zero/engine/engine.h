@@ -228,7 +228,8 @@ class Engine {
   // config the engine steps it as DeepSpeed does: after each step taken, not
   // after a skipped one (LrSchedule::applied). set_lr() sets the rate
   // itself, and from then on the config's scheduler is off (the caller
-  // schedules; a note says so once).
+  // schedules; a note says so once). A rate that is not finite or is below
+  // 0 is refused (zero::Error), as in the config, and the rate is unchanged.
   float lr() const;
   void set_lr(float lr);
   // Adam's and Lion's (beta1, beta2) for the next optimizer step: the
@@ -294,7 +295,9 @@ class Engine {
   // the engine's own host buffers (no second copy of the state in memory),
   // checksums verified on the way: a file damaged inside fails the load
   // with the engine's state partly overwritten, and the engine refuses to
-  // train or save until a load succeeds.
+  // train or save until a load succeeds. Like a save, a load in the middle
+  // of an accumulation window is refused (the window's gradients would
+  // carry over into the loaded state).
   nlohmann::json load_checkpoint(const std::string& dir, const std::string& tag = "latest");
   struct CheckpointTiming {
     std::string tag;
