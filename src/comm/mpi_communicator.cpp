@@ -1,10 +1,11 @@
-// The MPI backend: host buffers, MPI's non-blocking collectives on a
-// duplicate of MPI_COMM_WORLD.
+// The MPI backend: host buffers, MPI's non-blocking collectives on
+// duplicates of MPI_COMM_WORLD (one per kind of collective).
 #include "zero/comm/mpi_communicator.h"
 
 #include <mpi.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -37,14 +38,27 @@ constexpr std::size_t kLibnbcRingMinBytes = 64 * 1024;
 // communicator and the user ops. Shared by the communicator and its Works.
 struct MpiResources {
   MPI_Comm comm = MPI_COMM_NULL;
+  // One communicator per kind of collective (CollectiveKind's order). MPI
+  // matches collectives by their order on a communicator, not by kind: a
+  // rank in an all-gather where the others are in an all-reduce would be
+  // matched with them, and the one with the smaller buffer written past
+  // (memory corrupted before any error is raised). Apart, the mismatched
+  // ops wait for each other until comm_timeout, whose error names the
+  // divergence. Ops of one kind keep their order among themselves.
+  std::array<MPI_Comm, kNumCollectiveKinds> by_kind;
   detail::MpiReduceOps ops;
 
-  MpiResources() = default;
+  MpiResources() { by_kind.fill(MPI_COMM_NULL); }
   MpiResources(const MpiResources&) = delete;
   MpiResources& operator=(const MpiResources&) = delete;
   ~MpiResources() {
-    if (comm != MPI_COMM_NULL && !detail::mpi_finalized()) MPI_Comm_free(&comm);
+    if (detail::mpi_finalized()) return;
+    for (MPI_Comm& c : by_kind) {
+      if (c != MPI_COMM_NULL) MPI_Comm_free(&c);
+    }
+    if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
   }
+  MPI_Comm of(CollectiveKind kind) const { return by_kind[static_cast<std::size_t>(kind)]; }
 };
 
 class MpiCommunicator final : public Communicator {
@@ -64,6 +78,10 @@ class MpiCommunicator final : public Communicator {
     MPI_CHECK(MPI_Comm_set_errhandler(resources_->comm, MPI_ERRORS_RETURN));
     MPI_CHECK(MPI_Comm_rank(resources_->comm, &rank_));
     MPI_CHECK(MPI_Comm_size(resources_->comm, &world_size_));
+    for (MPI_Comm& c : resources_->by_kind) {
+      MPI_CHECK(MPI_Comm_dup(resources_->comm, &c));
+      MPI_CHECK(MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN));
+    }
     MPI_Comm node = MPI_COMM_NULL;
     MPI_CHECK(
         MPI_Comm_split_type(resources_->comm, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
@@ -103,7 +121,8 @@ class MpiCommunicator final : public Communicator {
       const void* send = MPI_IN_PLACE;
       if (stage) send = scratch.get() + (static_cast<unsigned char*>(chunk) - base);
       requests.emplace_back(MPI_REQUEST_NULL);
-      MPI_CHECK(MPI_Iallreduce(send, chunk, n, detail::mpi_datatype(dtype), op, resources_->comm,
+      MPI_CHECK(MPI_Iallreduce(send, chunk, n, detail::mpi_datatype(dtype), op,
+                               resources_->of(CollectiveKind::kAllReduce),
                                &requests.back()));
     });
     return issued(CollectiveKind::kAllReduce, count, dtype, std::move(requests), {},
@@ -129,14 +148,14 @@ class MpiCommunicator final : public Communicator {
         // slot, so move it there once MPI is done.
         void* whole = const_cast<void*>(input);
         MPI_CHECK(MPI_Ireduce_scatter_block(MPI_IN_PLACE, whole, n, detail::mpi_datatype(dtype), op,
-                                            resources_->comm, &requests.back()));
+                                            resources_->of(CollectiveKind::kReduceScatter), &requests.back()));
         if (rank_ != 0) {
           const std::size_t bytes = count_per_rank * element_size(dtype);
           on_complete = [whole, output, bytes] { std::memmove(output, whole, bytes); };
         }
       } else {
         MPI_CHECK(MPI_Ireduce_scatter_block(input, output, n, detail::mpi_datatype(dtype), op,
-                                            resources_->comm, &requests.back()));
+                                            resources_->of(CollectiveKind::kReduceScatter), &requests.back()));
       }
     }
     return issued(CollectiveKind::kReduceScatter, count_per_rank, dtype, std::move(requests),
@@ -159,7 +178,7 @@ class MpiCommunicator final : public Communicator {
       // exactly where our contract has it.
       MPI_CHECK(MPI_Iallgather(in_place ? MPI_IN_PLACE : input, in_place ? 0 : n,
                                in_place ? MPI_DATATYPE_NULL : type, output, n, type,
-                               resources_->comm, &requests.back()));
+                               resources_->of(CollectiveKind::kAllGather), &requests.back()));
     }
     return issued(CollectiveKind::kAllGather, count_per_rank, dtype, std::move(requests));
   }
@@ -172,7 +191,8 @@ class MpiCommunicator final : public Communicator {
     std::vector<MPI_Request> requests;
     for_each_chunk(data, count, dtype, [&](void* chunk, int n) {
       requests.emplace_back(MPI_REQUEST_NULL);
-      MPI_CHECK(MPI_Ibcast(chunk, n, detail::mpi_datatype(dtype), options.root, resources_->comm,
+      MPI_CHECK(MPI_Ibcast(chunk, n, detail::mpi_datatype(dtype), options.root,
+                           resources_->of(CollectiveKind::kBroadcast),
                            &requests.back()));
     });
     return issued(CollectiveKind::kBroadcast, count, dtype, std::move(requests));
@@ -180,7 +200,7 @@ class MpiCommunicator final : public Communicator {
 
   WorkPtr do_barrier() override {
     std::vector<MPI_Request> requests(1, MPI_REQUEST_NULL);
-    MPI_CHECK(MPI_Ibarrier(resources_->comm, &requests.back()));
+    MPI_CHECK(MPI_Ibarrier(resources_->of(CollectiveKind::kBarrier), &requests.back()));
     return issued(CollectiveKind::kBarrier, 0, DType::kFloat32, std::move(requests));
   }
 

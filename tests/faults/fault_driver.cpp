@@ -14,6 +14,9 @@
 //              completes it: only the sequence check notices)
 //   count-mismatch  issues all_reduce of 8 floats where the others issue 4
 //              (MPI fails it: the error must name the divergence, not abort)
+//   kind-mismatch  issues all_gather of 4 floats per rank where the others
+//              issue all_reduce of 4 (MPI would match the two and write past
+//              the all-reduce's buffer: the error must name the divergence)
 //   unit-order (stage 3) calls the model's two units in the other order:
 //              with --unit-sizes same they are the same size, so MPI
 //              completes the swapped gathers (only their tags differ); with
@@ -227,6 +230,14 @@ int run(const Options& o, std::unique_ptr<zero::comm::Communicator>& comm_out) {
     if (o.inject == "count-mismatch" && step == o.step) {
       float v[8] = {1, 2, 3, 4, 5, 6, 7, 8};
       comm.all_reduce(v, me ? 8 : 4, zero::DType::kFloat32, {})->wait();
+    }
+    if (o.inject == "kind-mismatch" && step == o.step) {
+      std::vector<float> v(4 * static_cast<std::size_t>(comm.world_size()), 1.0f);
+      if (me) {
+        comm.all_gather(v.data() + 4 * comm.rank(), v.data(), 4, zero::DType::kFloat32)->wait();
+      } else {
+        comm.all_reduce(v.data(), 4, zero::DType::kFloat32, {})->wait();
+      }
     }
     if (o.inject == "mismatch" && step == o.step) {
       float v[4] = {1, 2, 3, 4};

@@ -7,7 +7,7 @@ set -u
 MPIEXEC=$1
 DRIVER=$2
 shift 2
-CASES=${*:-"none stop kill sleep mismatch count_mismatch unit_order_same unit_order_differ nan_skip nan_stop"}
+CASES=${*:-"none stop kill sleep mismatch count_mismatch kind_mismatch unit_order_same unit_order_differ nan_skip nan_stop"}
 TIMEOUT=5  # comm_timeout of the driver, seconds
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 failures=0
@@ -91,6 +91,18 @@ for c in $CASES; do
       run count_mismatch error 60 -- --inject count-mismatch --rank 2 --step 3 --timeout $TIMEOUT
       expect_line "error on rank [0-3] of 4: collective-sequence check failed: the ranks' collective sequences diverge at op #[0-9]+: ranks? [0-9, ]*issued all_reduce sum fp32 x 4; rank 2 issued all_reduce sum fp32 x 8 .*found when collective #[0-9]+ failed on rank [0-3] \\(MPI all_reduce" "the op that failed and how the ranks differ"
       if grep -q "MPI_ERRORS_ARE_FATAL" "$work/$case.log"; then fail "MPI aborted the job itself"; fi ;;
+    kind_mismatch)
+      # One rank in an all-gather where the others are in an all-reduce: on
+      # one MPI communicator MPI matched the two (and wrote past the smaller
+      # buffer); on one per kind they wait, and the timeout names the op.
+      run kind_mismatch error $((TIMEOUT + 40)) -- --inject kind-mismatch --rank 2 --step 3 --timeout $TIMEOUT
+      expect_line "collective-sequence check failed: the ranks' collective sequences diverge at op #([0-9]+): ranks 0, 1, 3 issued all_reduce sum fp32 x 4; rank 2 issued all_gather fp32 x 4 per rank .*found when collective #[0-9]+ did not complete within comm_timeout" "the op of the other kind and each side"
+      # The op that did not complete is the divergent one itself (matched
+      # with the other kind, it completed and the next one hung).
+      ops=$(grep -oE "diverge at op #[0-9]+|found when collective #[0-9]+" "$work/$case.log" | head -2 | grep -oE "[0-9]+" | tr '\n' ' ')
+      set -- $ops
+      [ $# = 2 ] && [ "$1" = "$2" ] || fail "the divergent op and the op that did not complete differ: $ops"
+      expect_recorder 2 ;;
     unit_order_same)
       # Stage 3, one rank calls two units of the same size in the other
       # order: MPI completes the swapped gathers; only their tags tell.
