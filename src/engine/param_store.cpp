@@ -415,6 +415,13 @@ void ParamStore::end_publish(comm::Communicator& comm) {
   // step) now fails in backward with autograd's "modified by an inplace
   // operation" instead of computing gradients at weights that are gone.
   for (const at::Tensor& p : params_) p.unsafeGetTensorImpl()->bump_version();
+  // At stage 3 a released parameter's own counter waits in full_versions_
+  // (put back when its unit is gathered again; the tensor holds a stand-in
+  // meanwhile): bumped too, or a graph recorded before the step would back
+  // up through the gathered new values unnoticed.
+  for (std::size_t i = 0; i < params_.size() && i < full_versions_.size(); ++i) {
+    if (full_versions_[i].enabled()) full_versions_[i].bump();
+  }
 }
 
 at::Tensor ParamStore::read_rank_chunk(const Bucket& b) {
