@@ -475,6 +475,8 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
              "accumulation window (micro-batch ", m.micro_step % config_.gradient_accumulation_steps, " of ",
              config_.gradient_accumulation_steps, "): call it after the step() that ends the window (the engine "
              "is unchanged)");
+  ZERO_CHECK(!m.backward_done, "load_checkpoint() after backward() and before its step(): that backward's "
+             "gradients are taken in already; call step() first (the engine is unchanged)");
   at::NoGradGuard no_grad;
   finish_checkpoint(/*block=*/true);
   m.delayed->wait();

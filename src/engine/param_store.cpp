@@ -389,7 +389,8 @@ void ParamStore::check_intact() const {
     }
     ZERO_CHECK(false, "parameter '", name, "' is not one the module had when the engine was built (registered since, or "
               "its submodule replaced): the engine trains only the parameters it was built with (their layout, "
-              "partitions, precision and optimizer state are fixed), so it would never be trained. "
+              "partitions, precision and optimizer state are fixed), so it would be left out (never trained; frozen, "
+              "never cast to the training precision). "
               "Change the model before building the engine");
   }
   for (const auto& [name, p] : frozen_params_) {

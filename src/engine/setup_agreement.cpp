@@ -56,8 +56,8 @@ std::string difference(const nlohmann::json* a, const nlohmann::json* b, const s
 
 nlohmann::json shared_config_json(const nlohmann::json& config) {
   nlohmann::json c = config;
-  for (const char* local : {"steps_per_print", "wall_clock_breakdown", "flight_recorder", "aio", "seed",
-                            "device_memory_limit"}) {
+  // (device_memory_limit stays: every rank must refuse a budget alike.)
+  for (const char* local : {"steps_per_print", "wall_clock_breakdown", "flight_recorder", "aio", "seed"}) {
     c.erase(local);
   }
   if (c.contains("zero_optimization")) {

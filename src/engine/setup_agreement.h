@@ -4,8 +4,11 @@
 // differently otherwise trains silently wrong (its own learning rate or
 // optimizer on its partition, rank 0's values broadcast into another layer)
 // or meets a collective of another size, which MPI does not detect and which
-// corrupts memory. One short collective when the ranks agree (two checksums);
-// the first difference is named when they do not. Private to zero_engine.
+// corrupts memory. One short exchange when the ranks agree (two checksums);
+// the first difference is named when they do not. (A rank whose own checks
+// refused its module earlier, such as a trainable parameter that is not
+// fp32, never gets here: the others wait until comm_timeout.) Private to
+// zero_engine.
 #pragma once
 
 #include <string>
@@ -21,7 +24,7 @@ namespace zero::detail {
 
 // The config as the ranks must share it: to_json's form without the keys
 // that may differ per node (NVMe paths, pinning, thread and I/O settings,
-// printing, the flight recorder's folder, the seed, the memory limit).
+// printing, the flight recorder's folder, the seed).
 nlohmann::json shared_config_json(const nlohmann::json& config);
 
 // One line per parameter of the module, in its order:

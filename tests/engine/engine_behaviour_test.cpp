@@ -2454,6 +2454,10 @@ TEST(Config, RanksBuiltDifferentlyAreRefusedNamingTheDifference) {
   mine = cfg;
   if (last) mine.zero_optimization.stage = 1;
   expect_refused(make_model(ModelKind::kMlp), mine, "(zero_optimization.stage: 2 on rank 0, 1 on rank " + other);
+  // (Every rank must refuse a memory budget alike: the limit is compared.)
+  mine = cfg;
+  if (last) mine.device_memory_limit = std::int64_t{1} << 30;
+  expect_refused(make_model(ModelKind::kMlp), mine, "(device_memory_limit: 0 on rank 0, 1073741824 on rank " + other);
   expect_refused(std::make_shared<TwoLayers>(last), cfg,
                  "rank " + other + "'s model differs from rank 0's at parameter 0 of 4 (rank 0: a.weight [4, 4] "
                  "Float trainable; rank " + other + ": b.weight [4, 4] Float trainable)");

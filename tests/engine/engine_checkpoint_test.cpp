@@ -567,6 +567,16 @@ TEST(Save, MidWindowSaveAndLoadAreRefusedAndTheAsyncCommitComesAtAStep) {
   const int micro = static_cast<int>(cfg.train_micro_batch_size_per_gpu);
   t.engine->backward(micro_loss(ModelKind::kUnitMlp, *t.model, gb.x.narrow(0, comm.rank() * micro, micro),
                                 gb.y.narrow(0, comm.rank() * micro, micro), t.engine->dtype()));
+  // A backward whose step() has not come: its gradients are taken in already
+  // (with one micro-batch per window, too).
+  try {
+    t.engine->load_checkpoint(dir.string(), "window_start");
+    ADD_FAILURE() << "a load between backward() and step() was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("load_checkpoint() after backward() and before its step()"),
+              std::string::npos)
+        << e.what();
+  }
   t.engine->step();
   EXPECT_THROW(t.engine->save_checkpoint(dir.string(), "mid"), Error);
   // A load would carry the half window's gradients into the loaded state's
