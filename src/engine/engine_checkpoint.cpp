@@ -38,6 +38,13 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
+// A save or a load only between windows: after the step() that ends one.
+void refuse_mid_window(std::int64_t micro_step, std::int64_t accumulation, const char* call, const char* note) {
+  ZERO_CHECK(micro_step % accumulation == 0, call, " in the middle of an accumulation window (micro-batch ",
+             micro_step % accumulation, " of ", accumulation, "): call it after the step() that ends the window",
+             note);
+}
+
 using detail::agree;
 using detail::all_gather_text;
 using detail::error_of;
@@ -131,9 +138,7 @@ void Engine::save_checkpoint(const std::string& dir, const std::string& tag, con
   const Clock::time_point began = Clock::now();
   m.check_not_damaged("save_checkpoint");
   ckpt::check_tag(tag);
-  ZERO_CHECK(m.micro_step % config_.gradient_accumulation_steps == 0, "save_checkpoint() in the middle of an "
-             "accumulation window (micro-batch ", m.micro_step % config_.gradient_accumulation_steps, " of ",
-             config_.gradient_accumulation_steps, "): call it after the step() that ends the window");
+  refuse_mid_window(m.micro_step, config_.gradient_accumulation_steps, "save_checkpoint()", "");
   at::NoGradGuard no_grad;
   finish_checkpoint(/*block=*/true);
   // A running delayed update writes the master weights: wait for it (its
@@ -471,10 +476,8 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
   Impl& m = *impl_;
   // The window's gradients so far belong to the state being replaced: a load
   // would carry them into the loaded one's next window.
-  ZERO_CHECK(m.micro_step % config_.gradient_accumulation_steps == 0, "load_checkpoint() in the middle of an "
-             "accumulation window (micro-batch ", m.micro_step % config_.gradient_accumulation_steps, " of ",
-             config_.gradient_accumulation_steps, "): call it after the step() that ends the window (the engine "
-             "is unchanged)");
+  refuse_mid_window(m.micro_step, config_.gradient_accumulation_steps, "load_checkpoint()",
+                    " (the engine is unchanged)");
   ZERO_CHECK(!m.backward_done, "load_checkpoint() after backward() and before its step(): that backward's "
              "gradients are taken in already; call step() first (the engine is unchanged)");
   at::NoGradGuard no_grad;

@@ -385,7 +385,9 @@ void ParamStore::check_intact() const {
     if (std::binary_search(module_params_.begin(), module_params_.end(), p.unsafeGetTensorImpl())) continue;
     std::string name = "?";
     for (const auto& item : module_->named_parameters()) {
-      if (item.value().unsafeGetTensorImpl() == p.unsafeGetTensorImpl()) name = item.key();
+      if (item.value().unsafeGetTensorImpl() != p.unsafeGetTensorImpl()) continue;
+      name = item.key();
+      break;
     }
     ZERO_CHECK(false, "parameter '", name, "' is not one the module had when the engine was built (registered since, or "
               "its submodule replaced): the engine trains only the parameters it was built with (their layout, "

@@ -296,8 +296,9 @@ class Engine {
   // checksums verified on the way: a file damaged inside fails the load
   // with the engine's state partly overwritten, and the engine refuses to
   // train or save until a load succeeds. Like a save, a load in the middle
-  // of an accumulation window is refused (the window's gradients would
-  // carry over into the loaded state).
+  // of an accumulation window, or after a backward() whose step() has not
+  // come, is refused (those gradients would carry over into the loaded
+  // state).
   nlohmann::json load_checkpoint(const std::string& dir, const std::string& tag = "latest");
   struct CheckpointTiming {
     std::string tag;
