@@ -23,8 +23,13 @@ install(TARGETS ${_zero_install_libs} EXPORT zerocppTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/zero DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-foreach(_tool zero-train zero-estimate zero-bench)
+foreach(_tool zero-train zero-estimate zero-bench zero-ckpt zero-comm-selftest)
   if(TARGET ${_tool})
+    # The installed tool keeps the paths of the shared libraries it linked
+    # (LibTorch in its wheel, CUDA, MPI): CMake strips the build tree's
+    # RUNPATH at install, and the tool then could not find libtorch.so.
+    set_target_properties(${_tool} PROPERTIES INSTALL_RPATH "${TORCH_INSTALL_PREFIX}/lib"
+                                              INSTALL_RPATH_USE_LINK_PATH TRUE)
     install(TARGETS ${_tool} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
   endif()
 endforeach()

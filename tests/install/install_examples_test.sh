@@ -14,7 +14,13 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 cmake --install "$build" --prefix "$dir/prefix" >"$dir/install.log" || { cat "$dir/install.log"; fail "cmake --install"; }
 cfg=$dir/prefix/lib/cmake/zerocpp/zerocppConfig.cmake
 [[ -f $cfg && -f $dir/prefix/lib/cmake/zerocpp/zerocppConfigVersion.cmake ]] || fail "no package config in the prefix"
-[[ -f $dir/prefix/include/zero/engine/engine.h && -x $dir/prefix/bin/zero-train ]] || fail "headers or tools missing"
+[[ -f $dir/prefix/include/zero/engine/engine.h ]] || fail "headers missing"
+# Every tool the README names is installed, and runs from the prefix (its
+# LibTorch found without the build tree's environment).
+for tool in zero-train zero-estimate zero-bench zero-ckpt zero-comm-selftest; do
+  [[ -x $dir/prefix/bin/$tool ]] || fail "$tool is not installed in \$prefix/bin"
+  (cd / && env -u LD_LIBRARY_PATH "$dir/prefix/bin/$tool" --help >/dev/null 2>&1) || fail "installed $tool --help failed"
+done
 # The installed package must not point back into the build tree.
 if grep -rqF -- "$build" "$dir/prefix/lib/cmake/zerocpp"; then fail "the package config refers to the build tree $build"; fi
 
@@ -40,4 +46,11 @@ printf '%s' '{"train_micro_batch_size_per_gpu": 64, "gradient_accumulation_steps
 out=$(mpirun -np 2 --oversubscribe --bind-to none "$dir/examples/frozen_mlp_regression" "$dir/bf16.json" 2>&1) \
   || { echo "$out"; fail "frozen_mlp_regression with a bf16 config"; }
 grep -q "frozen layer unchanged" <<<"$out" || { echo "$out"; fail "frozen_mlp_regression: bf16 called the frozen layer changed"; }
+# The installed tools as a user runs them: zero-train from the prefix, away
+# from the source tree, saves a checkpoint that the installed zero-ckpt reads.
+out=$(cd / && mpirun -np 2 --oversubscribe --bind-to none "$dir/prefix/bin/zero-train" --steps 3 --save-every 3 --eval-every 0 \
+        --out "$dir/run" --save-dir "$dir/ckpt" 2>&1) || { echo "$out"; fail "the installed zero-train on 2 ranks"; }
+[[ -s $dir/run/metrics.jsonl ]] || { echo "$out"; fail "the installed zero-train wrote no metrics.jsonl"; }
+out=$(cd / && "$dir/prefix/bin/zero-ckpt" inspect "$dir/ckpt" 2>&1) || { echo "$out"; fail "the installed zero-ckpt inspect"; }
+grep -q "^  step 3 (optimizer step 3)" <<<"$out" || { echo "$out"; fail "zero-ckpt inspect does not show step 3"; }
 echo "install + examples: ok"
