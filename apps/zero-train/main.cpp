@@ -842,6 +842,7 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
   // with the progress, every steps_per_print steps (rank 0's).
   std::int64_t traced_steps = 0;
   if (cfg.wall_clock_breakdown) engine.trace(true);
+  const auto run_start = std::chrono::steady_clock::now();
   for (std::int64_t step = first_step; step < o.steps; ++step) {
     const bool saving = engine.checkpoint_in_flight();
     // A config's scheduler is the engine's (stepped as DeepSpeed does, after
@@ -914,13 +915,15 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
     p.skipped = engine.stats().skipped;
     p.device_bytes = snap.tier_current[0];
     p.host_bytes = snap.tier_current[1];
+    p.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
     if (root) {
       progress.update(p);
       nlohmann::json m = {{"step", p.step}, {"loss", loss}, {"lr", p.lr}, {"tokens_per_s", p.tokens_per_s},
                           {"tflops", p.tflops}, {"loss_scale", p.loss_scale}, {"skipped", p.skipped},
                           {"step_skipped", engine.stats().last_step_skipped},
                           {"grad_norm", engine.stats().grad_norm}, {"device_bytes", p.device_bytes},
-                          {"host_bytes", p.host_bytes}, {"comm_bytes", train::comm_bytes_json(last_comm)}};
+                          {"host_bytes", p.host_bytes}, {"comm_bytes", train::comm_bytes_json(last_comm)},
+                          {"elapsed_s", p.elapsed_s}};
       if (val >= 0) m["val_loss"] = val;
       // Rank 0's resident set, the process and LibTorch included: a long
       // run's memory over time is in the metrics.

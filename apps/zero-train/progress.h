@@ -1,9 +1,12 @@
 // Progress output of zero-train: a one-line bar redrawn in place on a
-// terminal, plain lines every `every` steps otherwise (logs, CI).
+// terminal, plain lines every `every` steps otherwise (logs, CI); both end
+// with the time the run took and the time it has left.
 #pragma once
 
 #include <cstdint>
 #include <string>
+
+#include "eta.h"
 
 namespace zero::train {
 
@@ -12,6 +15,7 @@ struct ProgressLine {
   double loss = 0, val_loss = -1, tokens_per_s = 0, tflops = 0, lr = 0, loss_scale = 1;
   std::int64_t skipped = 0;
   std::int64_t device_bytes = 0, host_bytes = 0;
+  double elapsed_s = 0;  // since the run's first step began
 };
 
 class Progress {
@@ -24,6 +28,7 @@ class Progress {
   bool tty_;
   std::int64_t every_;
   bool drawn_ = false;
+  RemainingTime remaining_;
 };
 
 }  // namespace zero::train

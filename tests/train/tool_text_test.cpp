@@ -1,5 +1,6 @@
 // The tools' own text handling: a sample made printable, and zero-train's
 // record in a checkpoint's client_state checked before it is used.
+#include <limits>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -7,11 +8,42 @@
 
 #include "common/printable_text.h"
 #include "common/run_record.h"
+#include "zero-train/eta.h"
 #include "zero/core/error.h"
 
 namespace {
 
 using zero::tools::printable;
+
+TEST(Eta, DurationsInTwoUnits) {
+  using zero::train::format_duration;
+  EXPECT_EQ(format_duration(0), "0s");
+  EXPECT_EQ(format_duration(44.6), "45s");
+  EXPECT_EQ(format_duration(59.4), "59s");
+  EXPECT_EQ(format_duration(60), "1m00s");
+  EXPECT_EQ(format_duration(12 * 60 + 5), "12m05s");
+  EXPECT_EQ(format_duration(3 * 3600 + 7 * 60 + 59), "3h07m");
+  EXPECT_EQ(format_duration(2 * 86400 + 4 * 3600 + 1), "2d04h");
+  EXPECT_EQ(format_duration(-1), "?");
+  EXPECT_EQ(format_duration(std::numeric_limits<double>::infinity()), "?");
+}
+
+TEST(Eta, RateFromTheFirstObservedStep) {
+  zero::train::RemainingTime r;
+  EXPECT_LT(r.seconds_left(100), 0);  // nothing seen
+  // A resumed run starts at step 41; its first step took 30 s (start-up),
+  // which the rate leaves out: then 2 s a step.
+  r.observe(41, 30.0);
+  EXPECT_LT(r.seconds_left(100), 0);  // one step: no rate yet
+  r.observe(42, 32.0);
+  EXPECT_DOUBLE_EQ(r.seconds_left(100), 58 * 2.0);
+  r.observe(51, 50.0);  // steps between prints count, at the same rate
+  EXPECT_DOUBLE_EQ(r.seconds_left(100), 49 * 2.0);
+  r.observe(100, 148.0);
+  EXPECT_DOUBLE_EQ(r.seconds_left(100), 0.0);
+  EXPECT_EQ(zero::train::elapsed_and_eta(148.0, r.seconds_left(100)), " elapsed 2m28s eta 0s");
+  EXPECT_EQ(zero::train::elapsed_and_eta(30.0, -1.0), " elapsed 30s");
+}
 
 TEST(Printable, KeepsUtf8AndEscapesControlsAndNonUtf8) {
   // ASCII, newline and tab, 2-, 3- and 4-byte UTF-8 stay as they are.

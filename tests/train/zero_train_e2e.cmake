@@ -50,6 +50,11 @@ endif()
 if(DEVICE STREQUAL "cuda" AND NOT err MATCHES " on cuda:0")
   message(FATAL_ERROR "zero-train --device cuda: the engine did not say it trains on cuda:0:\n${err}")
 endif()
+# The progress lines end with the run's time and, once a rate is known, the
+# time left (the last step's: 0s).
+if(NOT err MATCHES "\nstep ${STEPS}/${STEPS} loss [^\n]* elapsed [0-9dhms]+ eta 0s\n")
+  message(FATAL_ERROR "the last progress line has no 'elapsed ... eta 0s':\n${err}")
+endif()
 # What zero-train prints at the end, on any device: the sample, and where
 # metrics, plot and report went (the plot is skipped, and says so, without
 # gnuplot).
@@ -153,6 +158,12 @@ foreach(line ${lines})
   endif()
   string(JSON loss GET "${line}" loss)
   string(JSON lr GET "${line}" lr)
+  # The run's clock: from its first step, never back.
+  string(JSON elapsed ERROR_VARIABLE no_elapsed GET "${line}" elapsed_s)
+  if(no_elapsed OR elapsed LESS 0 OR (step GREATER 0 AND elapsed LESS prev_elapsed))
+    message(FATAL_ERROR "metrics.jsonl's elapsed_s is missing or went back (${prev_elapsed} then): ${line}")
+  endif()
+  set(prev_elapsed ${elapsed})
   if(step EQUAL 0)
     set(first_loss ${loss})
     if(lr LESS 0.00099 OR lr GREATER 0.00101)
