@@ -260,7 +260,9 @@ void add_ckpt_command(CLI::App& app) {
   cmd->add_flag("!--no-offload", o->offload, "optimizer state on the device instead of offloaded");
   cmd->add_option("--rounds", o->rounds, "rounds (medians are reported)")->check(tools::at_least<long long>(1))
       ->capture_default_str();
-  cmd->add_option("--dir", o->dir, "folder to save to (the disk measured)")->capture_default_str();
+  cmd->add_option("--dir", o->dir, "folder to save to (the disk measured)")
+      ->capture_default_str()
+      ->check(tools::non_empty("a folder"));
   cmd->add_flag("--json", o->json, "print one JSON object as the last line");
   cmd->add_option("--nvme-path", o->nvme_path,
                   "the optimizer state on NVMe (offload_optimizer.device \"nvme\") in this folder: the save and "

@@ -19,6 +19,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "common/cli_range.h"
 #include "gpt_hf_export.h"
 #include "zero/ckpt/checkpoint_dir.h"
 #include "zero/ckpt/consolidate.h"
@@ -30,17 +31,6 @@ using namespace zero;
 namespace {
 
 double mib(std::uint64_t b) { return static_cast<double>(b) / (1 << 20); }
-
-// A whole number >= 1 (CLI::PositiveNumber would print its bound as 2.2e-308).
-CLI::Validator at_least_one() {
-  return CLI::Validator(
-      [](std::string& in) -> std::string {
-        std::int64_t v = 0;
-        if (!CLI::detail::lexical_cast(in, v)) return "'" + in + "' is not a whole number";
-        return v >= 1 ? std::string() : "must be >= 1, got " + in;
-      },
-      ">=1");
-}
 
 // DIR may be a tag's own folder (ck/step-6, the one holding the manifest):
 // then that checkpoint, and a --tag beside it must name the same.
@@ -160,29 +150,43 @@ int main(int argc, char** argv) {
   std::int64_t n_head = 0;
   auto* ins = app.add_subcommand("inspect", "print the manifest: layout, step, files, sizes, checksums; exits 1 "
                                  "when a file is missing or not its recorded size");
-  ins->add_option("dir", dir, "the checkpoint folder (--save-dir), or one tag's folder in it")->required();
-  ins->add_option("--tag", tag, "the checkpoint's tag")->capture_default_str();
+  ins->add_option("dir", dir, "the checkpoint folder (--save-dir), or one tag's folder in it")
+      ->required()
+      ->check(tools::non_empty("a checkpoint folder"));
+  ins->add_option("--tag", tag, "the checkpoint's tag")
+      ->capture_default_str()
+      ->check(tools::non_empty("a tag (latest: the newest)"));
   ins->add_flag("--verify", verify, "read every file and check its size and CRC-32C");
   auto* con = app.add_subcommand("consolidate",
                                  "one fp32 state dict under the module's names, as safetensors (streamed: memory "
                                  "bounded by the largest parameter)");
-  con->add_option("dir", dir, "the checkpoint folder (--save-dir), or one tag's folder in it")->required();
-  con->add_option("--tag", tag, "the checkpoint's tag")->capture_default_str();
+  con->add_option("dir", dir, "the checkpoint folder (--save-dir), or one tag's folder in it")
+      ->required()
+      ->check(tools::non_empty("a checkpoint folder"));
+  con->add_option("--tag", tag, "the checkpoint's tag")
+      ->capture_default_str()
+      ->check(tools::non_empty("a tag (latest: the newest)"));
   con->add_option("--out", out, "the .safetensors file to write (via a .tmp beside it, removed on a failure)")
-      ->required();
+      ->required()
+      ->check(tools::non_empty("a file to write"));
   con->add_flag("--no-verify", no_verify, "skip the checksum pass over the files");
   auto* hf = app.add_subcommand("export-hf",
                                 "a zero::models::Gpt checkpoint as a Hugging Face GPT-2 folder (config.json, "
                                 "model.safetensors) that GPT2LMHeadModel.from_pretrained loads");
-  hf->add_option("dir", dir, "the checkpoint folder (--save-dir), or one tag's folder in it")->required();
-  hf->add_option("--tag", tag, "the checkpoint's tag")->capture_default_str();
+  hf->add_option("dir", dir, "the checkpoint folder (--save-dir), or one tag's folder in it")
+      ->required()
+      ->check(tools::non_empty("a checkpoint folder"));
+  hf->add_option("--tag", tag, "the checkpoint's tag")
+      ->capture_default_str()
+      ->check(tools::non_empty("a tag (latest: the newest)"));
   hf->add_option("--out", out, "the folder to write (an earlier export there is replaced only once the new one is "
                  "complete; other files stay)")
-      ->required();
+      ->required()
+      ->check(tools::non_empty("a folder to write"));
   hf->add_option("--n-head", n_head,
                  "attention heads, for a checkpoint that does not record them (zero-train's do; a value that "
                  "contradicts the record is an error)")
-      ->check(at_least_one());
+      ->check(tools::at_least<std::int64_t>(1));
   hf->add_flag("--no-verify", no_verify, "skip the checksum pass over the files");
   if (argc > 1 && argv[1][0] != '-' && app.get_subcommands([&](CLI::App* a) { return a->get_name() == argv[1]; }).empty()) {
     std::fprintf(stderr, "zero-ckpt: unknown command '%s': use inspect, consolidate or export-hf (zero-ckpt --help)\n",

@@ -1121,7 +1121,8 @@ int main(int argc, char** argv) {
   CLI::App app{"zero-train: train a GPT on a text corpus with ZeRO (DeepSpeed-style JSON config)"};
   app.add_option("corpus", o.corpus,
                  "text files or folders, read recursively (default: the top-level English files of "
-                 "/usr/share/games/fortunes)");
+                 "/usr/share/games/fortunes)")
+      ->check(tools::non_empty("a file or folder of text"));
   app.add_option("--config", o.config_path, "DeepSpeed-style JSON config (default: ZeRO-2 + CPU offload + bf16; fp32 on a CPU without native bf16); a Hugging Face config's \"auto\" batch, total_num_steps, warmup_num_steps and precision take zero-train's values")
       ->check(tools::non_empty("a config file"));
   app.add_option("--model", o.model, "preset: gpt2-tiny, gpt2-small-test, gpt2, gpt2-medium, gpt2-large, gpt2-xl")
@@ -1158,6 +1159,7 @@ int main(int argc, char** argv) {
                  "folder must exist (checked before training)")
       ->check(tools::non_empty("a file to write"));
   app.add_option("--out", o.out_dir, "folder for metrics.jsonl and training.png (created; checked before training)")
+      ->check(tools::non_empty("a folder"))
       ->capture_default_str();
   app.add_option("--device", o.device,
                  "auto (a GPU per rank when the node has enough, else the CPU), cpu, or cuda (rank r on "

@@ -20,6 +20,7 @@ expect2 "--stage: must be in \[0, 3\], got 4" "$bench" ckpt --stage 4
 expect2 "--heads: 3 does not divide --embd 64" "$bench" ckpt --embd 64 --heads 3
 expect2 "--param-nvme: .*needs --stage 3 and --nvme-path" "$bench" ckpt --param-nvme
 expect2 "--dir: .*usage_errors_test.sh is a file, not a folder" "$bench" ckpt --dir "$0/ckpt"
+expect2 "--dir: is empty: give a folder" "$bench" ckpt --dir ""
 expect2 "--steps: must be >= 1, got 0" "$bench" step --steps 0
 expect2 "--warmup: must be >= 0, got -1" "$bench" step --warmup -1
 expect2 "--micro: must be >= 1, got 0" "$bench" step --micro 0

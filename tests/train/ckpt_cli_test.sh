@@ -173,6 +173,12 @@ grep -q "^step 1" "$work/savedir.log" && fail "a --save-dir below a file was fou
 # Usage errors exit 2 (a failure is 1), an unknown command is named.
 "$ckpt" frobnicate "$ck" >"$work/unknown.log" 2>&1; rc=$?
 [ $rc -eq 2 ] && grep -q "unknown command 'frobnicate'" "$work/unknown.log" || { cat "$work/unknown.log"; fail "unknown command: exit $rc"; }
+# An empty value (an unset shell variable) is a usage error naming the
+# option, not a filesystem exception.
+for args in "consolidate $ck --out" "export-hf $ck --out" "inspect $ck --tag" "inspect"; do
+  "$ckpt" $args "" >"$work/empty.log" 2>&1; rc=$?
+  [ $rc -eq 2 ] && grep -q ": is empty: give " "$work/empty.log" || { cat "$work/empty.log"; fail "zero-ckpt $args '': exit $rc"; }
+done
 "$train" --steps 1e3 >"$work/usage.log" 2>&1; rc=$?
 [ $rc -eq 2 ] || { cat "$work/usage.log"; fail "zero-train usage error: exit $rc, expected 2"; }
 # The config's seed is zero-train's without --seed (the same run as --seed 7),
