@@ -55,6 +55,7 @@
 #include "train_report.h"
 #include "common/trainer_autos.h"
 #include "zero/ckpt/checkpoint_dir.h"
+#include "zero/ckpt/save_dir_lock.h"
 #include "zero/ckpt/consolidate.h"
 #include "zero/ckpt/crc32c.h"
 #include "zero/comm/communicator.h"
@@ -386,6 +387,16 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
   comm::Communicator* comm = comm_out.get();
   const bool root = comm->rank() == 0;
   prepare_outputs(o, root);
+  // One job per --save-dir, for the whole run (ckpt/save_dir_lock.h): a
+  // second one would replace this one's tags. (A folder that cannot be
+  // written, with --on-save-error continue, saves nothing to guard.)
+  std::optional<ckpt::SaveDirLock> save_dir_lock;
+  if (root && !o.save_dir.empty()) {
+    std::error_code ec;
+    if (fs::is_directory(o.save_dir, ec) && ::access(o.save_dir.c_str(), W_OK | X_OK) == 0) {
+      save_dir_lock.emplace(o.save_dir, "--save-dir");
+    }
+  }
   const std::int64_t saved_step = o.resume.empty() ? 0 : resume_step(o);
   if (root && !o.save_dir.empty()) warn_of_later_checkpoints(o, saved_step);
   if (root && !o.save_dir.empty() && o.save_every == 0) {
@@ -1178,7 +1189,8 @@ int main(int argc, char** argv) {
       ->check(at_least<std::int64_t>(0, " (0: keep all)"))
       ->capture_default_str();
   app.add_option("--save-dir", o.save_dir,
-                 "folder of the checkpoints (<dir>/<tag>/, <dir>/latest)")
+                 "folder of the checkpoints (<dir>/<tag>/, <dir>/latest); locked for the run (<dir>/.lock): a second "
+                 "job given it is refused")
       ->check(tools::non_empty("a folder"));
   app.add_option("--resume", o.resume,
                  "resume from checkpoint TAG of --save-dir (latest: the newest); saved on any number of ranks; a "

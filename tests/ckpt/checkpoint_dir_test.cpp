@@ -2,7 +2,8 @@
 // (src/ckpt/checkpoint_dir.cpp): the tags found, in step order; what
 // resolve_tag says when `latest` or a tag is missing, or when it is given a
 // tag's own folder; and the safetensors writer leaving no temporary behind
-// when a write fails (a file-size limit) or it is dropped before commit().
+// when a write fails (a file-size limit) or it is dropped before commit();
+// the one-job-per-folder lock.
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -16,6 +17,7 @@
 
 #include "zero/ckpt/checkpoint_dir.h"
 #include "zero/ckpt/safetensors.h"
+#include "zero/ckpt/save_dir_lock.h"
 #include "zero/core/error.h"
 
 namespace ck = zero::ckpt;
@@ -169,6 +171,45 @@ TEST(CheckpointDir, AFailedTextWriteLeavesNoTemporary) {
   }
   EXPECT_FALSE(fs::exists(d.path / "big.json.tmp"));
   EXPECT_FALSE(fs::exists(d.path / "big.json"));
+}
+
+// A second holder of a folder's lock is refused, naming the first (its pid
+// and host) and the option; once the first is gone, the folder is free
+// again though the lock file stays, and a tag list does not see it.
+TEST(SaveDirLock, OneJobPerFolder) {
+  TempDir d;
+  committed(d.path, "step-2");
+  std::string second;
+  {
+    ck::SaveDirLock first(d.path, "--save-dir");
+    try {
+      ck::SaveDirLock again(d.path, "--save-dir");
+      ADD_FAILURE() << "a second lock of one folder was granted";
+    } catch (const zero::Error& e) {
+      second = e.what();
+    }
+  }
+  EXPECT_NE(second.find("--save-dir " + d.path.string() + " is in use by another running job (pid " +
+                        std::to_string(::getpid()) + " on "),
+            std::string::npos)
+      << second;
+  EXPECT_NE(second.find("Give this job a --save-dir of its own"), std::string::npos) << second;
+  EXPECT_TRUE(fs::exists(d.path / ck::kSaveDirLockName));
+  EXPECT_NO_THROW(ck::SaveDirLock later(d.path, "--save-dir"));
+  EXPECT_EQ(ck::list_tags(d.path), std::vector<std::string>{"step-2"});
+}
+
+// A link in the lock's place is not followed, and the error says so.
+TEST(SaveDirLock, ALinkInItsPlaceIsRefused) {
+  TempDir d;
+  fs::create_symlink(d.path / "elsewhere", d.path / ck::kSaveDirLockName);
+  try {
+    ck::SaveDirLock lock(d.path, "--save-dir");
+    ADD_FAILURE() << "a lock through a symbolic link";
+  } catch (const zero::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("symbolic link"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(d.path / "elsewhere"));
 }
 
 }  // namespace

@@ -1,0 +1,78 @@
+#include "zero/ckpt/save_dir_lock.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+#include <string>
+
+#include "zero/core/error.h"
+
+namespace zero::ckpt {
+
+namespace {
+
+std::string holder_text() {
+  char host[256] = "?";
+  if (::gethostname(host, sizeof host - 1) != 0) std::strcpy(host, "?");
+  host[sizeof host - 1] = '\0';
+  const std::time_t now = std::time(nullptr);
+  char when[32] = "?";
+  std::tm utc{};
+  if (::gmtime_r(&now, &utc) != nullptr) std::strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", &utc);
+  return "pid " + std::to_string(::getpid()) + " on " + host + ", since " + when;
+}
+
+// What the holder wrote ("pid 123 on node7, since ..."), or "" if nothing
+// readable is there yet (it writes just after it locks).
+std::string read_holder(int fd) {
+  char buf[512];
+  const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
+  if (n <= 0) return "";
+  std::string text(buf, static_cast<std::size_t>(n));
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\0')) text.pop_back();
+  for (char& c : text) {
+    if (c < 0x20 || c == 0x7f) c = '?';
+  }
+  return text;
+}
+
+}  // namespace
+
+SaveDirLock::SaveDirLock(const std::filesystem::path& dir, const std::string& option) {
+  const std::string path = (dir / kSaveDirLockName).string();
+  // O_NOFOLLOW: never a file someone linked here.
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+  const int open_error = errno;
+  ZERO_CHECK(fd_ >= 0, option, " ", dir.string(), ": cannot create its lock file ", path, " (",
+             open_error == ELOOP ? std::string("it is a symbolic link, which zerocpp does not follow")
+                                 : std::string(std::strerror(open_error)),
+             "): give a folder this process may write to (", option, ")");
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int e = errno;
+    const std::string holder = e == EWOULDBLOCK ? read_holder(fd_) : "";
+    ::close(fd_);
+    fd_ = -1;
+    ZERO_CHECK(e != EWOULDBLOCK, option, " ", dir.string(), " is in use by another running job",
+               holder.empty() ? std::string() : " (" + holder + ")",
+               ": two jobs saving to one folder replace each other's checkpoints. Give this job a ", option,
+               " of its own, or wait until that job has ended");
+    ZERO_CHECK(false, option, " ", dir.string(), ": cannot lock ", path, " (", std::strerror(e),
+               "): give a folder on a filesystem that supports flock (", option, ")");
+  }
+  const std::string text = holder_text() + "\n";
+  // Best effort: the lock holds without the text, which only names the holder.
+  if (::ftruncate(fd_, 0) == 0) {
+    const ssize_t written = ::pwrite(fd_, text.data(), text.size(), 0);
+    (void)written;
+  }
+}
+
+SaveDirLock::~SaveDirLock() {
+  if (fd_ >= 0) ::close(fd_);  // the lock goes with the descriptor; the file stays (see the header)
+}
+
+}  // namespace zero::ckpt
