@@ -815,14 +815,32 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
     m.held_betas = LrSchedule::Betas{static_cast<float>(man.engine.betas->first),
                                      static_cast<float>(man.engine.betas->second)};
   }
+  // The loss scale is fp16's: a checkpoint saved in fp32 or bf16 holds a
+  // scale of 1 that no overflow ever moved, and fp16 starting there would
+  // underflow its gradients until loss_scale_window clean steps raised it.
+  // Such a load keeps this engine's initial scale, as a fresh run has it.
   const ckpt::LossScalerRecord& s = man.engine.scaler;
-  m.precision.scaler().restore({static_cast<float>(s.scale), s.hysteresis_left, s.iter, s.last_overflow_iter,
-                                s.skipped});
+  const char* this_dtype = dtype_name_of(m.precision.dtype());
+  const bool scaled_by_fp16 = man.dtype == "fp16";
+  LossScaler::State restored{static_cast<float>(s.scale), s.hysteresis_left, s.iter, s.last_overflow_iter, s.skipped};
+  if (!scaled_by_fp16) {
+    const LossScaler::State fresh = m.precision.scaler().state();
+    restored.scale = fresh.scale;
+    restored.hysteresis_left = fresh.hysteresis_left;
+  }
+  m.precision.scaler().restore(restored);
   stats_.loss_scale = m.precision.loss_scale();
   if (m.rank == 0) {
-    std::fprintf(stderr, "zerocpp: loaded checkpoint %s (step %lld; saved by %d rank(s) at stage %d%s)\n",
+    std::string precision;
+    if (man.dtype != this_dtype) {
+      precision = zero::detail::str_cat(", in ", man.dtype, "; training on in ", this_dtype);
+      if (!scaled_by_fp16 && std::string(this_dtype) == "fp16") {
+        precision += zero::detail::str_cat(" from the loss scale ", stats_.loss_scale);
+      }
+    }
+    std::fprintf(stderr, "zerocpp: loaded checkpoint %s (step %lld; saved by %d rank(s) at stage %d%s%s)\n",
                  where.c_str(), static_cast<long long>(man.engine.steps), man.world_size, man.stage,
-                 keep_pending ? ", its delayed update pending" : "");
+                 precision.c_str(), keep_pending ? ", its delayed update pending" : "");
     if (!settings_note.empty()) std::fprintf(stderr, "zerocpp: warning: %s\n", settings_note.c_str());
   }
   return man.client_state;

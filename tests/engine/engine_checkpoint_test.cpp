@@ -293,6 +293,45 @@ TEST(Resume, PendingUpdateIsAppliedWhereTheLoadingEngineHasNone) {
   }
 }
 
+// fp16's loss scale is fp16's alone: a checkpoint saved in fp32 or bf16
+// (whose scale no overflow moved: 1) loads into a dynamic fp16 engine at the
+// config's initial scale, as a fresh run starts (it used to resume at 1, and
+// fp16 gradients underflowed until loss_scale_window clean steps raised
+// it); the load line says the precision changed and from which scale. An
+// fp16 checkpoint's scale still carries over (the Resume cases' fp16 rows).
+TEST(Resume, AnotherPrecisionsCheckpointLeavesFp16ItsInitialScale) {
+  comm::Communicator& comm = world_comm();
+  for (const bool bf16 : {false, true}) {
+    const ResumeCase saving{bf16 ? "bf16_to_fp16" : "fp32_to_fp16", 2, false, false, bf16};
+    const fs::path dir = shared_temp_dir(comm, saving.name);
+    {
+      Trainer t{ModelKind::kUnitMlp, case_config(saving, comm.world_size())};
+      std::vector<float> losses;
+      t.steps(0, 2, losses);
+      t.engine->save_checkpoint(dir.string(), "step-2");
+    }
+    ResumeCase loading = saving;
+    loading.bf16 = false;
+    loading.fp16 = true;  // initial_scale_power 8
+    Trainer t{ModelKind::kUnitMlp, case_config(loading, comm.world_size())};
+    testing::internal::CaptureStderr();
+    t.engine->load_checkpoint(dir.string());
+    const std::string said = testing::internal::GetCapturedStderr();
+    EXPECT_EQ(t.engine->stats().loss_scale, 256.0f) << saving.name;
+    if (comm.rank() == 0) {
+      EXPECT_NE(said.find(std::string(", in ") + (bf16 ? "bf16" : "fp32") + "; training on in fp16 from the loss scale 256"),
+                std::string::npos)
+          << saving.name << ": " << said;
+    }
+    std::vector<float> losses;
+    t.steps(2, 3, losses);
+    for (float l : losses) EXPECT_TRUE(std::isfinite(l)) << saving.name;
+    EXPECT_EQ(t.engine->stats().skipped, 0) << saving.name;
+    comm.barrier()->wait();
+    if (comm.rank() == 0) rm_tree(dir);
+  }
+}
+
 // ---- Bad input --------------------------------------------------------------
 
 struct Saved {
