@@ -186,6 +186,42 @@ double evaluate(models::Gpt& model, comm::Communicator& comm, const data::Corpus
 }
 
 // What the corpus line says of links and files met twice (nothing when none).
+// The optimizer settings a checkpoint records beside the lr and the decay,
+// and a resumed run compares with its own (each changes the training from
+// the resumed step on, as the lr does): the betas (not Adagrad's), eps (not
+// Lion's) and the clipping norm.
+nlohmann::json optimizer_record(const config::Config& cfg) {
+  // As the config wrote them (0.9, not the float's 0.8999999761581421).
+  auto as_written = [](float x) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.7g", static_cast<double>(x));
+    return std::strtod(text, nullptr);
+  };
+  nlohmann::json r = {{"gradient_clipping", as_written(cfg.gradient_clipping)}};
+  if (!cfg.optimizer.is_adagrad()) r["betas"] = {as_written(cfg.optimizer.beta1), as_written(cfg.optimizer.beta2)};
+  if (!cfg.optimizer.is_lion()) r["eps"] = as_written(cfg.optimizer.eps);
+  return r;
+}
+
+// "warning: the checkpoint was trained with betas [0.9,0.95], this run's
+// config has [0.5,0.9]: ...", for each recorded setting that changed.
+void warn_of_changed_optimizer(const nlohmann::json& saved, const nlohmann::json& now) {
+  if (!saved.is_object()) return;  // a checkpoint from before the record
+  struct Key {
+    const char* name;
+    const char* config_key;
+  };
+  for (const Key k : {Key{"betas", "optimizer.params.betas"}, Key{"eps", "optimizer.params.eps"},
+                      Key{"gradient_clipping", "gradient_clipping"}}) {
+    const auto was = saved.find(k.name);
+    const auto is = now.find(k.name);
+    if (was == saved.end() || is == now.end() || *was == *is) continue;
+    std::fprintf(stderr, "warning: the checkpoint was trained with %s %s, this run's config has %s: training from "
+                 "here on uses the new one; to continue as it was, give a --config whose %s is %s\n",
+                 k.name, was->dump().c_str(), is->dump().c_str(), k.config_key, was->dump().c_str());
+  }
+}
+
 std::string corpus_links_note(const data::Corpus& c) {
   std::string note;
   if (c.skipped_links > 0) {
@@ -516,6 +552,13 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
   // decay, biases and LayerNorm gains do not (the engine says how many of
   // each).
   if (o.decay == "matrices" && cfg.optimizer.weight_decay > 0.0f) build.weight_decay = no_decay_below_2d();
+  if (root && o.decay == "all" && cfg.optimizer.weight_decay > 0.0f && !cfg.optimizer.is_muon()) {
+    std::int64_t elements = 0;
+    const auto params = model->parameters();
+    for (const at::Tensor& p : params) elements += p.numel();
+    std::fprintf(stderr, "zero-train: weight decay %g on all %zu parameters (%.2fM elements; --decay all)\n",
+                 static_cast<double>(cfg.optimizer.weight_decay), params.size(), static_cast<double>(elements) / 1e6);
+  }
   // Muon for the blocks' matrices; the token and position tables (the
   // token table is the output head too) take its Adam half, as DeepSpeed's
   // choice leaves embeddings and lm_head to Adam.
@@ -621,6 +664,8 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
     if (sched.warmup_num_steps == 0) sched.warmup_min_lr = cfg.optimizer.lr;
   }
   const LrSchedule schedule(sched, cfg.optimizer.lr);
+  // The rate of the next step (the config's scheduler is the engine's).
+  auto next_lr = [&] { return cfg.scheduler.type.empty() ? schedule.lr(engine.stats().step) : engine.lr(); };
   if (root) {
     // A DeepSpeed config without a scheduler means a constant rate there;
     // zero-train's own schedule applies instead, said here with the way out.
@@ -711,6 +756,20 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
                    "continue as it was, give a --config whose optimizer.params.weight_decay is %g\n",
                    client.value("weight_decay", 0.0), static_cast<double>(cfg.optimizer.weight_decay),
                    client.value("weight_decay", 0.0));
+    }
+    if (root) warn_of_changed_optimizer(client.value("optimizer", nlohmann::json()), optimizer_record(cfg));
+    // The schedule (--steps, --warmup, --min-lr-ratio, the config's
+    // scheduler): said with the rate of the next step, before and now. (A
+    // changed lr is said above, and changes the schedule's words too.)
+    if (root && client.contains("schedule") && client.value("schedule", std::string()) != schedule.describe() &&
+        client.value("lr", 0.0) == static_cast<double>(cfg.optimizer.lr)) {
+      std::fprintf(stderr, "warning: the checkpoint was trained with the lr schedule \"%s\", this run's is \"%s\": "
+                   "step %lld trains at lr %.4g (the saved run's next: %.4g) and the rate follows the new schedule "
+                   "from here on; to continue as it was, give the saved run's --steps, --warmup and --min-lr-ratio "
+                   "(or its scheduler)\n",
+                   client.value("schedule", std::string()).c_str(), schedule.describe().c_str(),
+                   static_cast<long long>(first_step + 1), static_cast<double>(next_lr()),
+                   client.value("next_lr", static_cast<double>(next_lr())));
     }
     if (root) {
       std::fprintf(stderr, "resuming at step %lld of %lld\n", static_cast<long long>(first_step),
@@ -808,6 +867,8 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
                                    {"lr", static_cast<double>(cfg.optimizer.lr)},
                                    {"weight_decay", static_cast<double>(cfg.optimizer.weight_decay)}, {"decay", o.decay},
                                    {"train_batch_size", cfg.train_batch_size},
+                                   {"optimizer", optimizer_record(cfg)}, {"schedule", schedule.describe()},
+                                   {"next_lr", static_cast<double>(next_lr())},
                                    {"gpt", {{"vocab_size", gc.vocab_size}, {"block_size", gc.block_size},
                                             {"n_layer", gc.n_layer}, {"n_head", gc.n_head}, {"n_embd", gc.n_embd}}}};
     try {

@@ -814,6 +814,16 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
   if (man.engine.betas) {
     m.held_betas = LrSchedule::Betas{static_cast<float>(man.engine.betas->first),
                                      static_cast<float>(man.engine.betas->second)};
+    // Said where they overrule the config's own pair from here on.
+    const auto [b1, b2] = betas();
+    if (!m.schedule && (b1 != config_.optimizer.beta1 || b2 != config_.optimizer.beta2)) {
+      if (!settings_note.empty()) settings_note += "; ";
+      settings_note += zero::detail::str_cat(
+          "the checkpoint's betas (", b1, ", ", b2, "), where its scheduler's momentum cycle left them, stay in "
+          "force: this engine has no scheduler, so the config's optimizer.params.betas (", config_.optimizer.beta1,
+          ", ", config_.optimizer.beta2, ") are not used (as DeepSpeed, where the scheduler wrote them into the "
+          "optimizer's state); a OneCycle scheduler with cycle_momentum sets them from the saved step again");
+    }
   }
   // The loss scale is fp16's: a checkpoint saved in fp32 or bf16 holds a
   // scale of 1 that no overflow ever moved, and fp16 starting there would

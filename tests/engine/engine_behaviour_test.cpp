@@ -1055,7 +1055,8 @@ TEST(Schedule, ACheckpointKeepsTheScheduledRate) {
 
 // OneCycle's betas travel with a checkpoint as its rate does: an engine
 // with the scheduler takes them from the restored step, one without it
-// resumes with the saved pair, and betas a set_lr() held are saved too.
+// resumes with the saved pair (and says that the config's are not used),
+// and betas a set_lr() held are saved too.
 TEST(Schedule, ACheckpointKeepsTheCyclesBetas) {
   comm::Communicator& comm = world_comm();
   const int world = comm.world_size();
@@ -1084,8 +1085,16 @@ TEST(Schedule, ACheckpointKeepsTheCyclesBetas) {
     if (!scheduled) c.scheduler = config::SchedulerConfig{};
     auto model = make_model(ModelKind::kMlp);
     Engine engine(model, c, comm);
+    testing::internal::CaptureStderr();
     engine.load_checkpoint(dir.string(), "cycle");
+    const std::string said = testing::internal::GetCapturedStderr();
     EXPECT_EQ(engine.betas(), saved) << (scheduled ? "with" : "without") << " the scheduler";
+    // Without the scheduler the saved pair overrules the config's: said.
+    if (comm.rank() == 0) {
+      EXPECT_EQ(said.find("where its scheduler's momentum cycle left them, stay in force") != std::string::npos,
+                !scheduled)
+          << said;
+    }
     engine.load_checkpoint(dir.string(), "held");
     if (scheduled) {
       // The scheduler's after 4 steps taken: the cycle's peak, cycle_min_mom.

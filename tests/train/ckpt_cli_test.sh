@@ -78,10 +78,29 @@ tr 'a-y' 'b-z' <"$corpus" >"$work/other_corpus.txt"  # (the same size: told apar
   --eval-every 0 --sample 0 --resume latest --decay all >"$work/corpus.log" 2>&1 || { cat "$work/corpus.log"; fail "the resume on another corpus failed"; }
 # ... with --decay all: every parameter takes the config's decay (no per-parameter line), and the change is said.
 grep -q "zerocpp: weight decay" "$work/corpus.log" && fail "--decay all still gave parameters decays of their own"
+grep -q "zero-train: weight decay 0.01 on all 28 parameters (0.12M elements; --decay all)" "$work/corpus.log" \
+  || { cat "$work/corpus.log"; fail "--decay all did not say that every parameter takes the decay"; }
 grep -q "warning: the checkpoint was trained with --decay matrices, this run has --decay all" "$work/corpus.log" \
   || { cat "$work/corpus.log"; fail "a resume with another --decay gave no warning"; }
 grep -q "warning: the checkpoint was trained on another corpus" "$work/corpus.log" \
   || { cat "$work/corpus.log"; fail "a resume on another corpus gave no warning"; }
+# The optimizer's betas, eps and clipping, and the schedule (--warmup),
+# changed at a resume: each said with the way back; the same ones: nothing.
+cp -r "$ck" "$work/ck_opt"
+printf '{"train_micro_batch_size_per_gpu": 16, "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "betas": [0.5, 0.9], "eps": 0.01, "weight_decay": 0.01}}, "gradient_clipping": 0.05}' \
+  >"$work/opt.json"
+"$train" "$corpus" --model gpt2-tiny --out "$work/out_opt" --save-dir "$work/ck_opt" --steps 5 --eval-every 0 \
+  --resume step-2 --warmup 3 --config "$work/opt.json" >"$work/opt.log" 2>&1 || { cat "$work/opt.log"; fail "the resume with other optimizer settings failed"; }
+for said in "betas \[0.9,0.95\], this run's config has \[0.5,0.9\]: .* whose optimizer.params.betas is \[0.9,0.95\]" \
+            "eps 1e-08, this run's config has 0.01" "gradient_clipping 1.0, this run's config has 0.05" \
+            "the lr schedule \"linear warm-up from 0 to 0.003 over 2 steps.*\", this run's is \"linear warm-up from 0 to 0.003 over 3 steps, then cosine down to 0.0003 at step 5\": step 3 trains at lr 0.002 (the saved run's next: 0.00"; do
+  grep -q "warning: the checkpoint was trained with $said" "$work/opt.log" || { cat "$work/opt.log"; fail "no warning: $said"; }
+done
+cp -r "$ck" "$work/ck_same"
+"$train" "$corpus" --model gpt2-tiny --save-dir "$work/ck_same" --steps 4 --eval-every 0 --resume step-2 \
+  --out "$work/out_same" >"$work/same.log" 2>&1 \
+  || { cat "$work/same.log"; fail "the resume with the same settings failed"; }
+grep -q "warning: the checkpoint was trained with" "$work/same.log" && { cat "$work/same.log"; fail "a resume with the same settings warned"; }
 # Another optimizer: refused, in zero-train's words (not only the engine's
 # EngineOptions and "fresh engine").
 cp -r "$ck" "$work/ck_lion"
