@@ -397,6 +397,62 @@ void prepare_outputs(const Options& o, bool root) {
   if (!existed) ::unlink(o.report.c_str());
 }
 
+// A checkpoint of another GPT shape (another preset, --n-layer, ...) is
+// refused before the model is built, naming the options that give the
+// saved one; the parameter shapes alone would fail later, in the engine's
+// words, and tell neither the preset nor the heads. (Older checkpoints
+// without the record: the engine's shape check.)
+void check_saved_model(const nlohmann::json& client, const Options& o, const std::string& folder) {
+  const models::GptConfig now = gpt_config(o);
+  if (!client.is_object()) return;
+  const auto g = client.find("gpt");
+  if (g == client.end() || !g->is_object()) return;
+  models::GptConfig saved = now;
+  saved.vocab_size = g->value("vocab_size", now.vocab_size);
+  saved.n_layer = g->value("n_layer", now.n_layer);
+  saved.n_head = g->value("n_head", now.n_head);
+  saved.n_embd = g->value("n_embd", now.n_embd);
+  saved.block_size = g->value("block_size", now.block_size);
+  auto shape = [](const models::GptConfig& c) {
+    return zero::detail::str_cat(c.n_layer, c.n_layer == 1 ? " layer x " : " layers x ", c.n_embd, " wide, ",
+                                 c.n_head, c.n_head == 1 ? " head, context " : " heads, context ", c.block_size,
+                                 ", vocabulary ", c.vocab_size);
+  };
+  if (shape(saved) == shape(now)) return;
+  // The options that give the saved shape: its preset, and an override
+  // for each field where the preset differs.
+  const std::string preset = client.value("model", std::string());
+  std::string fix;
+  models::GptConfig base = saved;
+  try {
+    base = models::gpt_preset(preset, saved.vocab_size);
+    fix = "--model " + preset;
+  } catch (const Error&) {
+    fix = "--model <any preset>";
+    base = models::GptConfig{};
+    base.n_layer = base.n_head = base.n_embd = base.block_size = 0;
+  }
+  std::string drop;  // overrides given that the saved shape does not need
+  auto add = [&](const char* option, std::int64_t want, std::int64_t has, std::int64_t given) {
+    if (want != has) {
+      fix += zero::detail::str_cat(" ", option, " ", want);
+    } else if (given != 0) {
+      drop += zero::detail::str_cat(drop.empty() ? " (without " : ", ", option);
+    }
+  };
+  add("--n-layer", saved.n_layer, base.n_layer, o.n_layer);
+  add("--n-head", saved.n_head, base.n_head, o.n_head);
+  add("--n-embd", saved.n_embd, base.n_embd, o.n_embd);
+  add("--block-size", saved.block_size, base.block_size, o.block_size);
+  if (!drop.empty()) fix += drop + ")";
+  ZERO_CHECK(saved.vocab_size == now.vocab_size, "checkpoint ", folder, " was trained with a vocabulary of ",
+             saved.vocab_size, ", this run's model has ", now.vocab_size, ": it is not a zero-train byte-level GPT "
+             "of this version; start without --resume (a new run)");
+  ZERO_CHECK(false, "checkpoint ", folder, " is of another model: ", shape(saved),
+             preset.empty() ? std::string() : " (" + preset + ")", "; this run's: ", shape(now),
+             ". Resume with ", fix, ", or start without --resume (a new run)");
+}
+
 // With --resume, the checkpoint is found and its step read before the model
 // is built: a wrong tag, or a checkpoint with nothing left to train, ends
 // the run at once. Returns the saved step.
@@ -406,6 +462,7 @@ std::int64_t resume_step(const Options& o) {
   const nlohmann::json& client = c.manifest.client_state;
   tools::check_run_record(client, c.folder.string());
   const std::int64_t step = client.is_object() ? client.value("step", std::int64_t{0}) : 0;
+  check_saved_model(client, o, c.folder.string());
   ZERO_CHECK(step < o.steps, "checkpoint ", c.folder.string(), " is at step ", step,
              step == o.steps ? " and --steps is " : ", past --steps ", o.steps,
              ": nothing left to train; raise --steps above ", step, " (the total, counted from step 0)");

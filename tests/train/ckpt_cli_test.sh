@@ -161,8 +161,14 @@ expect_fail "$work/nhead.log" "--n-head 4 contradicts the checkpoint: .* was tra
   "$ckpt" export-hf "$ck" --out "$work/hf_bad" --n-head 4
 [ -e "$work/hf_bad" ] && fail "a refused export-hf left its --out folder"
 # The heads are no parameter's shape: a resume with others is refused by name.
-expect_fail "$work/resume_nhead.log" "was trained with 2 attention heads, this run's model has 4 .*Resume with --n-head 2" \
+expect_fail "$work/resume_nhead.log" "is of another model: 2 layers x 64 wide, 2 heads, context 64, vocabulary 256 \(gpt2-tiny\); this run's: 2 layers x 64 wide, 4 heads, .*Resume with --model gpt2-tiny \(without --n-head\), or start" \
   "$train" "${base[@]}" --steps 6 --resume latest --n-head 4
+# ... and another preset, or another shape, named with the options that give the saved one, before the model is built.
+expect_fail "$work/resume_preset.log" "is of another model: .*; this run's: 4 layers x 128 wide, 4 heads, context 128, .*Resume with --model gpt2-tiny, or start" \
+  "$train" "$corpus" --model gpt2-small-test --out "$work/out_preset" --save-dir "$ck" --steps 6 --resume latest
+grep -q "^model:" "$work/resume_preset.log" && fail "a resume of another preset built the model before refusing"
+expect_fail "$work/resume_shape.log" "this run's: 3 layers x 64 wide, 2 heads, context 32, .*Resume with --model gpt2-tiny \(without --n-layer, --block-size\)" \
+  "$train" "${base[@]}" --steps 6 --resume latest --n-layer 3 --block-size 32
 # Never an export into the checkpoint folder (over a shard, `latest`, a tag).
 for out in "$ck/step-4/rank-00000-of-00001.bin" "$ck/latest" "$ck/step-2"; do
   expect_fail "$work/into.log" "is inside the checkpoint folder" "$ckpt" consolidate "$ck" --out "$out"
