@@ -512,7 +512,7 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
                                              : config::parse_config(autos.text, comm->world_size(), o.config_path);
   // The config's seed is zero-train's when --seed is not given.
   if (cfg.seed_given && !o.seed_given) {
-    ZERO_CHECK(cfg.seed >= 0, "config ", o.config_path, ": seed must be 0 or more, got ", cfg.seed);
+    // (The parser refuses a negative seed.)
     o.seed = static_cast<std::uint64_t>(cfg.seed);
   } else if (cfg.seed_given && static_cast<std::uint64_t>(cfg.seed) != o.seed) {
     cfg.warnings.push_back("--seed " + std::to_string(o.seed) + " overrides the config's seed " +

@@ -707,7 +707,7 @@ Config parse_config(std::string_view json_text, int world_size, std::string_view
 
   if (auto v = top.read_byte_size("device_memory_limit")) c.device_memory_limit = *v;
   if (auto v = top.read_int("steps_per_print", kPositive)) c.steps_per_print = *v;
-  if (auto v = top.read_int("seed", IntRange{})) {
+  if (auto v = top.read_int("seed", kNonNegative)) {
     c.seed = *v;
     c.seed_given = true;
   }

@@ -299,10 +299,14 @@ std::optional<std::string_view> renamed_key_hint(std::string_view section, std::
   return std::nullopt;
 }
 
-std::vector<std::string_view> sections_reading(std::string_view name, std::string_view section) {
+std::vector<std::string_view> sections_knowing(std::string_view name, std::string_view section) {
   std::vector<std::string_view> out;
-  for (const KnownKey& k : kKeys) {
-    if (k.kind == KeyKind::kRead && k.name == name && k.section != section) out.push_back(k.section);
+  // Those that read it first, then those that know it (a DeepSpeed key
+  // zerocpp ignores or does not have is still pointed to its section).
+  for (const bool read : {true, false}) {
+    for (const KnownKey& k : kKeys) {
+      if ((k.kind == KeyKind::kRead) == read && k.name == name && k.section != section) out.push_back(k.section);
+    }
   }
   return out;
 }

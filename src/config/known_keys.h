@@ -41,8 +41,8 @@ std::vector<std::string_view> names_in_section(std::string_view section);
 // zerocpp reads: the sentence that points to it ("did you mean ...?").
 std::optional<std::string_view> renamed_key_hint(std::string_view section, std::string_view name);
 
-// Sections other than `section` that read a key called `name` (for "it
-// belongs under ..." hints).
-std::vector<std::string_view> sections_reading(std::string_view name, std::string_view section);
+// Sections other than `section` that know a key called `name`, those that
+// read it first (for "it belongs inside ..." hints).
+std::vector<std::string_view> sections_knowing(std::string_view name, std::string_view section);
 
 }  // namespace zero::config::detail

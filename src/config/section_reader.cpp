@@ -179,7 +179,7 @@ void SectionReader::report_keys() {
       // to be near another name here.
       if (auto hint = renamed_key_hint(table_section_, key)) {
         sentence += "; " + std::string(*hint);
-      } else if (auto homes = sections_reading(key, table_section_); !homes.empty()) {
+      } else if (auto homes = sections_knowing(key, table_section_); !homes.empty()) {
         std::string home(homes.front());
         sentence += home.empty() ? "; it belongs at the top level"
                                  : "; it belongs inside " + quote(home) + " (" +

@@ -135,6 +135,13 @@ TEST(Config, KeyAtTheWrongLevelSaysWhereItBelongs) {
                                  "'zero_optimization' ('zero_optimization.offload_optimizer')");
   c = parse(with(R"("zero_optimization": {"train_batch_size": 4})"));
   EXPECT_CONTAINS(all_warnings(c), "it belongs at the top level");
+  // A DeepSpeed key zerocpp ignores or does not have is pointed home too.
+  c = parse(with(R"("round_robin_gradients": false, "stage3_max_reuse_distance": 5, "mics_shard_size": -1)"));
+  const std::string w = all_warnings(c);
+  EXPECT_CONTAINS(w, "unknown key 'round_robin_gradients' is ignored; it belongs inside 'zero_optimization' "
+                     "('zero_optimization.round_robin_gradients')");
+  EXPECT_CONTAINS(w, "'stage3_max_reuse_distance' is ignored; it belongs inside 'zero_optimization'");
+  EXPECT_CONTAINS(w, "'mics_shard_size' is ignored; it belongs inside 'zero_optimization'");
 }
 
 TEST(Config, UnknownKeyWithoutAGuess) {
@@ -405,7 +412,8 @@ TEST(Config, RangesAreChecked) {
       {R"("zero_optimization": {"stage3_max_live_parameters": -2})", "zero_optimization.stage3_max_live_parameters: expected an integer >= 0"},
       {R"("zero_optimization": {"stage3_param_persistence_threshold": -1})", "zero_optimization.stage3_param_persistence_threshold: expected an integer >= 0, got -1"},
       {R"("zero_optimization": {"reduce_bucket_size": 1e30})", "zero_optimization.reduce_bucket_size: expected an integer >= 0, got 1e+30"},
-      {R"("seed": 18446744073709551615)", "seed: expected an integer, got 18446744073709551615: too large (at most 9223372036854775807)"},
+      {R"("seed": 18446744073709551615)", "seed: expected an integer >= 0, got 18446744073709551615: too large (at most 9223372036854775807)"},
+      {R"("seed": -1)", "seed: expected an integer >= 0, got -1"},
       {R"("train_micro_batch_size_per_gpu": 1e20)", "train_micro_batch_size_per_gpu: expected a positive integer, got 1e+20: too large (at most 9223372036854775807)"},
       {R"("zero_optimization": {"reduce_bucket_size": 18446744073709551615})", "zero_optimization.reduce_bucket_size: expected an integer >= 0, got 18446744073709551615"},
       {R"("zero_optimization": {"offload_optimizer": {"cpu_threads": -1}})", "zero_optimization.offload_optimizer.cpu_threads: expected an integer >= 0"},
@@ -945,7 +953,7 @@ TEST(Config, ToJsonRoundTrips) {
     "zero_optimization": {"stage": 3, "offload_param": {"device": "cpu", "pin_memory": true},
                           "offload_optimizer": {"device": "cpu", "nvme_path": "/nvme", "ratio": 0.5},
                           "stage3_param_persistence_threshold": 0},
-    "device_memory_limit": "3 GiB", "seed": -3
+    "device_memory_limit": "3 GiB", "seed": 3
   })", 2);
   nlohmann::json j = to_json(c);
   EXPECT_EQ(j["optimizer"]["params"]["lr"].get<double>(), 0.00123);  // shortest form, not 0.0012300000...
