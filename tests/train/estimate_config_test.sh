@@ -61,6 +61,14 @@ printf '{"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto", "
   || { cat "$work/hf.out"; fail "a Hugging Face config with --micro failed"; }
 grep -q '"auto" filled: train_micro_batch_size_per_gpu = 4 (--micro)' "$work/hf.out" && grep -q "^stage 3 " "$work/hf.out" \
   && ! grep -q "total_num_steps" "$work/hf.out" || { cat "$work/hf.out"; fail "the \"auto\" batch was not filled from --micro"; }
+grep -q "the scheduler's \"auto\" values do not change the memory" "$work/hf.out" \
+  || { cat "$work/hf.out"; fail "the scheduler's filled autos were not said"; }
+# An "auto" total with a warm-up given: the stand-in total is no warning.
+printf '{"train_batch_size": 32, "scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": "auto", "warmup_num_steps": 1000}}}' \
+  >"$work/sched_auto.json"
+"$est" --params 1K --world 4 --config "$work/sched_auto.json" >"$work/sched_auto.out" 2>&1 \
+  || { cat "$work/sched_auto.out"; fail "an \"auto\" total_num_steps failed"; }
+grep -q "warning" "$work/sched_auto.out" && { cat "$work/sched_auto.out"; fail "the stand-in total_num_steps was warned about"; }
 "$est" --model gpt2-small-test --world 2 --config "$work/hf.json" >"$work/hf1.out" 2>&1 \
   || { cat "$work/hf1.out"; fail "a Hugging Face config without --micro failed"; }
 grep -q "train_micro_batch_size_per_gpu = 1 (zero-estimate's default, --micro 1)" "$work/hf1.out" \
