@@ -143,6 +143,9 @@ grep -q "settings per parameter: weight decay 0.01 on 10, 0 on 18; lr scale 1 on
   || { cat "$work/tagdir.log"; fail "inspect did not show the weight decay per parameter that --decay matrices recorded"; }
 expect_fail "$work/tagdir2.log" "is checkpoint 'step-2' itself .*--tag says 'step-4'" \
   "$ckpt" inspect "$ck/step-2" --tag step-4
+# --tag latest is the default spelt out: the tag folder given is read.
+"$ckpt" inspect "$ck/step-2" --tag latest >"$work/tagdir4.log" 2>&1 && grep -q '"step":2' "$work/tagdir4.log" \
+  || { cat "$work/tagdir4.log"; fail "inspect of a tag folder with --tag latest"; }
 expect_fail "$work/tagdir3.log" "is one checkpoint .*give its parent folder .* and --resume step-2" \
   "$train" "${base[@]/$ck/$ck/step-2}" --steps 6 --resume latest
 
