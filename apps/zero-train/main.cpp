@@ -453,6 +453,27 @@ void check_saved_model(const nlohmann::json& client, const Options& o, const std
              ". Resume with ", fix, ", or start without --resume (a new run)");
 }
 
+// For a checkpoint that failed to load: the others in --save-dir, newest
+// first, and the option that resumes from the newest.
+std::string other_checkpoints(const Options& o) {
+  std::string failed = o.resume;
+  try {
+    failed = ckpt::resolve_tag(o.save_dir, o.resume, {"--resume", ""});
+  } catch (const Error&) {
+  }
+  std::vector<std::string> others;
+  for (const std::string& t : ckpt::list_tags(o.save_dir)) {
+    if (t != failed) others.push_back(t);
+  }
+  if (others.empty()) {
+    return ". --save-dir " + o.save_dir + " holds no other checkpoint: start without --resume (a new run)";
+  }
+  std::string list;
+  for (auto it = others.rbegin(); it != others.rend(); ++it) list += (list.empty() ? "" : ", ") + *it;
+  return ". The other checkpoints in --save-dir " + o.save_dir + ", newest first: " + list + "; resume from one with "
+         "--resume " + others.back();
+}
+
 // With --resume, the checkpoint is found and its step read before the model
 // is built: a wrong tag, or a checkpoint with nothing left to train, ends
 // the run at once. Returns the saved step.
@@ -746,6 +767,11 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
       // The engine's words are a C++ caller's (EngineOptions' rules); here
       // those settings come from zero-train's options.
       const std::string said = e.what();
+      // A damaged, truncated or incomplete checkpoint: which others there are.
+      if (said.find("load another tag") != std::string::npos ||
+          said.find("load a good checkpoint") != std::string::npos || said.find("Load another tag") != std::string::npos) {
+        throw Error(said + other_checkpoints(o));
+      }
       if (said.find("holds the state of optimizer") != std::string::npos) {
         throw Error(said + ". In zero-train the optimizer is the config's optimizer.type: resume with a --config "
                     "whose optimizer is the checkpoint's (zero-ckpt inspect shows it)");
