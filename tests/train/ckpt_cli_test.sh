@@ -137,8 +137,8 @@ expect_fail "$work/empty.log" "holds no finished checkpoint: start without --res
   "$train" "${base[@]/$ck/$work/empty}" --steps 6 --resume latest
 
 # A checkpoint with a shard missing: the resume names the other tags, newest first, and the way to one.
-cp -r "$ck" "$work/ck_missing" && rm "$work/ck_missing/step-4/"rank-*.bin
-expect_fail "$work/missing.log" "a shard is missing\): load another tag. The other checkpoints in --save-dir .*ck_missing, newest first: step-2; resume from one with --resume step-2" \
+cp -r "$ck" "$work/ck_missing" && rm "$work/ck_missing/step-4/"rank-*.bin && cp -r "$ck/step-2" "$work/ck_missing/step-1"
+expect_fail "$work/missing.log" "a shard is missing\): load another tag. The other checkpoints in --save-dir .*ck_missing, newest first: step-2, step-1; resume from one with --resume step-2" \
   "$train" "$corpus" --model gpt2-tiny --out "$work/out_missing" --save-dir "$work/ck_missing" --steps 6 --resume latest
 # A tag's own folder: zero-ckpt reads it; zero-train's --save-dir says what to give.
 "$ckpt" inspect "$ck/step-2" >"$work/tagdir.log" 2>&1 || { cat "$work/tagdir.log"; fail "inspect of a tag folder failed"; }
