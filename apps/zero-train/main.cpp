@@ -335,10 +335,21 @@ void warn_of_later_checkpoints(const Options& o, std::int64_t from_step) {
   }
   if (n == 0) return;
   if (n > 4) later += ", ... (" + std::to_string(n) + " in all)";
+  // Without --save-every this run may save nothing, and `latest` then goes
+  // on naming the other run's newest: a later --resume latest continues it.
+  std::string now;
+  try {
+    now = ckpt::resolve_tag(o.save_dir, ckpt::kLatestName, {"--resume", ""});
+  } catch (const Error&) {
+  }
+  const std::string latest =
+      o.save_every > 0 || now.empty()
+          ? "`latest` will name this run's newest"
+          : "`latest` names " + now + " until this run saves (without --save-every only a signal saves: a later "
+            "--resume latest would continue from " + now + ", not from this run)";
   std::fprintf(stderr, "zero-train: warning: --save-dir %s holds checkpoints past step %lld, where this run starts "
-               "(%s): this run's saves replace those at the same steps, and `latest` will name this run's newest; "
-               "give another --save-dir to keep them\n", o.save_dir.c_str(), static_cast<long long>(from_step),
-               later.c_str());
+               "(%s): this run's saves replace those at the same steps, and %s; give another --save-dir to keep "
+               "them\n", o.save_dir.c_str(), static_cast<long long>(from_step), later.c_str(), latest.c_str());
 }
 
 void prepare_outputs(const Options& o, bool root) {

@@ -136,6 +136,13 @@ mkdir "$work/empty"
 expect_fail "$work/empty.log" "holds no finished checkpoint: start without --resume" \
   "$train" "${base[@]/$ck/$work/empty}" --steps 6 --resume latest
 
+# A branch from an older tag that may save nothing (no --save-every): `latest` still names the newest.
+cp -r "$ck" "$work/ck_branch"
+"$train" "$corpus" --model gpt2-tiny --out "$work/out_branch" --save-dir "$work/ck_branch" --steps 3 --eval-every 0 \
+  --resume step-2 >"$work/branch.log" 2>&1 || { cat "$work/branch.log"; fail "the branch resume failed"; }
+grep -q "\`latest\` names step-4 until this run saves (without --save-every only a signal saves" "$work/branch.log" \
+  || { cat "$work/branch.log"; fail "a branch without --save-every was told latest would name its newest"; }
+[ "$(cat "$work/ck_branch/latest")" = step-4 ] || fail "latest moved though the branch saved nothing"
 # A checkpoint with a shard missing: the resume names the other tags, newest first, and the way to one.
 cp -r "$ck" "$work/ck_missing" && rm "$work/ck_missing/step-4/"rank-*.bin && cp -r "$ck/step-2" "$work/ck_missing/step-1"
 expect_fail "$work/missing.log" "a shard is missing\): load another tag. The other checkpoints in --save-dir .*ck_missing, newest first: step-2, step-1; resume from one with --resume step-2" \
