@@ -24,6 +24,10 @@
 //     resharded target (the same buckets repadded for 1 to 4 ranks) fills the
 //     target partitions from inside the saved ones, element for element,
 //     without overlaps or padding, every parameter element once.
+// The same input is also a safetensors header (zero-train --init-from's
+// reader): after an 8-byte length, with the input again as data (and, from
+// the hash, a length that lies); SafetensorsReader must throw zero::Error or
+// accept it, and every entry it accepts reads whole, inside the file.
 // A finding prints one line and traps. Files are only ever written under
 // temp_dir() with names of this file's making, never the manifest's.
 #include <unistd.h>
@@ -44,6 +48,7 @@
 #include "zero/ckpt/crc32c.h"
 #include "zero/ckpt/manifest.h"
 #include "zero/ckpt/reshard.h"
+#include "zero/ckpt/safetensors_reader.h"
 #include "zero/ckpt/shard_io.h"
 #include "zero/core/error.h"
 
@@ -407,8 +412,40 @@ void check_plans(const ck::Manifest& m, std::uint64_t h) {
 
 }  // namespace
 
+void check_safetensors(const std::uint8_t* data, std::size_t size, std::uint64_t h) {
+  const fs::path path = temp_dir() / "weights.safetensors";
+  {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    std::uint64_t n = size;
+    if (h % 7 == 0) n += h % 64;  // a length past the header
+    if (h % 11 == 0) n = h;       // one past any file
+    for (int i = 0; i < 8; ++i) out.put(static_cast<char>(n >> (8 * i)));
+    out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
+    out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(std::min<std::size_t>(size, h % 512)));
+  }
+  const std::uint64_t file_bytes = fs::file_size(path);
+  try {
+    const ck::SafetensorsReader r(path);
+    std::uint64_t total = 0;
+    for (const ck::SafetensorsEntry& e : r.entries()) {
+      if (r.find(e.name) != &e) finding("safetensors: find('" + e.name + "') is not its entry");
+      if (e.bytes > file_bytes) finding("safetensors: an entry longer than the file was accepted");
+      total += e.bytes;
+      std::vector<unsigned char> buf(e.bytes);
+      r.read(e, buf.data());  // throws on a short read: a finding below
+    }
+    if (total > file_bytes) finding("safetensors: entries longer than the file were accepted");
+  } catch (const zero::InternalError& e) {
+    finding(std::string("SafetensorsReader threw an internal error: ") + e.what());
+  } catch (const zero::Error& e) {
+    const std::string what = e.what();
+    if (what.find("cannot read '") != std::string::npos) finding("safetensors: an accepted entry did not read: " + what);
+  }
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
+  check_safetensors(data, size, hash_input(data, size));
   ck::Manifest m;
   try {
     m = ck::parse_manifest(text, "fuzz/manifest.json");

@@ -44,6 +44,7 @@
 #include "common/tool_paths.h"
 #include "common/usage_rank.h"
 #include "checkpoint_rotation.h"
+#include "init_weights.h"
 #include "loss_history.h"
 #include "progress.h"
 #include "rank_agreement.h"
@@ -56,6 +57,7 @@
 #include "common/trainer_autos.h"
 #include "zero/ckpt/checkpoint_dir.h"
 #include "zero/ckpt/save_dir_lock.h"
+#include "zero/ckpt/safetensors_reader.h"
 #include "zero/ckpt/consolidate.h"
 #include "zero/ckpt/crc32c.h"
 #include "zero/comm/communicator.h"
@@ -108,7 +110,7 @@ constexpr const char* kDefaultConfig = R"({
 
 struct Options {
   std::string config_path, model = "gpt2-tiny", report, out_dir = "runs/latest", device = "auto";
-  std::string save_dir, resume;
+  std::string save_dir, resume, init_from;
   std::int64_t save_every = 0, keep_last = 0;
   bool sync_save = false;
   std::string on_save_error = "stop";
@@ -128,7 +130,7 @@ struct Options {
 std::vector<std::pair<std::string, std::string>> training_options(const Options& o) {
   auto n = [](auto v) { return std::to_string(v); };
   return {{"--model", o.model},          {"--device", o.device},
-          {"--save-dir", o.save_dir},    {"--resume", o.resume},
+          {"--save-dir", o.save_dir},    {"--resume", o.resume},   {"--init-from", o.init_from},
           {"--save-every", n(o.save_every)}, {"--keep-last", n(o.keep_last)}, {"--sync-save", n(o.sync_save)},
           {"--on-save-error", o.on_save_error}, {"--decay", o.decay},
           {"--n-layer", n(o.n_layer)},   {"--n-head", n(o.n_head)},
@@ -634,9 +636,18 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
   // stays). GPT-2's initialisation draws on the host: the same weights as a
   // model built on the CPU, on any device.
   auto model = std::make_shared<models::Gpt>(gc, /*on_meta=*/true);
+  // --init-from: the weights of a safetensors file (zero-ckpt consolidate's)
+  // instead of GPT-2's initialisation, checked against the model first.
+  std::shared_ptr<const ckpt::SafetensorsReader> weights;
+  if (!o.init_from.empty()) {
+    weights = train::open_init_weights(o.init_from, *model);
+    if (root) std::fprintf(stderr, "%s\n", train::describe_init_weights(*weights, *model).c_str());
+  }
   EngineOptions build;
   build.device = td.device;
-  build.init = [gpt = model.get()](const std::string& name, const at::Tensor& value) { gpt->init_parameter(name, value); };
+  build.init = [gpt = model.get(), weights](const std::string& name, const at::Tensor& value) {
+    if (!weights || !train::fill_from_weights(*weights, name, value)) gpt->init_parameter(name, value);
+  };
   // As GPT-2 and nanoGPT train: the weight matrices and the embedding
   // decay, biases and LayerNorm gains do not (the engine says how many of
   // each).
@@ -785,7 +796,9 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
       }
       if (said.find("holds the state of optimizer") != std::string::npos) {
         throw Error(said + ". In zero-train the optimizer is the config's optimizer.type: resume with a --config "
-                    "whose optimizer is the checkpoint's (zero-ckpt inspect shows it)");
+                    "whose optimizer is the checkpoint's (zero-ckpt inspect shows it), or start a new run from its "
+                    "weights with this one (zero-ckpt consolidate " + o.save_dir + " --tag " + o.resume +
+                    " --out w.safetensors, then --init-from w.safetensors instead of --resume)");
       }
       if (said.find("EngineOptions") == std::string::npos && said.find("fresh engine") == std::string::npos) throw;
       throw Error(said + ". In zero-train, the settings per parameter follow --decay (the weight decay of the "
@@ -1347,6 +1360,11 @@ int main(int argc, char** argv) {
                  "folder of the checkpoints (<dir>/<tag>/, <dir>/latest); locked for the run (<dir>/.lock): a second "
                  "job given it is refused")
       ->check(tools::non_empty("a folder"));
+  app.add_option("--init-from", o.init_from,
+                 "start from the weights in this safetensors file (the model's parameters under its names, as "
+                 "zero-ckpt consolidate writes them): a new run from step 0 with a fresh optimizer (fine-tuning, or "
+                 "another optimizer than the checkpoint's); not with --resume")
+      ->check(tools::non_empty("a safetensors file"));
   app.add_option("--resume", o.resume,
                  "resume from checkpoint TAG of --save-dir (latest: the newest); saved on any number of ranks; a "
                  "checkpoint at or past --steps is an error")
@@ -1389,6 +1407,13 @@ int main(int argc, char** argv) {
   }
   if (!o.resume.empty() && o.save_dir.empty()) {
     if (says) std::fprintf(stderr, "zero-train: error: --resume needs --save-dir: the folder the checkpoints were saved to\n");
+    return 2;
+  }
+  if (!o.resume.empty() && !o.init_from.empty()) {
+    if (says) {
+      std::fprintf(stderr, "zero-train: error: --init-from starts a new run from weights, --resume continues a "
+                   "checkpoint (its weights, optimizer and step): give one of them\n");
+    }
     return 2;
   }
   // The model's shape is the command line's: an unknown preset, or heads

@@ -17,6 +17,7 @@
 
 #include "zero/ckpt/checkpoint_dir.h"
 #include "zero/ckpt/safetensors.h"
+#include "zero/ckpt/safetensors_reader.h"
 #include "zero/ckpt/save_dir_lock.h"
 #include "zero/core/error.h"
 
@@ -210,6 +211,88 @@ TEST(SaveDirLock, ALinkInItsPlaceIsRefused) {
     EXPECT_NE(std::string(e.what()).find("symbolic link"), std::string::npos) << e.what();
   }
   EXPECT_FALSE(fs::exists(d.path / "elsewhere"));
+}
+
+// What the writer wrote, the reader reads back: names, dtypes, shapes, the
+// bytes of each entry and the metadata, whatever the header's key order.
+TEST(SafetensorsReader, ReadsBackWhatTheWriterWrote) {
+  TempDir d;
+  const fs::path out = d.path / "w.safetensors";
+  {
+    ck::SafetensorsWriter w(out, {{"z.weight", "F32", {2, 3}, 24}, {"a.bias", "BF16", {3}, 6}, {"e", "F32", {0}, 0}},
+                            {{"format", "pt"}});
+    const float z[6] = {1, 2, 3, 4, 5, 6};
+    const std::uint16_t a[3] = {0x3f80, 0x4000, 0xc040};
+    w.write(0, 0, z, sizeof z);
+    w.write(1, 0, a, sizeof a);
+    w.finish();
+  }
+  const ck::SafetensorsReader r(out);
+  ASSERT_EQ(r.entries().size(), 3u);
+  EXPECT_EQ(r.entries()[0].name, "z.weight");  // the data's order
+  EXPECT_EQ(r.metadata().at("format"), "pt");
+  const ck::SafetensorsEntry* z = r.find("z.weight");
+  ASSERT_NE(z, nullptr);
+  EXPECT_EQ(z->dtype, "F32");
+  EXPECT_EQ(z->shape, (std::vector<std::int64_t>{2, 3}));
+  float zv[6];
+  r.read(*z, zv);
+  EXPECT_EQ(zv[5], 6.0f);
+  std::uint16_t av[3];
+  r.read(*r.find("a.bias"), av);
+  EXPECT_EQ(av[2], 0xc040);
+  EXPECT_EQ(r.find("e")->bytes, 0u);
+  EXPECT_EQ(r.find("nothing"), nullptr);
+}
+
+// A file that is not one, or lies about its sizes, is refused at open with
+// the file and the reason named; nothing is read past its end.
+TEST(SafetensorsReader, DamagedHeadersAreNamed) {
+  TempDir d;
+  auto file = [&](const std::string& header, std::size_t data_bytes, bool give_length = true) {
+    const fs::path p = d.path / "bad.safetensors";
+    std::ofstream o(p, std::ios::binary | std::ios::trunc);
+    if (give_length) {
+      std::uint64_t n = header.size();
+      for (int i = 0; i < 8; ++i) o.put(static_cast<char>(n >> (8 * i)));
+    }
+    o << header << std::string(data_bytes, '\0');
+    return p;
+  };
+  auto refused = [&](const fs::path& p) -> std::string {
+    try {
+      ck::SafetensorsReader r(p);
+    } catch (const zero::Error& e) {
+      return e.what();
+    }
+    return "(accepted)";
+  };
+  EXPECT_TRUE(has(refused(file("abc", 0, false)), "shorter than its 8-byte header length"));
+  EXPECT_TRUE(has(refused(file("[1, 2]", 0)), "its header is not a JSON object"));
+  EXPECT_TRUE(has(refused(file("{not json", 0)), "its header is not a JSON object"));
+  EXPECT_TRUE(has(refused(file(R"({"x": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}})", 8)),
+                  "'x''s data [0, 16) is past the 8 bytes of data"));
+  EXPECT_TRUE(has(refused(file(R"({"x": {"dtype": "F32", "shape": [3], "data_offsets": [0, 16]}})", 16)),
+                  "'x' holds 16 bytes, its shape and dtype 12"));
+  EXPECT_TRUE(has(refused(file(R"({"x": {"dtype": "Q4", "shape": [3], "data_offsets": [0, 3]}})", 3)),
+                  "dtype 'Q4', which zerocpp does not know"));
+  EXPECT_TRUE(has(refused(file(R"({"x": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]}})", 4)),
+                  "'x''s shape holds -1"));
+  EXPECT_TRUE(has(refused(file(R"({"x": {"dtype": "F32", "shape": [4294967296, 4294967296], "data_offsets": [0, 4]}})", 4)),
+                  "'x''s shape is too large"));
+  EXPECT_TRUE(has(refused(file(R"({"x": {"dtype": "F32", "shape": [1]}})", 4)), "lacks dtype, shape or data_offsets"));
+  // A header length past the file.
+  const fs::path p = d.path / "long.safetensors";
+  {
+    std::ofstream o(p, std::ios::binary);
+    const std::uint64_t n = 1000;
+    for (int i = 0; i < 8; ++i) o.put(static_cast<char>(n >> (8 * i)));
+    o << "{}";
+  }
+  const std::string said = refused(p);
+  EXPECT_TRUE(has(said, "long.safetensors is not a safetensors file (its header length 1000 is past the file's 10 bytes)"))
+      << said;
+  EXPECT_TRUE(has(refused(d.path / "none.safetensors"), "cannot open"));
 }
 
 }  // namespace

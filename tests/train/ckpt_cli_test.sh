@@ -105,7 +105,7 @@ grep -q "warning: the checkpoint was trained with" "$work/same.log" && { cat "$w
 # EngineOptions and "fresh engine").
 cp -r "$ck" "$work/ck_lion"
 printf '{"train_micro_batch_size_per_gpu": 16, "optimizer": {"type": "Lion", "params": {"lr": 1e-4}}, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}' >"$work/lion.json"
-expect_fail "$work/lion.log" "holds the state of optimizer AdamW, this engine's is Lion.*In zero-train the optimizer is the config's optimizer.type: resume with a --config whose optimizer is the checkpoint's" \
+expect_fail "$work/lion.log" "holds the state of optimizer AdamW, this engine's is Lion.*In zero-train the optimizer is the config's optimizer.type: resume with a --config whose optimizer is the checkpoint's .*, or start a new run from its weights with this one \(zero-ckpt consolidate .* --out w.safetensors, then --init-from w.safetensors instead of --resume\)" \
   "$train" "$corpus" --model gpt2-tiny --out "$work/out_lion" --save-dir "$work/ck_lion" --steps 5 --eval-every 0 \
   --sample 0 --resume latest --config "$work/lion.json"
 # A complete run that saves every K steps leaves its last step saved, also
