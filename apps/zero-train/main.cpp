@@ -828,11 +828,21 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
     // default config fixes the micro-batch): say so when it moved.
     const std::int64_t saved_batch = client.value("train_batch_size", cfg.train_batch_size);
     if (root && saved_batch != cfg.train_batch_size) {
+      // Without --config the fix is a whole config: the default one, with
+      // this run's precision and the saved batch (the accumulation follows).
+      std::string fix = "set train_batch_size in the config (--config)";
+      const std::int64_t per_window = cfg.train_micro_batch_size_per_gpu * comm->world_size();
+      if (o.config_path.empty() && per_window > 0 && saved_batch % per_window == 0) {
+        nlohmann::json d = nlohmann::json::parse(kDefaultConfig);
+        d.erase("gradient_accumulation_steps");
+        d["train_batch_size"] = saved_batch;
+        d["bf16"]["enabled"] = cfg.bf16.enabled;
+        fix = "give a --config file holding zero-train's default config with that batch: " + d.dump();
+      }
       std::fprintf(stderr, "warning: the checkpoint was trained with a global batch of %lld sequences, this run has "
-                   "%lld (%s): the optimizer sees other batches from here on; to keep %lld, set train_batch_size "
-                   "in the config (--config)\n",
+                   "%lld (%s): the optimizer sees other batches from here on; to keep %lld, %s\n",
                    static_cast<long long>(saved_batch), static_cast<long long>(cfg.train_batch_size),
-                   cfg.batch_summary().c_str(), static_cast<long long>(saved_batch));
+                   cfg.batch_summary().c_str(), static_cast<long long>(saved_batch), fix.c_str());
     }
     // What else the run was trained with, where it changed: the sequence
     // length, the corpus (its training bytes' size and CRC-32C), the lr.

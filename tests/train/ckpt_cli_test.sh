@@ -136,6 +136,22 @@ mkdir "$work/empty"
 expect_fail "$work/empty.log" "holds no finished checkpoint: start without --resume" \
   "$train" "${base[@]/$ck/$work/empty}" --steps 6 --resume latest
 
+# Without --config, a changed global batch's fix is a whole config (the default with the saved batch):
+# following it resumes with no warning.
+printf '{"train_batch_size": 32, "train_micro_batch_size_per_gpu": 16, "gradient_clipping": 1.0, "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.01}}, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}' \
+  >"$work/tb32.json"
+"$train" "$corpus" --model gpt2-tiny --out "$work/out_tb" --save-dir "$work/ck_tb" --steps 2 --save-every 2 --eval-every 0 \
+  --config "$work/tb32.json" >"$work/tb.log" 2>&1 || { cat "$work/tb.log"; fail "the batch-32 run"; }
+"$train" "$corpus" --model gpt2-tiny --out "$work/out_tb2" --save-dir "$work/ck_tb" --steps 3 --eval-every 0 \
+  --resume latest >"$work/tb2.log" 2>&1 || { cat "$work/tb2.log"; fail "the default-config resume"; }
+grep -o "give a --config file holding zero-train's default config with that batch: {.*}" "$work/tb2.log" \
+  | sed 's/^[^{]*//' >"$work/tb_fix.json"
+grep -q '"train_batch_size":32' "$work/tb_fix.json" || { cat "$work/tb2.log"; fail "no config given as the batch's fix"; }
+"$train" "$corpus" --model gpt2-tiny --out "$work/out_tb3" --save-dir "$work/ck_tb" --steps 3 --eval-every 0 \
+  --resume latest --config "$work/tb_fix.json" >"$work/tb3.log" 2>&1 || { cat "$work/tb3.log"; fail "the resume with the fix"; }
+# (--steps 3 against the saved 2 changes the schedule, and says so: that warning is the test's own.)
+grep "warning: the checkpoint was trained with" "$work/tb3.log" | grep -qv "the lr schedule" \
+  && { cat "$work/tb3.log"; fail "the fix's config still differs"; }
 # A branch from an older tag that may save nothing (no --save-every): `latest` still names the newest.
 cp -r "$ck" "$work/ck_branch"
 "$train" "$corpus" --model gpt2-tiny --out "$work/out_branch" --save-dir "$work/ck_branch" --steps 3 --eval-every 0 \
