@@ -358,24 +358,36 @@ void ParamStore::copy_on_pool(const at::Tensor& dst, const at::Tensor& from, con
 void ParamStore::remember_storages() {
   storages_.clear();
   for (const at::Tensor& p : params_) storages_.push_back(p.storage().unsafeGetStorageImpl());
+  for (const at::Tensor& p : fparams_) storages_.push_back(p.storage().unsafeGetStorageImpl());
   module_params_.clear();
   for (const at::Tensor& p : module_->parameters()) module_params_.push_back(p.unsafeGetTensorImpl());
   std::sort(module_params_.begin(), module_params_.end());
   module_params_.erase(std::unique(module_params_.begin(), module_params_.end()), module_params_.end());
 }
 
+void ParamStore::check_own_storage(std::size_t i) const {
+  if (i >= storages_.size()) return;  // not built yet
+  const bool frozen = i >= params_.size();
+  const at::Tensor& p = frozen ? fparams_[i - params_.size()] : params_[i];
+  const std::string& name = frozen ? fnames_[i - params_.size()] : names_[i];
+  ZERO_CHECK(p.defined() && p.has_storage() && p.storage().unsafeGetStorageImpl() == storages_[i] &&
+                 p.scalar_type() == dtype_,
+             "parameter '", name, "' was replaced after the engine was built (",
+             !p.defined() ? std::string("it is undefined")
+             : p.scalar_type() != dtype_ ? std::string("it is now ") + c10::toString(p.scalar_type()) + " on " +
+                                               p.device().str() + ", not the engine's " + c10::toString(dtype_)
+                                         : std::string("its storage is another tensor's"),
+             "): model->to(), set_data(), torch::load or a new tensor detach the module from the engine",
+             partitioned_ ? " (at stage 3 the next gather would have put the engine's values back over it)" : "",
+             ". Move or convert the model before building the engine, and load weights with load_checkpoint() (or "
+             "EngineOptions::init for a model built on the meta device)");
+}
+
 void ParamStore::check_intact() const {
   for (std::size_t i = 0; i < storages_.size(); ++i) {
+    check_own_storage(i);
+    if (i >= params_.size()) continue;
     const at::Tensor& p = params_[i];
-    ZERO_CHECK(p.defined() && p.has_storage() && p.storage().unsafeGetStorageImpl() == storages_[i] &&
-                   p.scalar_type() == dtype_,
-               "parameter '", names_[i], "' was replaced after the engine was built (",
-               !p.defined() ? std::string("it is undefined")
-               : p.scalar_type() != dtype_ ? std::string("it is now ") + c10::toString(p.scalar_type()) + " on " +
-                                                 p.device().str() + ", not the engine's " + c10::toString(dtype_)
-                                           : std::string("its storage is another tensor's"),
-               "): model->to(), set_data() or a new tensor detach the module from the engine. Move or convert the "
-               "model before building the engine, and load weights with load_checkpoint()");
     ZERO_CHECK(p.requires_grad(), "parameter '", names_[i],
                "' no longer requires a gradient (requires_grad(false) after the engine was built): the engine "
                "would go on stepping it with a zero gradient (weight decay and the moments would still move it). "

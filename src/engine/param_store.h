@@ -91,7 +91,8 @@ class ParamStore {
   c10::IntArrayRef shape(std::size_t i) const { return shapes_[i]; }
   // Their names in the module (a tied parameter: its first name).
   const std::vector<std::string>& names() const { return names_; }
-  // Once built: which storage each trainable parameter views. check_intact()
+  // Once built: which storage each trainable parameter (and each frozen one
+  // stage 3 partitions) views. check_intact()
   // then says, naming it, when the module's parameter was replaced since
   // (model->to(), set_data()): the engine would train tensors the module no
   // longer has.
@@ -101,6 +102,10 @@ class ParamStore {
   // (one registered since, or a submodule replaced): each change would be
   // ignored silently.
   void check_intact() const;
+  // Parameter i's (trainable first, then stage 3's partitioned frozen ones)
+  // storage check alone: also before stage 3 puts a gathered unit's views
+  // in place, which would otherwise overwrite a replacement silently.
+  void check_own_storage(std::size_t i) const;
   std::int64_t frozen_count() const { return frozen_; }
   // The frozen parameters' bytes on the device, once construction is done
   // (in the training precision where they are floating point).

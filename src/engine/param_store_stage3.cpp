@@ -349,6 +349,7 @@ void ParamStore::view_params(std::size_t bi, bool full) {
   const bool changes = full == (hollow_[bi] != 0);
   for_bucket_params(bi, [&](at::Tensor& p, const std::vector<std::int64_t>& shape, const ParamSlot& s,
                             std::size_t i) {
+    check_own_storage(i);  // a replacement is named, not overwritten
     replace_data(p, full ? t.narrow(0, i64(s.offset - b.offset), i64(s.numel)).view(shape)
                          : t.narrow(0, i64(s.offset - b.offset), 0));
     if (!changes) return;

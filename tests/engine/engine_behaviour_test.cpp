@@ -1872,8 +1872,7 @@ TEST(Lifetime, AStage3GraphThatOutlivesItsEngineIsPlainLibTorch) {
 TEST(Modules, ReplacedParametersAndSparseGradientsAreNamed) {
   comm::Communicator& comm = world_comm();
   const int world = comm.world_size();
-  // (Not stage 3: its released parameters have no storage to convert;
-  // docs/engine.md.)
+  // (Stage 3: Stage3ReplacedUnitParametersAreNamedAtTheirGather.)
   for (int stage : {0, 2}) {
     const config::Config cfg = make_config(stage, false, false, world, kGlobalBatch / world, 1);
     auto model = make_model(ModelKind::kMlp);
@@ -1900,6 +1899,43 @@ TEST(Modules, ReplacedParametersAndSparseGradientsAreNamed) {
   } catch (const std::exception& e) {
     EXPECT_NE(std::string(e.what()).find("parameter 'emb.weight' has a sparse gradient"), std::string::npos)
         << e.what();
+  }
+}
+
+// At stage 3 a unit's parameters are the engine's views into its buckets:
+// set_data() (what torch::load and model->to() do) on one, between steps,
+// used to be put back silently by the next gather, the replacement lost.
+// The gather names it instead, and so does backward() for a kept one.
+TEST(Modules, Stage3ReplacedUnitParametersAreNamedAtTheirGather) {
+  comm::Communicator& comm = world_comm();
+  const int world = comm.world_size();
+  const config::Config cfg = make_config(3, false, false, world, kGlobalBatch / world, 1);
+  for (const bool to_double : {false, true}) {
+    auto model = make_model(ModelKind::kMlp);
+    Engine engine(model, cfg, comm);
+    ASSERT_TRUE(mlp_step(engine, *model, comm, 0));
+    auto* mlp = dynamic_cast<Mlp*>(model.get());
+    ASSERT_NE(mlp, nullptr);
+    if (to_double) {
+      model->to(at::kDouble);
+    } else {
+      torch::NoGradGuard no_grad;
+      mlp->l2->weight.set_data(at::ones({40, 48}));
+    }
+    try {
+      mlp_step(engine, *model, comm, 1);
+      ADD_FAILURE() << "a unit's parameter replaced after the engine was built was accepted";
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      // (model->to(): the first unit's first parameter in bucket order.)
+      const std::string name = to_double ? "l1." : "l2.weight'";
+      EXPECT_NE(what.find("parameter '" + name), std::string::npos) << what;
+      EXPECT_NE(what.find(" was replaced after the engine was built ("), std::string::npos)
+          << (to_double ? "to(kDouble): " : "set_data: ") << what;
+      EXPECT_NE(what.find("at stage 3 the next gather would have put the engine's values back over it"),
+                std::string::npos)
+          << what;
+    }
   }
 }
 
