@@ -61,6 +61,7 @@
 #include "zero/ckpt/consolidate.h"
 #include "zero/ckpt/crc32c.h"
 #include "zero/comm/communicator.h"
+#include "zero/comm/comm_errors.h"
 #include "zero/comm/fail_job.h"
 #include "zero/comm/launcher_env.h"
 #include "zero/config/config.h"
@@ -520,6 +521,7 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
   std::optional<ckpt::SaveDirLock> save_dir_lock;
   if (root && !o.save_dir.empty()) {
     std::error_code ec;
+    if (o.on_save_error == "continue") fs::create_directories(o.save_dir, ec);  // (made by prepare_outputs otherwise)
     if (fs::is_directory(o.save_dir, ec) && ::access(o.save_dir.c_str(), W_OK | X_OK) == 0) {
       save_dir_lock.emplace(o.save_dir, "--save-dir");
     }
@@ -787,21 +789,27 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
       client = engine.load_checkpoint(o.save_dir, o.resume);
     } catch (const Error& e) {
       // The engine's words are a C++ caller's (EngineOptions' rules); here
-      // those settings come from zero-train's options.
+      // those settings come from zero-train's options. (An error another
+      // rank raised stays marked so: the job prints it once.)
       const std::string said = e.what();
+      const auto* for_other = dynamic_cast<const comm::RaisedForAnotherRank*>(&e);
+      auto rethrow = [&](const std::string& message) -> void {
+        if (for_other != nullptr) throw comm::ForAnotherRank<Error>(message, for_other->failed_rank());
+        throw Error(message);
+      };
       // A damaged, truncated or incomplete checkpoint: which others there are.
       if (said.find("load another tag") != std::string::npos ||
           said.find("load a good checkpoint") != std::string::npos || said.find("Load another tag") != std::string::npos) {
-        throw Error(said + other_checkpoints(o));
+        rethrow(said + other_checkpoints(o));
       }
       if (said.find("holds the state of optimizer") != std::string::npos) {
-        throw Error(said + ". In zero-train the optimizer is the config's optimizer.type: resume with a --config "
+        rethrow(said + ". In zero-train the optimizer is the config's optimizer.type: resume with a --config "
                     "whose optimizer is the checkpoint's (zero-ckpt inspect shows it), or start a new run from its "
                     "weights with this one (zero-ckpt consolidate " + o.save_dir + " --tag " + o.resume +
                     " --out w.safetensors, then --init-from w.safetensors instead of --resume)");
       }
       if (said.find("EngineOptions") == std::string::npos && said.find("fresh engine") == std::string::npos) throw;
-      throw Error(said + ". In zero-train, the settings per parameter follow --decay (the weight decay of the "
+      rethrow(said + ". In zero-train, the settings per parameter follow --decay (the weight decay of the "
                   "matrices only, or of all parameters) and Muon's matrices the config's optimizer.type: resume "
                   "with the --decay and the optimizer the checkpoint was trained with (zero-ckpt inspect shows them)");
     }

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <set>
 #include <optional>
 #include <unordered_set>
 
@@ -657,6 +658,26 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
     // The module's frozen parameters and buffers, from rank 0's file.
     std::map<std::string, at::Tensor> mine;
     for (const auto& [name, t] : module_tensors(*P.module())) mine["module." + name] = t;
+    // ... every one of them: one the checkpoint lacks would keep each rank's
+    // own value (ranks apart, silently), as DeepSpeed's strict load refuses
+    // it too. Frozen parameters a save left out (exclude_frozen_parameters)
+    // are said at the save and kept.
+    {
+      const std::set<std::string> saved(man.module_tensors.begin(), man.module_tensors.end());
+      for (const auto& [name, t] : mine) {
+        if (saved.count(name) != 0) continue;
+        const bool parameter = !t.requires_grad() && t.is_leaf() && [&] {
+          for (const auto& item : P.module()->named_parameters(/*recurse=*/true)) {
+            if (item.value().unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) return true;
+          }
+          return false;
+        }();
+        if (parameter && man.frozen_excluded) continue;
+        ZERO_CHECK(false, "checkpoint ", where, " holds no ", name.substr(7), parameter ? " (a frozen parameter)" : " (a buffer)",
+                   ", which this module has: it was saved from another model (or before the module had it), and the "
+                   "module's own value would stay, each rank's its own. Load it into the model it was saved from");
+      }
+    }
     for (const std::string& name : man.module_tensors) {
       const ckpt::SectionRecord* s = man.files[0].find(name);
       auto it = mine.find(name);

@@ -2215,6 +2215,50 @@ TEST(Modules, BuffersKeepTheirDtypeInFp32) {
   }
 }
 
+// A module with a buffer or a frozen parameter that the checkpoint lacks is
+// refused at load, naming it (each rank used to keep its own value, ranks
+// apart, silently); the other way round was refused already.
+TEST(Modules, ALoadRefusesModuleStateTheCheckpointLacks) {
+  comm::Communicator& comm = world_comm();
+  const int world = comm.world_size();
+  struct Plain : torch::nn::Module {
+    Plain() { l = register_module("l", torch::nn::Linear(16, 4)); }
+    torch::nn::Linear l{nullptr};
+  };
+  struct WithFrozen : Plain {
+    WithFrozen() { gain = register_parameter("gain", at::ones({4}), /*requires_grad=*/false); }
+    at::Tensor gain;
+  };
+  const std::filesystem::path dir = shared_temp_dir(comm, "zero_lacks_", "ckpt");
+  const config::Config cfg = make_config(2, false, false, world, 2, 1);
+  {
+    auto plain = std::make_shared<Plain>();
+    Engine engine(plain, cfg, comm);
+    engine.save_checkpoint(dir.string(), "plain");
+  }
+  for (const bool buffers : {true, false}) {
+    std::shared_ptr<torch::nn::Module> model;
+    if (buffers) {
+      model = std::make_shared<OddBuffers>();
+    } else {
+      model = std::make_shared<WithFrozen>();
+    }
+    Engine engine(model, cfg, comm);
+    try {
+      engine.load_checkpoint(dir.string(), "plain");
+      ADD_FAILURE() << "a checkpoint without the module's " << (buffers ? "buffers" : "frozen parameter") << " loaded";
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(buffers ? "holds no narrow (a buffer), which this module has"
+                                  : "holds no gain (a frozen parameter), which this module has"),
+                std::string::npos)
+          << what;
+    }
+  }
+  comm.barrier()->wait();
+  if (comm.rank() == 0) rm_tree(dir);
+}
+
 TEST(Lifetime, DestroyingWithAPendingDelayedUpdateSaysSo) {
   comm::Communicator& comm = world_comm();
   const int world = comm.world_size();
