@@ -668,6 +668,7 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
   // What the host offers before the engine allocates (the engine checks its
   // own buffers against it; on the CPU the activations come out of it too).
   const std::optional<std::int64_t> host_available = host_memory_available();
+  cfg.warnings.clear();  // (printed above, in zero-train's words)
   Engine engine(model, cfg, td.device_comm ? *td.device_comm : *comm, std::move(build));
   const std::int64_t micro = cfg.train_micro_batch_size_per_gpu, accum = cfg.gradient_accumulation_steps;
   if (cfg.device_memory_limit > 0 || (td.device.is_cpu() && host_available)) {

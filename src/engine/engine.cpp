@@ -266,6 +266,12 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
     ZERO_CHECK(module != nullptr, "zero::Engine needs a module, got a null pointer");
     m.world = comm_.world_size();
     m.rank = comm_.rank();
+    // The config's warnings (a misplaced key, a key ignored), as DeepSpeed
+    // logs its own: a program that does not print them still shows them.
+    // (A caller that printed them clears Config::warnings first.)
+    if (m.rank == 0) {
+      for (const std::string& w : config_.warnings) std::fprintf(stderr, "zerocpp: config warning: %s\n", w.c_str());
+    }
     // The batch sizes must hold for the ranks there are (a config resolved
     // for another world size would report, and schedule on, a wrong global
     // batch); the config's own world_size then follows the communicator.

@@ -2084,6 +2084,10 @@ TEST(Modules, FrozenParametersAndBuffersStartEqualOnEveryRank) {
       torch::NoGradGuard no_grad;
       model->scale.fill_(1.0 + comm.rank());
     }
+    // Integer and bool buffers too (a step counter of 3 bytes' worth, a
+    // mask of an odd length: padded to the broadcast's 2-byte units).
+    at::Tensor counter = model->register_buffer("counter", at::full({3}, 10 + comm.rank(), at::kLong));
+    at::Tensor mask = model->register_buffer("mask", at::full({5}, comm.rank() % 2 == 1, at::kBool));
     Engine engine(model, make_config(2, false, bf16, world, 2, 1), comm);
     for (const at::Tensor& t : {model->l1->weight, model->l1->bias, model->scale}) {
       at::Tensor sum = t.detach().to(at::kFloat).contiguous().clone();
@@ -2091,6 +2095,10 @@ TEST(Modules, FrozenParametersAndBuffersStartEqualOnEveryRank) {
       EXPECT_TRUE(at::equal(sum / world, t.detach().to(at::kFloat))) << "rank " << comm.rank() << " bf16 " << bf16;
     }
     EXPECT_TRUE(at::equal(model->scale.to(at::kFloat), at::ones({4})));  // rank 0's value
+    EXPECT_TRUE(at::equal(model->named_buffers()["counter"], at::full({3}, 10, at::kLong))) << "rank " << comm.rank();
+    EXPECT_TRUE(at::equal(model->named_buffers()["mask"], at::zeros({5}, at::kBool))) << "rank " << comm.rank();
+    (void)counter;
+    (void)mask;
   }
 }
 
@@ -2621,6 +2629,30 @@ TEST(Config, IgnoredSettingsAreNamedAtConstruction) {
                           "reduce buckets",
                           "offload_optimizer.pin_memory has no effect on the CPU"}) {
     EXPECT_NE(err.find(key), std::string::npos) << key << "\n" << err;
+  }
+}
+
+// The parser's warnings (a misplaced key) are printed by the engine on rank
+// 0, so that a program that never prints Config::warnings still shows them
+// (a misplaced offload_optimizer trained without offload, silently); one
+// that printed them clears the list, and nothing is said twice.
+TEST(Config, TheParsersWarningsArePrintedByTheEngine) {
+  comm::Communicator& comm = world_comm();
+  const int world = comm.world_size();
+  const std::string text = "{\"train_micro_batch_size_per_gpu\": 2, \"offload_optimizer\": {\"device\": \"cpu\"}}";
+  config::Config cfg = config::parse_config(text, world, "ds.json");
+  ASSERT_EQ(cfg.warnings.size(), 1u);
+  for (const bool cleared : {false, true}) {
+    if (cleared) cfg.warnings.clear();
+    testing::internal::CaptureStderr();
+    {
+      auto model = make_model(ModelKind::kMlp);
+      Engine engine(model, cfg, comm);
+    }
+    const std::string err = testing::internal::GetCapturedStderr();
+    const bool said = err.find("zerocpp: config warning: ds.json: unknown key 'offload_optimizer' is ignored; it "
+                               "belongs inside 'zero_optimization'") != std::string::npos;
+    EXPECT_EQ(said, comm.rank() == 0 && !cleared) << err;
   }
 }
 

@@ -201,6 +201,9 @@ class GatheredParameters {
 
 class Engine {
  public:
+  // Collective. Rank 0 prints the config's warnings (Config::warnings, the
+  // parser's: a misplaced or ignored key) and its own notes on the settings;
+  // a program that printed the warnings itself clears the list first.
   Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
          comm::Communicator& comm, EngineOptions options = {});
   ~Engine();
