@@ -57,8 +57,16 @@ ckpt::OpenCheckpoint open_given(const std::filesystem::path& dir, const std::str
   if (!std::filesystem::exists(dir / ckpt::kManifestName, ec)) return ckpt::open_checkpoint(dir, tag, wording);
   const std::filesystem::path full = std::filesystem::weakly_canonical(dir, ec);
   const std::string own = full.filename().string();
-  // (--tag latest is the default spelt out: the folder given is the one meant.)
-  ZERO_CHECK(!tag_given || tag == own || tag == ckpt::kLatestName, dir.string(), " is checkpoint '", own, "' itself (it holds ",
+  // (--tag latest is the default spelt out: the folder given is the one
+  // meant, when it is the latest of its parent.)
+  bool latest_is_own = false;
+  if (tag == ckpt::kLatestName) {
+    try {
+      latest_is_own = ckpt::resolve_tag(full.parent_path(), tag) == own;
+    } catch (const Error&) {
+    }
+  }
+  ZERO_CHECK(!tag_given || tag == own || latest_is_own, dir.string(), " is checkpoint '", own, "' itself (it holds ",
              ckpt::kManifestName, "), but --tag says '", tag, "': drop --tag, or give the parent folder ",
              full.parent_path().string(), " with --tag ", tag);
   return ckpt::open_checkpoint(full.parent_path(), own, wording);

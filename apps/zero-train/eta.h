@@ -1,7 +1,8 @@
 // How long a run has taken and how long it has left, for zero-train's
-// progress line: the rate is measured from the first step this run printed
-// (a resumed run's earlier steps, and the first step's start-up, are not
-// counted), and includes what the run does between steps (evaluations, saves).
+// progress line: the rate is measured from the end of the first step this
+// run trained (a resumed run's earlier steps, and the first step's start-up,
+// are not counted), and includes what the run does between steps
+// (evaluations, saves).
 #pragma once
 
 #include <cstdint>

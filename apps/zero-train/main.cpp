@@ -492,8 +492,15 @@ std::string other_checkpoints(const Options& o) {
 // is built: a wrong tag, or a checkpoint with nothing left to train, ends
 // the run at once. Returns the saved step.
 std::int64_t resume_step(const Options& o) {
-  const ckpt::OpenCheckpoint c =
-      ckpt::open_checkpoint(o.save_dir, o.resume, {"--resume", "start without --resume (a new run)"});
+  ckpt::OpenCheckpoint c;
+  try {
+    c = ckpt::open_checkpoint(o.save_dir, o.resume, {"--resume", "start without --resume (a new run)"});
+  } catch (const Error& e) {
+    // A damaged manifest: which other checkpoints there are.
+    const std::string said = e.what();
+    if (said.find("load another tag") == std::string::npos && said.find("Load another tag") == std::string::npos) throw;
+    throw Error(said + other_checkpoints(o));
+  }
   const nlohmann::json& client = c.manifest.client_state;
   tools::check_run_record(client, c.folder.string());
   const std::int64_t step = client.is_object() ? client.value("step", std::int64_t{0}) : 0;
@@ -524,6 +531,9 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
     if (o.on_save_error == "continue") fs::create_directories(o.save_dir, ec);  // (made by prepare_outputs otherwise)
     if (fs::is_directory(o.save_dir, ec) && ::access(o.save_dir.c_str(), W_OK | X_OK) == 0) {
       save_dir_lock.emplace(o.save_dir, "--save-dir");
+      if (!save_dir_lock->warning().empty()) {
+        std::fprintf(stderr, "zero-train: warning: %s\n", save_dir_lock->warning().c_str());
+      }
     }
   }
   const std::int64_t saved_step = o.resume.empty() ? 0 : resume_step(o);
@@ -889,13 +899,20 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
     // changed lr is said above, and changes the schedule's words too.)
     if (root && client.contains("schedule") && client.value("schedule", std::string()) != schedule.describe() &&
         client.value("lr", 0.0) == static_cast<double>(cfg.optimizer.lr)) {
+      // A run that had finished (its step at its own --steps) can only go on
+      // under a longer schedule: said, without advice that cannot be taken.
+      const bool extended = first_step >= client.value("steps", std::numeric_limits<std::int64_t>::max());
+      const std::string fix =
+          extended ? "the saved run had ended, so a longer run's schedule is its own (--warmup 0 --min-lr-ratio 1 "
+                     "keeps the rate constant instead)"
+                   : "to continue as it was, give the saved run's --steps, --warmup and --min-lr-ratio (or its "
+                     "scheduler)";
       std::fprintf(stderr, "warning: the checkpoint was trained with the lr schedule \"%s\", this run's is \"%s\": "
                    "step %lld trains at lr %.4g (the saved run's next: %.4g) and the rate follows the new schedule "
-                   "from here on; to continue as it was, give the saved run's --steps, --warmup and --min-lr-ratio "
-                   "(or its scheduler)\n",
+                   "from here on; %s\n",
                    client.value("schedule", std::string()).c_str(), schedule.describe().c_str(),
                    static_cast<long long>(first_step + 1), static_cast<double>(next_lr()),
-                   client.value("next_lr", static_cast<double>(next_lr())));
+                   client.value("next_lr", static_cast<double>(next_lr())), fix.c_str());
     }
     if (root) {
       std::fprintf(stderr, "resuming at step %lld of %lld\n", static_cast<long long>(first_step),

@@ -81,8 +81,11 @@ SafetensorsReader::SafetensorsReader(const std::filesystem::path& path) : path_(
       if (!v["shape"].is_array()) bad("entry " + shown + "'s shape is not a list");
       std::uint64_t count = 1;
       for (const nlohmann::json& d : v["shape"]) {
-        if (!d.is_number_unsigned()) bad("entry " + shown + "'s shape holds " + d.dump().substr(0, 20));
+        if (!d.is_number_unsigned()) bad("entry " + shown + "'s shape holds " + (d.is_number() ? d.dump() : std::string(d.is_array() || d.is_object() ? "an " : "a ") + d.type_name()));
         const auto dim = d.get<std::uint64_t>();
+        if (dim > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+          bad("entry " + shown + "'s shape is too large");
+        }
         if (dim != 0 && count > std::numeric_limits<std::uint64_t>::max() / element / dim) {
           bad("entry " + shown + "'s shape is too large");
         }
@@ -120,6 +123,21 @@ SafetensorsReader::SafetensorsReader(const std::filesystem::path& path) : path_(
     }
     entries_ = std::move(sorted);
     begin_ = std::move(begins);
+    // As the reference implementation requires: the entries tile the data,
+    // front to back, no gap, no overlap, to the file's end.
+    std::uint64_t at = data_start;
+    for (std::size_t i = 0; i < entries_.size(); ++i) {
+      if (begin_[i] != at) {
+        bad("entry '" + entries_[i].name.substr(0, 80) + "' starts at data byte " + std::to_string(begin_[i] - data_start) +
+            ", not where the one before it ends (" + std::to_string(at - data_start) + "): its data overlaps another's "
+            "or leaves a gap");
+      }
+      at += entries_[i].bytes;
+    }
+    if (at != size) {
+      bad("its tensors end at byte " + std::to_string(at) + " of " + std::to_string(size) + ": the file holds "
+          "bytes no tensor owns");
+    }
   } catch (...) {
     ::close(fd_);
     fd_ = -1;

@@ -44,13 +44,22 @@ std::string read_holder(int fd) {
 
 SaveDirLock::SaveDirLock(const std::filesystem::path& dir, const std::string& option) {
   const std::string path = (dir / kSaveDirLockName).string();
-  // O_NOFOLLOW: never a file someone linked here.
-  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
-  const int open_error = errno;
-  ZERO_CHECK(fd_ >= 0, option, " ", dir.string(), ": cannot create its lock file ", path, " (",
-             open_error == ELOOP ? std::string("it is a symbolic link, which zerocpp does not follow")
-                                 : std::string(std::strerror(open_error)),
-             "): give a folder this process may write to (", option, ")");
+  // O_NOFOLLOW: never a file someone linked here. 0666 less the umask: a
+  // group's shared folder stays lockable by its members. A lock file this
+  // process may not write (another user's) is opened to read: flock needs
+  // no write access.
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0666);
+  if (fd_ < 0 && errno == EACCES) fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd_ < 0) {
+    const int e = errno;
+    ZERO_CHECK(e != ELOOP, option, " ", dir.string(), ": its lock file ", path,
+               " is a symbolic link, which zerocpp does not follow: remove it, or give another folder (", option, ")");
+    // No lock file (a full disk, a quota, a read-only folder): the folder
+    // is not guarded, which is no reason to refuse the run.
+    warning_ = zero::detail::str_cat(option, " ", dir.string(), " is not locked against a second job (cannot create ",
+                                     path, ": ", std::strerror(e), ")");
+    return;
+  }
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
     const int e = errno;
     const std::string holder = e == EWOULDBLOCK ? read_holder(fd_) : "";
@@ -60,8 +69,11 @@ SaveDirLock::SaveDirLock(const std::filesystem::path& dir, const std::string& op
                holder.empty() ? std::string() : " (" + holder + ")",
                ": two jobs saving to one folder replace each other's checkpoints. Give this job a ", option,
                " of its own, or wait until that job has ended");
-    ZERO_CHECK(false, option, " ", dir.string(), ": cannot lock ", path, " (", std::strerror(e),
-               "): give a folder on a filesystem that supports flock (", option, ")");
+    // A filesystem without flock (Lustre without -o flock: ENOSYS; some NFS
+    // setups: ENOLCK) trains as it did before the lock existed.
+    warning_ = zero::detail::str_cat(option, " ", dir.string(), " is not locked against a second job (flock: ",
+                                     std::strerror(e), "; the filesystem does not lock)");
+    return;
   }
   const std::string text = holder_text() + "\n";
   // Best effort: the lock holds without the text, which only names the holder.

@@ -673,6 +673,9 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
           return false;
         }();
         if (parameter && man.frozen_excluded) continue;
+        // (A dtype with no checkpoint encoding, int8 say, is never saved: the
+        // save said so, and the module keeps its value.)
+        if (dtype_name_of(t.scalar_type()) == nullptr) continue;
         ZERO_CHECK(false, "checkpoint ", where, " holds no ", name.substr(7), parameter ? " (a frozen parameter)" : " (a buffer)",
                    ", which this module has: it was saved from another model (or before the module had it), and the "
                    "module's own value would stay, each rank's its own. Load it into the model it was saved from");
@@ -849,13 +852,15 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
   // The loss scale is fp16's: a checkpoint saved in fp32 or bf16 holds a
   // scale of 1 that no overflow ever moved, and fp16 starting there would
   // underflow its gradients until loss_scale_window clean steps raised it.
-  // Such a load keeps this engine's initial scale, as a fresh run has it.
+  // Such a load starts from the config's initial scale, as a fresh run does.
   const ckpt::LossScalerRecord& s = man.engine.scaler;
   const char* this_dtype = dtype_name_of(m.precision.dtype());
   const bool scaled_by_fp16 = man.dtype == "fp16";
   LossScaler::State restored{static_cast<float>(s.scale), s.hysteresis_left, s.iter, s.last_overflow_iter, s.skipped};
   if (!scaled_by_fp16) {
-    const LossScaler::State fresh = m.precision.scaler().state();
+    // The config's initial scale (not this engine's current one, which steps
+    // before the load may have moved).
+    const LossScaler::State fresh = detail::Precision(config_).scaler().state();
     restored.scale = fresh.scale;
     restored.hysteresis_left = fresh.hysteresis_left;
   }
@@ -864,7 +869,7 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
   if (m.rank == 0) {
     std::string precision;
     if (man.dtype != this_dtype) {
-      precision = zero::detail::str_cat(", in ", man.dtype, "; training on in ", this_dtype);
+      precision = zero::detail::str_cat(", in ", man.dtype, "; now training in ", this_dtype);
       if (!scaled_by_fp16 && std::string(this_dtype) == "fp16") {
         precision += zero::detail::str_cat(" from the loss scale ", stats_.loss_scale);
       }

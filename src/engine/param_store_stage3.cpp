@@ -222,6 +222,13 @@ ParamStore::PendingGather ParamStore::start_gather(int bi, comm::Communicator& c
   if (gathering_.size() != buckets_.size()) gathering_.resize(buckets_.size());
   ZERO_INTERNAL_ASSERT(!gathering_[static_cast<std::size_t>(bi)], "bucket ", bi,
                        "'s all-gather started while its last one is in flight");
+  // A parameter replaced since construction (set_data, torch::load,
+  // model->to()) is named before anything is changed: the views below would
+  // put the engine's values back over it silently.
+  for_bucket_params(static_cast<std::size_t>(bi),
+                    [&](at::Tensor&, const std::vector<std::int64_t>&, const ParamSlot&, std::size_t i) {
+                      check_own_storage(i);
+                    });
   if (!st.held()) {
     try {
       st.refill();
@@ -349,7 +356,6 @@ void ParamStore::view_params(std::size_t bi, bool full) {
   const bool changes = full == (hollow_[bi] != 0);
   for_bucket_params(bi, [&](at::Tensor& p, const std::vector<std::int64_t>& shape, const ParamSlot& s,
                             std::size_t i) {
-    check_own_storage(i);  // a replacement is named, not overwritten
     replace_data(p, full ? t.narrow(0, i64(s.offset - b.offset), i64(s.numel)).view(shape)
                          : t.narrow(0, i64(s.offset - b.offset), 0));
     if (!changes) return;

@@ -197,7 +197,21 @@ TEST(SaveDirLock, OneJobPerFolder) {
   EXPECT_NE(second.find("Give this job a --save-dir of its own"), std::string::npos) << second;
   EXPECT_TRUE(fs::exists(d.path / ck::kSaveDirLockName));
   EXPECT_NO_THROW(ck::SaveDirLock later(d.path, "--save-dir"));
+  EXPECT_EQ(ck::SaveDirLock(d.path, "--save-dir").warning(), "");
   EXPECT_EQ(ck::list_tags(d.path), std::vector<std::string>{"step-2"});
+}
+
+// A folder whose lock file cannot be made (here a folder in its place; a
+// full disk, a filesystem without flock alike) is not refused: the lock
+// says why it does not hold, for the caller to warn.
+TEST(SaveDirLock, AFolderThatCannotBeLockedIsAWarning) {
+  TempDir d;
+  fs::create_directories(d.path / ck::kSaveDirLockName);
+  const ck::SaveDirLock lock(d.path, "--save-dir");
+  EXPECT_TRUE(has(lock.warning(), "--save-dir " + d.path.string() + " is not locked against a second job (cannot create"))
+      << lock.warning();
+  const ck::SaveDirLock second(d.path, "--save-dir");  // no lock, no refusal
+  EXPECT_FALSE(second.warning().empty());
 }
 
 // A link in the lock's place is not followed, and the error says so.
@@ -281,6 +295,16 @@ TEST(SafetensorsReader, DamagedHeadersAreNamed) {
   EXPECT_TRUE(has(refused(file(R"({"x": {"dtype": "F32", "shape": [4294967296, 4294967296], "data_offsets": [0, 4]}})", 4)),
                   "'x''s shape is too large"));
   EXPECT_TRUE(has(refused(file(R"({"x": {"dtype": "F32", "shape": [1]}})", 4)), "lacks dtype, shape or data_offsets"));
+  EXPECT_TRUE(has(refused(file(R"({"x": {"dtype": "F32", "shape": [[[1]]], "data_offsets": [0, 4]}})", 4)),
+                  "'x''s shape holds an array"));
+  // The entries must tile the data: no overlap, no gap, no bytes after.
+  EXPECT_TRUE(has(refused(file(R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},
+                                   "b": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})", 4)),
+                  "starts at data byte 0, not where the one before it ends (4): its data overlaps"));
+  EXPECT_TRUE(has(refused(file(R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})", 8)),
+                  "'a' starts at data byte 4, not where the one before it ends (0)"));
+  EXPECT_TRUE(has(refused(file(R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})", 8)),
+                  "the file holds bytes no tensor owns"));
   // A header length past the file.
   const fs::path p = d.path / "long.safetensors";
   {

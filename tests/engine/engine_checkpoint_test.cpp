@@ -319,7 +319,7 @@ TEST(Resume, AnotherPrecisionsCheckpointLeavesFp16ItsInitialScale) {
     const std::string said = testing::internal::GetCapturedStderr();
     EXPECT_EQ(t.engine->stats().loss_scale, 256.0f) << saving.name;
     if (comm.rank() == 0) {
-      EXPECT_NE(said.find(std::string(", in ") + (bf16 ? "bf16" : "fp32") + "; training on in fp16 from the loss scale 256"),
+      EXPECT_NE(said.find(std::string(", in ") + (bf16 ? "bf16" : "fp32") + "; now training in fp16 from the loss scale 256"),
                 std::string::npos)
           << saving.name << ": " << said;
     }

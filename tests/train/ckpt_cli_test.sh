@@ -96,6 +96,8 @@ for said in "betas \[0.9,0.95\], this run's config has \[0.5,0.9\]: .* whose opt
             "the lr schedule \"linear warm-up from 0 to 0.003 over 2 steps.*\", this run's is \"linear warm-up from 0 to 0.003 over 3 steps, then cosine down to 0.0003 at step 5\": step 3 trains at lr 0.002 (the saved run's next: 0.00"; do
   grep -q "warning: the checkpoint was trained with $said" "$work/opt.log" || { cat "$work/opt.log"; fail "no warning: $said"; }
 done
+grep -q "to continue as it was, give the saved run's --steps, --warmup and --min-lr-ratio" "$work/opt.log" \
+  || { cat "$work/opt.log"; fail "a schedule changed mid-run was not told how to continue as it was"; }
 cp -r "$ck" "$work/ck_same"
 "$train" "$corpus" --model gpt2-tiny --save-dir "$work/ck_same" --steps 4 --eval-every 0 --resume step-2 \
   --out "$work/out_same" >"$work/same.log" 2>&1 \
@@ -149,9 +151,17 @@ grep -o "give a --config file holding zero-train's default config with that batc
 grep -q '"train_batch_size":32' "$work/tb_fix.json" || { cat "$work/tb2.log"; fail "no config given as the batch's fix"; }
 "$train" "$corpus" --model gpt2-tiny --out "$work/out_tb3" --save-dir "$work/ck_tb" --steps 3 --eval-every 0 \
   --resume latest --config "$work/tb_fix.json" >"$work/tb3.log" 2>&1 || { cat "$work/tb3.log"; fail "the resume with the fix"; }
-# (--steps 3 against the saved 2 changes the schedule, and says so: that warning is the test's own.)
+# (--steps 3 against the saved 2 changes the schedule, and says so: that warning is the test's own;
+# the saved run had ended, so no advice to give its --steps back.)
+grep -q "the saved run had ended, so a longer run's schedule is its own" "$work/tb3.log" \
+  || { cat "$work/tb3.log"; fail "extending an ended run was told to give its --steps back"; }
 grep "warning: the checkpoint was trained with" "$work/tb3.log" | grep -qv "the lr schedule" \
   && { cat "$work/tb3.log"; fail "the fix's config still differs"; }
+# ... and a damaged manifest, found before the model is built.
+cp -r "$ck" "$work/ck_manifest" && sed -i 's/"step": 4/"step": 5/' "$work/ck_manifest/step-4/manifest.json"
+expect_fail "$work/manifest_bad.log" "manifest.*Load another tag.*The other checkpoints in --save-dir .*ck_manifest, newest first: step-2; resume from one with --resume step-2" \
+  "$train" "$corpus" --model gpt2-tiny --out "$work/out_manifest" --save-dir "$work/ck_manifest" --steps 6 --resume latest
+grep -q "^model:" "$work/manifest_bad.log" && fail "a damaged manifest was found only after the model was built"
 # A branch from an older tag that may save nothing (no --save-every): `latest` still names the newest.
 cp -r "$ck" "$work/ck_branch"
 "$train" "$corpus" --model gpt2-tiny --out "$work/out_branch" --save-dir "$work/ck_branch" --steps 3 --eval-every 0 \
@@ -170,9 +180,11 @@ grep -q "settings per parameter: weight decay 0.01 on 10, 0 on 18; lr scale 1 on
   || { cat "$work/tagdir.log"; fail "inspect did not show the weight decay per parameter that --decay matrices recorded"; }
 expect_fail "$work/tagdir2.log" "is checkpoint 'step-2' itself .*--tag says 'step-4'" \
   "$ckpt" inspect "$ck/step-2" --tag step-4
-# --tag latest is the default spelt out: the tag folder given is read.
-"$ckpt" inspect "$ck/step-2" --tag latest >"$work/tagdir4.log" 2>&1 && grep -q '"step":2' "$work/tagdir4.log" \
-  || { cat "$work/tagdir4.log"; fail "inspect of a tag folder with --tag latest"; }
+# --tag latest is the default spelt out: the tag folder given is read where it is the latest, and
+# refused where `latest` names another.
+"$ckpt" inspect "$ck/step-4" --tag latest >"$work/tagdir4.log" 2>&1 && grep -q '"step":4' "$work/tagdir4.log" \
+  || { cat "$work/tagdir4.log"; fail "inspect of the latest tag's folder with --tag latest"; }
+expect_fail "$work/tagdir5.log" "is checkpoint 'step-2' itself .*--tag says 'latest'" "$ckpt" inspect "$ck/step-2" --tag latest
 expect_fail "$work/tagdir3.log" "is one checkpoint .*give its parent folder .* and --resume step-2" \
   "$train" "${base[@]/$ck/$ck/step-2}" --steps 6 --resume latest
 

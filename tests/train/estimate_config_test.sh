@@ -69,6 +69,13 @@ printf '{"train_batch_size": 32, "scheduler": {"type": "WarmupCosineLR", "params
 "$est" --params 1K --world 4 --config "$work/sched_auto.json" >"$work/sched_auto.out" 2>&1 \
   || { cat "$work/sched_auto.out"; fail "an \"auto\" total_num_steps failed"; }
 grep -q "warning" "$work/sched_auto.out" && { cat "$work/sched_auto.out"; fail "the stand-in total_num_steps was warned about"; }
+# ... but a key the user wrote is still warned about beside it.
+printf '{"train_batch_size": 32, "scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": "auto", "warmup_num_step": 100}}}' \
+  >"$work/sched_typo.json"
+"$est" --params 1K --world 4 --config "$work/sched_typo.json" >"$work/sched_typo.out" 2>&1 \
+  || { cat "$work/sched_typo.out"; fail "a scheduler with a typo failed"; }
+grep -q "unknown key 'scheduler.params.warmup_num_step' is ignored; did you mean 'warmup_num_steps'" "$work/sched_typo.out" \
+  || { cat "$work/sched_typo.out"; fail "the typo beside a filled auto was not warned about"; }
 "$est" --model gpt2-small-test --world 2 --config "$work/hf.json" >"$work/hf1.out" 2>&1 \
   || { cat "$work/hf1.out"; fail "a Hugging Face config without --micro failed"; }
 grep -q "train_micro_batch_size_per_gpu = 1 (zero-estimate's default, --micro 1)" "$work/hf1.out" \

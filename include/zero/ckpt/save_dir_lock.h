@@ -23,15 +23,20 @@ inline constexpr const char* kSaveDirLockName = ".lock";
 
 class SaveDirLock {
  public:
-  // Locks `dir` (which must exist) or throws zero::Error naming the job that
-  // holds it and `option`, the setting that names the folder.
+  // Locks `dir` (which must exist), or throws zero::Error naming the job that
+  // holds it and `option`, the setting that names the folder. A folder that
+  // cannot be locked for another reason (no room for the file, a
+  // filesystem without flock) is not refused: warning() then says so.
   SaveDirLock(const std::filesystem::path& dir, const std::string& option);
+  // "" when locked; else why not, one sentence for the caller to print.
+  const std::string& warning() const { return warning_; }
   ~SaveDirLock();
   SaveDirLock(const SaveDirLock&) = delete;
   SaveDirLock& operator=(const SaveDirLock&) = delete;
 
  private:
   int fd_ = -1;
+  std::string warning_;
 };
 
 }  // namespace zero::ckpt
