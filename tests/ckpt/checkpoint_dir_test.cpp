@@ -197,7 +197,8 @@ TEST(SaveDirLock, OneJobPerFolder) {
   EXPECT_NE(second.find("Give this job a --save-dir of its own"), std::string::npos) << second;
   EXPECT_TRUE(fs::exists(d.path / ck::kSaveDirLockName));
   EXPECT_NO_THROW(ck::SaveDirLock later(d.path, "--save-dir"));
-  EXPECT_EQ(ck::SaveDirLock(d.path, "--save-dir").warning(), "");
+  const ck::SaveDirLock third(d.path, "--save-dir");
+  EXPECT_TRUE(third.warning().empty()) << third.warning();
   EXPECT_EQ(ck::list_tags(d.path), std::vector<std::string>{"step-2"});
 }
 
