@@ -22,14 +22,7 @@
 set -u
 train=$1 ckpt=$2 corpus=$3 work=$4
 rm -rf "$work" && mkdir -p "$work"
-fail() { echo "FAIL: $*"; exit 1; }
-# expect_fail LOG REGEX CMD...: CMD exits non-zero and its output matches REGEX.
-expect_fail() {
-  local log=$1 regex=$2
-  shift 2
-  "$@" >"$log" 2>&1 && { cat "$log"; fail "exited 0: $*"; }
-  grep -qE -- "$regex" "$log" || { cat "$log"; fail "no '$regex' from: $*"; }
-}
+source "$(dirname "$0")/../support/expect.sh"  # fail, expect_fail
 export ZERO_COMM_BACKEND=single
 ck=$work/ck
 base=("$corpus" --model gpt2-tiny --out "$work/out" --save-dir "$ck")

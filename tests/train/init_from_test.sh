@@ -9,13 +9,7 @@
 set -u
 mpirun=$1 train=$2 ckpt=$3 corpus=$4 work=$5
 rm -rf "$work" && mkdir -p "$work"
-fail() { echo "FAIL: $*"; exit 1; }
-expect_fail() {
-  local log=$1 regex=$2
-  shift 2
-  "$@" >"$log" 2>&1 && { cat "$log"; fail "exited 0: $*"; }
-  grep -qE -- "$regex" "$log" || { cat "$log"; fail "no '$regex' from: $*"; }
-}
+source "$(dirname "$0")/../support/expect.sh"  # fail, expect_fail
 model=(--model gpt2-tiny --eval-every 0)
 printf '{"train_micro_batch_size_per_gpu": 4, "optimizer": {"type": "AdamW", "params": {"lr": 0.003, "weight_decay": 0.1}}, "zero_optimization": {"stage": 2}}' \
   >"$work/s2.json"
