@@ -157,24 +157,23 @@ int main(int argc, char** argv) {
   std::string dir, tag = "latest", out;
   bool verify = false, no_verify = false;
   std::int64_t n_head = 0;
+  // Every command reads one checkpoint: DIR and --tag.
+  auto add_checkpoint_options = [&](CLI::App* command) {
+    command->add_option("dir", dir, "the checkpoint folder (--save-dir), or one tag's folder in it")
+        ->required()
+        ->check(tools::non_empty("a checkpoint folder"));
+    command->add_option("--tag", tag, "the checkpoint's tag")
+        ->capture_default_str()
+        ->check(tools::non_empty("a tag (latest: the newest)"));
+  };
   auto* ins = app.add_subcommand("inspect", "print the manifest: layout, step, files, sizes, checksums; exits 1 "
                                  "when a file is missing or not its recorded size");
-  ins->add_option("dir", dir, "the checkpoint folder (--save-dir), or one tag's folder in it")
-      ->required()
-      ->check(tools::non_empty("a checkpoint folder"));
-  ins->add_option("--tag", tag, "the checkpoint's tag")
-      ->capture_default_str()
-      ->check(tools::non_empty("a tag (latest: the newest)"));
+  add_checkpoint_options(ins);
   ins->add_flag("--verify", verify, "read every file and check its size and CRC-32C");
   auto* con = app.add_subcommand("consolidate",
                                  "one fp32 state dict under the module's names, as safetensors (streamed: memory "
                                  "bounded by the largest parameter)");
-  con->add_option("dir", dir, "the checkpoint folder (--save-dir), or one tag's folder in it")
-      ->required()
-      ->check(tools::non_empty("a checkpoint folder"));
-  con->add_option("--tag", tag, "the checkpoint's tag")
-      ->capture_default_str()
-      ->check(tools::non_empty("a tag (latest: the newest)"));
+  add_checkpoint_options(con);
   con->add_option("--out", out, "the .safetensors file to write (via a .tmp beside it, removed on a failure)")
       ->required()
       ->check(tools::non_empty("a file to write"));
@@ -182,12 +181,7 @@ int main(int argc, char** argv) {
   auto* hf = app.add_subcommand("export-hf",
                                 "a zero::models::Gpt checkpoint as a Hugging Face GPT-2 folder (config.json, "
                                 "model.safetensors) that GPT2LMHeadModel.from_pretrained loads");
-  hf->add_option("dir", dir, "the checkpoint folder (--save-dir), or one tag's folder in it")
-      ->required()
-      ->check(tools::non_empty("a checkpoint folder"));
-  hf->add_option("--tag", tag, "the checkpoint's tag")
-      ->capture_default_str()
-      ->check(tools::non_empty("a tag (latest: the newest)"));
+  add_checkpoint_options(hf);
   hf->add_option("--out", out, "the folder to write (an earlier export there is replaced only once the new one is "
                  "complete; other files stay)")
       ->required()
