@@ -106,6 +106,14 @@ bool snapshot_fits(comm::Communicator& comm, const c10::Device& device, std::int
   return false;
 }
 
+// "a, b, c" (the first 5, then how many in all).
+std::string join_names(const std::vector<std::string>& names) {
+  std::string out;
+  for (std::size_t i = 0; i < names.size() && i < 5; ++i) out += (i ? ", " : "") + names[i];
+  if (names.size() > 5) out += ", ... (" + std::to_string(names.size()) + " in all)";
+  return out;
+}
+
 // The module's frozen parameters (`frozen`: unless left out) and buffers,
 // by name, each once.
 std::vector<std::pair<std::string, at::Tensor>> module_tensors(torch::nn::Module& module, bool frozen = true) {
@@ -473,7 +481,7 @@ void add_streamed_read(const LoadTarget& t, const ckpt::SectionRecord& s, std::u
 
 }  // namespace
 
-nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string& tag) {
+nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string& tag, bool load_module_strict) {
   Impl& m = *impl_;
   // The window's gradients so far belong to the state being replaced: a load
   // would carry them into the loaded one's next window.
@@ -662,6 +670,7 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
     // own value (ranks apart, silently), as DeepSpeed's strict load refuses
     // it too. Frozen parameters a save left out (exclude_frozen_parameters)
     // are said at the save and kept.
+    std::vector<std::string> kept, skipped;  // (load_module_strict false)
     {
       const std::set<std::string> saved(man.module_tensors.begin(), man.module_tensors.end());
       for (const auto& [name, t] : mine) {
@@ -676,17 +685,26 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
         // (A dtype with no checkpoint encoding, int8 say, is never saved: the
         // save said so, and the module keeps its value.)
         if (dtype_name_of(t.scalar_type()) == nullptr) continue;
+        if (!load_module_strict) {
+          kept.push_back(name.substr(7));
+          continue;
+        }
         ZERO_CHECK(false, "checkpoint ", where, " holds no ", name.substr(7), parameter ? " (a frozen parameter)" : " (a buffer)",
                    ", which this module has: it was saved from another model (or before the module had it), and the "
-                   "module's own value would stay, each rank's its own. Load it into the model it was saved from");
+                   "module's own value would stay, each rank's its own. Load it into the model it was saved from, "
+                   "or with load_module_strict false to keep the module's values");
       }
     }
     for (const std::string& name : man.module_tensors) {
       const ckpt::SectionRecord* s = man.files[0].find(name);
       auto it = mine.find(name);
+      if (it == mine.end() && !load_module_strict) {
+        skipped.push_back(name.substr(7));
+        continue;
+      }
       ZERO_CHECK(it != mine.end(), "checkpoint ", where, " holds ", name.substr(7),
                  " (a frozen parameter or buffer) that this module does not have: load it into the model it was "
-                 "saved from");
+                 "saved from, or with load_module_strict false to skip it");
       // (A partitioned frozen parameter is hollow outside its unit: its shape is the store's.)
       const bool partitioned = P.partitions_frozen(it->second);
       const c10::IntArrayRef shape = partitioned ? P.frozen_shape(it->second) : it->second.sizes();
@@ -704,6 +722,14 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
       at::Tensor v = at::empty(s->shape, at::TensorOptions().dtype(scalar_type_of(s->dtype)));
       reads[0].push_back({s->offset, s->bytes, v.data_ptr()});
       module_updates.emplace_back(it->second, v);
+    }
+    if (m.rank == 0 && !kept.empty()) {
+      std::fprintf(stderr, "zerocpp: checkpoint %s holds no %s (load_module_strict false): the module's values are "
+                   "kept\n", where.c_str(), join_names(kept).c_str());
+    }
+    if (m.rank == 0 && !skipped.empty()) {
+      std::fprintf(stderr, "zerocpp: checkpoint %s holds %s, which this module has not (load_module_strict false): "
+                   "skipped\n", where.c_str(), join_names(skipped).c_str());
     }
     for (const auto& [shard, ranges] : reads) {
       const ckpt::FileRecord& f = man.files[static_cast<std::size_t>(shard)];

@@ -301,8 +301,12 @@ class Engine {
   // train or save until a load succeeds. Like a save, a load in the middle
   // of an accumulation window, or after a backward() whose step() has not
   // come, is refused (those gradients would carry over into the loaded
-  // state).
-  nlohmann::json load_checkpoint(const std::string& dir, const std::string& tag = "latest");
+  // state). The module's frozen parameters and buffers must match the
+  // checkpoint's both ways (DeepSpeed's load_module_strict); with
+  // load_module_strict false, those the checkpoint lacks keep the module's
+  // values and those the module lacks are skipped, each named in one line.
+  nlohmann::json load_checkpoint(const std::string& dir, const std::string& tag = "latest",
+                                 bool load_module_strict = true);
   struct CheckpointTiming {
     std::string tag;
     // How long the save held training: save_checkpoint itself and, for an
