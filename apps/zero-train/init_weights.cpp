@@ -7,6 +7,7 @@
 #include <torch/csrc/autograd/grad_mode.h>
 
 #include "zero/core/error.h"
+#include "zero/core/text_list.h"
 
 namespace zero::train {
 
@@ -57,10 +58,8 @@ std::shared_ptr<const ckpt::SafetensorsReader> open_init_weights(const std::stri
     if (names.count(e.name) == 0) problems.push_back("'" + e.name + "' is no parameter of this model");
   }
   if (!problems.empty()) {
-    std::string list;
-    for (std::size_t i = 0; i < problems.size() && i < 4; ++i) list += (i ? "; " : "") + problems[i];
-    if (problems.size() > 4) list += "; ... (" + std::to_string(problems.size()) + " in all)";
-    ZERO_CHECK(false, "--init-from ", path, " does not fit this model (", count, " parameters): ", list,
+    ZERO_CHECK(false, "--init-from ", path, " does not fit this model (", count, " parameters): ",
+               zero::detail::join_first(problems, 4, "; "),
                ". Give the weights of a model of this shape (zero-ckpt consolidate of a checkpoint trained with "
                "the same --model and --n-layer/--n-head/--n-embd/--block-size), or the options of the model they "
                "are of");

@@ -67,6 +67,7 @@
 #include "zero/config/config.h"
 #include "zero/core/cpu_bf16.h"
 #include "zero/core/error.h"
+#include "zero/core/text_list.h"
 #include "zero/core/host_memory.h"
 #include "zero/data/batch_sampler.h"
 #include "zero/data/byte_tokenizer.h"
@@ -329,15 +330,13 @@ using tools::file_in_the_way;
 // Said before training, so that a resume from an earlier tag (a branch) does
 // not silently overwrite the run it branched from.
 void warn_of_later_checkpoints(const Options& o, std::int64_t from_step) {
-  std::string later;
-  std::size_t n = 0;
+  std::vector<std::string> tags;
   for (const std::string& tag : ckpt::list_tags(o.save_dir)) {
     const auto step = train::step_of_tag(tag);
-    if (!step || *step <= from_step) continue;
-    if (n++ < 4) later += (later.empty() ? "" : ", ") + tag;
+    if (step && *step > from_step) tags.push_back(tag);
   }
-  if (n == 0) return;
-  if (n > 4) later += ", ... (" + std::to_string(n) + " in all)";
+  if (tags.empty()) return;
+  const std::string later = zero::detail::join_first(tags, 4);
   // Without --save-every this run may save nothing, and `latest` then goes
   // on naming the other run's newest: a later --resume latest continues it.
   std::string now;

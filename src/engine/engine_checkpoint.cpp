@@ -30,6 +30,7 @@
 #include "zero/ckpt/shard_io.h"
 #include "zero/comm/launcher_env.h"
 #include "zero/core/error.h"
+#include "zero/core/text_list.h"
 #include "zero/core/host_memory.h"
 
 namespace zero {
@@ -104,14 +105,6 @@ bool snapshot_fits(comm::Communicator& comm, const c10::Device& device, std::int
                  short_here ? (memory::format_bytes(*available) + " is available (" + host_memory_source() + ")").c_str() : "");
   }
   return false;
-}
-
-// "a, b, c" (the first 5, then how many in all).
-std::string join_names(const std::vector<std::string>& names) {
-  std::string out;
-  for (std::size_t i = 0; i < names.size() && i < 5; ++i) out += (i ? ", " : "") + names[i];
-  if (names.size() > 5) out += ", ... (" + std::to_string(names.size()) + " in all)";
-  return out;
 }
 
 // The module's frozen parameters (`frozen`: unless left out) and buffers,
@@ -725,11 +718,11 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
     }
     if (m.rank == 0 && !kept.empty()) {
       std::fprintf(stderr, "zerocpp: checkpoint %s holds no %s (load_module_strict false): the module's values are "
-                   "kept\n", where.c_str(), join_names(kept).c_str());
+                   "kept\n", where.c_str(), detail::join_first(kept, 5).c_str());
     }
     if (m.rank == 0 && !skipped.empty()) {
       std::fprintf(stderr, "zerocpp: checkpoint %s holds %s, which this module has not (load_module_strict false): "
-                   "skipped\n", where.c_str(), join_names(skipped).c_str());
+                   "skipped\n", where.c_str(), detail::join_first(skipped, 5).c_str());
     }
     for (const auto& [shard, ranges] : reads) {
       const ckpt::FileRecord& f = man.files[static_cast<std::size_t>(shard)];

@@ -261,40 +261,32 @@ void ParamStore::cast_frozen_and_buffers(comm::Communicator& comm, ModuleGuard& 
   // Frozen parameters and buffers start equal on every rank, as the
   // trainable ones do (DDP broadcasts its buffers too): rank 0's.
   if (world_ > 1) {
-    // (A floating dtype other than the training precision, such as a
-    // float64 buffer in fp32 training, goes as its bytes: a broadcast copies.)
+    // A floating dtype goes as 2-byte units (the training precision as
+    // itself; another, such as a float64 buffer in fp32 training, as its
+    // bytes: a broadcast copies); the others (integer and bool buffers: a
+    // step counter, a mask), as DDP broadcasts every buffer, as their bytes
+    // padded to whole 2-byte units.
     auto shareable = [](const at::Tensor& t) { return t.is_floating_point() && t.element_size() % 2 == 0; };
     std::vector<at::Tensor> shared;
     for (const at::Tensor& p : module_->parameters(/*recurse=*/true)) {
-      if (!p.requires_grad() && shareable(p) && whole(p)) shared.push_back(p);
+      if (!p.requires_grad() && whole(p)) shared.push_back(p);
     }
-    for (const at::Tensor& b : module_->buffers(/*recurse=*/true)) {
-      if (shareable(b)) shared.push_back(b);
-    }
+    for (const at::Tensor& b : module_->buffers(/*recurse=*/true)) shared.push_back(b);
     for (const at::Tensor& t : shared) {
+      if (!t.defined() || t.numel() == 0) continue;
       at::Tensor c = t.detach().contiguous();  // t itself unless it is strided
-      const bool own = c.scalar_type() == dtype_;
-      comm.broadcast(c.data_ptr(), static_cast<std::size_t>(own ? c.numel() : c.nbytes() / 2),
-                     own ? to_dtype(dtype_) : DType::kFloat16)->wait();
-      if (c.data_ptr() != t.data_ptr()) t.detach().copy_(c);
-    }
-    // The others (integer and bool buffers: a step counter, a mask), as DDP
-    // broadcasts every buffer: their bytes, padded to whole 2-byte units.
-    std::vector<at::Tensor> others;
-    for (const at::Tensor& p : module_->parameters(/*recurse=*/true)) {
-      if (!p.requires_grad() && !shareable(p) && whole(p) && p.numel() > 0) others.push_back(p);
-    }
-    for (const at::Tensor& b : module_->buffers(/*recurse=*/true)) {
-      if (b.defined() && !shareable(b) && b.numel() > 0) others.push_back(b);
-    }
-    for (const at::Tensor& t : others) {
-      at::Tensor c = t.detach().contiguous();
-      const std::int64_t n = static_cast<std::int64_t>(c.nbytes());
-      at::Tensor bytes = at::zeros({(n + 1) / 2 * 2}, c.options().dtype(at::kByte));
-      at::Tensor raw = c.view({-1}).view(at::kByte);
-      bytes.narrow(0, 0, n).copy_(raw);
-      comm.broadcast(bytes.data_ptr(), static_cast<std::size_t>(bytes.numel() / 2), DType::kFloat16)->wait();
-      raw.copy_(bytes.narrow(0, 0, n));
+      if (shareable(c)) {
+        const bool own = c.scalar_type() == dtype_;
+        comm.broadcast(c.data_ptr(), static_cast<std::size_t>(own ? c.numel() : c.nbytes() / 2),
+                       own ? to_dtype(dtype_) : DType::kFloat16)->wait();
+      } else {
+        const std::int64_t n = static_cast<std::int64_t>(c.nbytes());
+        at::Tensor bytes = at::zeros({(n + 1) / 2 * 2}, c.options().dtype(at::kByte));
+        at::Tensor raw = c.view({-1}).view(at::kByte);
+        bytes.narrow(0, 0, n).copy_(raw);
+        comm.broadcast(bytes.data_ptr(), static_cast<std::size_t>(bytes.numel() / 2), DType::kFloat16)->wait();
+        raw.copy_(bytes.narrow(0, 0, n));
+      }
       if (c.data_ptr() != t.data_ptr()) t.detach().copy_(c);
     }
   }
