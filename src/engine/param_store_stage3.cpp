@@ -225,10 +225,14 @@ ParamStore::PendingGather ParamStore::start_gather(int bi, comm::Communicator& c
   // A parameter replaced since construction (set_data, torch::load,
   // model->to()) is named before anything is changed: the views below would
   // put the engine's values back over it silently.
-  for_bucket_params(static_cast<std::size_t>(bi),
-                    [&](at::Tensor&, const std::vector<std::int64_t>&, const ParamSlot&, std::size_t i) {
-                      check_own_storage(i);
-                    });
+  // (Only a hollow bucket's views are put back; a held one's parameters are
+  // checked by the next backward().)
+  if (hollow_[static_cast<std::size_t>(bi)]) {
+    for_bucket_params(static_cast<std::size_t>(bi),
+                      [&](at::Tensor&, const std::vector<std::int64_t>&, const ParamSlot&, std::size_t i) {
+                        check_own_storage(i);
+                      });
+  }
   if (!st.held()) {
     try {
       st.refill();
