@@ -787,7 +787,9 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
   // a chunk at a time.)
   auto set_params_from_master = [&] {
     if (m.optimizer->swapped()) {
-      P.write_partition([&](std::size_t offset, std::size_t n) { return m.optimizer->master_slice(offset, n).to(dtype); });
+      P.write_partition([&](std::size_t offset, std::size_t n) {
+        return m.optimizer->state_slice(detail::OptimizerPartition::State::kMaster, offset, n).to(dtype);
+      });
       return;
     }
     const at::Tensor master = m.optimizer->full_master();

@@ -94,8 +94,23 @@ at::Tensor OptimizerPartition::full_master() const {
   return at::cat({master_, dev_master_.to(master_.device())});
 }
 
-at::Tensor OptimizerPartition::master_slice(std::size_t offset, std::size_t n) const {
-  if (!swapped()) return full_master().narrow(0, i64(offset), i64(n)).clone();
+at::Tensor OptimizerPartition::state_slice(State s, std::size_t offset, std::size_t n) const {
+  ZERO_INTERNAL_ASSERT(s != State::kExpAvgSq || moments() == 2, opt_.type, " has no second moment");
+  ZERO_INTERNAL_ASSERT(offset + n <= layout_.partition_numel(), "state_slice past the partition");
+  if (!swapped()) {
+    // Each share's part of the range, where the main share is.
+    const std::vector<at::Tensor> shares = state(s);
+    std::vector<at::Tensor> pieces;
+    std::size_t at = 0;
+    for (const at::Tensor& share : shares) {
+      const std::size_t size = static_cast<std::size_t>(share.numel());
+      const std::size_t lo = std::max(offset, at), hi = std::min(offset + n, at + size);
+      if (lo < hi) pieces.push_back(share.narrow(0, i64(lo - at), i64(hi - lo)).to(shares.front().device()));
+      at += size;
+    }
+    if (pieces.empty()) return at::empty({0}, at::TensorOptions().dtype(at::kFloat).device(shares.front().device()));
+    return pieces.size() == 1 ? pieces.front().clone() : at::cat(pieces);
+  }
   constexpr std::size_t kBlock = std::size_t{1} << 20;
   at::Tensor out = at::empty({i64(n)}, at::kFloat);
   const at::Tensor scratch = at::empty({i64(std::min(kBlock, swap_align_up(n * sizeof(float))) + 2 * kSwapAlignBytes)},
@@ -105,13 +120,32 @@ at::Tensor OptimizerPartition::master_slice(std::size_t offset, std::size_t n) c
   char* to = static_cast<char*>(out.data_ptr());
   std::uint64_t byte = offset * sizeof(float);
   for (std::size_t left = n * sizeof(float); left > 0;) {
-    const auto [from, took] = read_state_bytes(State::kMaster, byte, left, buf, cap);
+    const auto [from, took] = read_state_bytes(s, byte, left, buf, cap);
     std::memcpy(to, from, took);
     to += took;
     byte += took;
     left -= took;
   }
   return out;
+}
+
+void OptimizerPartition::write_state_slice(State s, std::size_t offset, const at::Tensor& values) {
+  ZERO_INTERNAL_ASSERT(s != State::kExpAvgSq || moments() == 2, opt_.type, " has no second moment");
+  const std::size_t n = static_cast<std::size_t>(values.numel());
+  ZERO_INTERNAL_ASSERT(offset + n <= layout_.partition_numel(), "write_state_slice past the partition");
+  if (swapped()) {
+    const at::Tensor host = values.to(at::kFloat).to(at::kCPU).contiguous();
+    write_state_bytes(s, offset * sizeof(float), host.data_ptr(), n * sizeof(float));
+    finish_state_writes();
+    return;
+  }
+  std::size_t at = 0;
+  for (const at::Tensor& share : state(s)) {
+    const std::size_t size = static_cast<std::size_t>(share.numel());
+    const std::size_t lo = std::max(offset, at), hi = std::min(offset + n, at + size);
+    if (lo < hi) share.narrow(0, i64(lo - at), i64(hi - lo)).copy_(values.narrow(0, i64(lo - offset), i64(hi - lo)));
+    at += size;
+  }
 }
 
 void OptimizerPartition::seed_master(const at::Tensor& flat32) {

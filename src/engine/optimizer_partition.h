@@ -134,10 +134,6 @@ class OptimizerPartition {
   // The whole partition's master weights in one tensor where the main share
   // is (a copy when there is a device share).
   at::Tensor full_master() const;
-  // Elements [offset, offset + n) of the partition's master weights, in a
-  // new fp32 tensor where the main share is (on NVMe read a block at a
-  // time: the master is never whole in host memory).
-  at::Tensor master_slice(std::size_t offset, std::size_t n) const;
   // The updated training-precision values of the main share (offload with
   // staging) and of the device share (bf16/fp16).
   const at::Tensor& staging() const { return staging_; }
@@ -160,6 +156,12 @@ class OptimizerPartition {
   // One state of the whole partition in partition order: the live tensors,
   // or (NVMe) a host copy read from the swap file.
   std::vector<at::Tensor> state(State s) const;
+  // Elements [offset, offset + n) of state `s` in partition order, in a new
+  // fp32 tensor where the main share is (NVMe: read a block at a time), and
+  // their counterpart: `values` (any floating dtype) written there (NVMe:
+  // through the swap buffers, the writes finished). Never beside a step.
+  at::Tensor state_slice(State s, std::size_t offset, std::size_t n) const;
+  void write_state_slice(State s, std::size_t offset, const at::Tensor& values);
   // NVMe, for a save that streams the state to its file instead of holding
   // it in host memory: up to `n` bytes of state `s` (fp32, partition order)
   // from byte `offset` on, read into `buf` (aligned to SwapFile::kAlign,

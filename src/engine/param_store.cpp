@@ -471,6 +471,19 @@ void ParamStore::write_partition(const std::function<at::Tensor(std::size_t, std
   if (swap_) swap_->flush();
 }
 
+void ParamStore::write_chunk_range(const Bucket& b, std::size_t offset, const at::Tensor& values) {
+  const std::int64_t n = values.numel();
+  if (!swap_) {
+    rank_chunk(b).narrow(0, i64(offset), n).copy_(values);
+    return;
+  }
+  at::Tensor chunk = swap_->read_copy(bucket_index(b));
+  chunk.narrow(0, i64(offset), n).copy_(values);
+  swap_->discard_partial();
+  swap_->write(bucket_index(b), 0, chunk);
+  swap_->flush();
+}
+
 void ParamStore::wait_up() const {
   if (up_done_) up_done_->synchronize();
 }

@@ -269,6 +269,10 @@ class ParamStore {
   // The same from values(offset, n): the partition's elements [offset,
   // offset + n), a chunk at a time (the partition is never whole in memory).
   void write_partition(const std::function<at::Tensor(std::size_t, std::size_t)>& values);
+  // Elements [offset, offset + values.numel()) of the rank's chunk of bucket
+  // b from `values` (any floating dtype): copied, or the chunk read from the
+  // swap file, patched and written back.
+  void write_chunk_range(const Bucket& b, std::size_t offset, const at::Tensor& values);
   // Blocks until the last publish()'s copies are done: its host-to-device
   // copies (before their source is written again) and, with offload_param,
   // the device share's copies down into the host partition (before the host

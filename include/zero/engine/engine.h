@@ -325,6 +325,35 @@ class Engine {
   // The full fp32 master weights, one tensor per trainable parameter in the
   // module's order (all ranks must call it: it all-gathers the partitions).
   std::vector<at::Tensor> gather_master_params();
+  // One trainable parameter's state, gathered from every rank's partition
+  // (DeepSpeed's safe_get_full_fp32_param, safe_get_full_grad and
+  // safe_get_full_optimizer_state): an fp32 tensor of the parameter's shape
+  // on the CPU, a copy. `name` as named_parameters() gives it (either name
+  // of a tied weight). Collective: every rank calls them with the same name.
+  // The fp32 master weights (with the delayed update: the newest, whose
+  // update reaches the model at the next step() or flush()).
+  at::Tensor full_master(const std::string& name);
+  // The gradient the coming step() takes: the mean over the global batch
+  // (every rank's micro-batches of the window), the loss scale divided out,
+  // before clipping (StepStats::grad_norm is the norm of all of them). Only
+  // after the backward() that ends an accumulation window and before its
+  // step(): elsewhere the window's sum is not complete (refused).
+  at::Tensor full_grad(const std::string& name);
+  // An optimizer state by PyTorch's key (optimizer_state_keys(name) lists
+  // the parameter's): "exp_avg" and "exp_avg_sq" (Adam, AdamW, Muon's Adam
+  // half), "exp_avg" (Lion), "sum" (Adagrad), "momentum_buffer" (Muon's
+  // matrices).
+  at::Tensor full_optimizer_state(const std::string& name, const std::string& key);
+  std::vector<std::string> optimizer_state_keys(const std::string& name) const;
+  // The setters (safe_set_full_fp32_param, safe_set_full_optimizer_state):
+  // `value` of the parameter's shape, any floating dtype; rank 0's is taken
+  // (broadcast) and each rank keeps its part. Between steps only (not in an
+  // accumulation window). set_full_master sets the module's parameter too,
+  // in the training precision: it first applies a pending delayed update
+  // (as flush() does), then all-gathers the parameters as a step does.
+  void set_full_master(const std::string& name, const at::Tensor& value);
+  void set_full_optimizer_state(const std::string& name, const std::string& key, const at::Tensor& value);
+
   // Stage 3: every unit's parameters gathered into the module, in the
   // training precision, until the returned scope ends: read them (a norm, a
   // comparison, torch::save), evaluate, or train on inside it (units are
