@@ -1,9 +1,11 @@
 #include "zero/core/host_memory.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include <unistd.h>
 
@@ -51,19 +53,111 @@ std::optional<std::int64_t> env_limit() {
   return static_cast<std::int64_t>(n * static_cast<long double>(scale));
 }
 
+// The first number in a file ("max" and the like: nullopt).
+std::optional<std::int64_t> read_number(const std::string& path) {
+  std::ifstream in(path);
+  long long v = 0;
+  if (!(in >> v)) return std::nullopt;
+  return static_cast<std::int64_t>(v);
+}
+
+// A key's value in a memory.stat file.
+std::optional<std::int64_t> stat_value(const std::string& path, const std::string& want) {
+  std::ifstream in(path);
+  std::string key;
+  long long v = 0;
+  while (in >> key >> v) {
+    if (key == want) return static_cast<std::int64_t>(v);
+  }
+  return std::nullopt;
+}
+
+// cgroup v1 writes "no limit" as a huge page-rounded number.
+constexpr std::int64_t kNoLimit = std::int64_t{1} << 60;
+
+// What a cgroup with this limit and usage leaves (its inactive page cache
+// is reclaimed before the cgroup's OOM killer runs).
+std::int64_t left_under(std::int64_t limit, std::int64_t usage, std::int64_t inactive_file) {
+  return std::max<std::int64_t>(0, limit - usage + inactive_file);
+}
+
+struct Source {
+  std::int64_t bytes;
+  std::string name;
+};
+
+// The smallest of MemAvailable, the cgroup's limit and the variable.
+std::optional<Source> smallest_source() {
+  std::optional<Source> best;
+  auto offer = [&](std::optional<std::int64_t> bytes, std::string name) {
+    if (bytes && (!best || *bytes < best->bytes)) best = Source{*bytes, std::move(name)};
+  };
+  offer(mem_available(), "MemAvailable");
+  if (const auto cg = detail::cgroup_memory_available("/proc/self/cgroup", "/sys/fs/cgroup")) {
+    offer(cg->available, "the memory limit of this process's cgroup, " + cg->limit_file);
+  }
+  offer(env_limit(), "ZERO_HOST_MEMORY_LIMIT");
+  return best;
+}
+
 }  // namespace
 
+namespace detail {
+
+std::optional<CgroupMemory> cgroup_memory_available(const std::string& proc_self_cgroup, const std::string& mount) {
+  std::ifstream in(proc_self_cgroup);
+  std::optional<CgroupMemory> best;
+  auto offer = [&](std::int64_t available, const std::string& file) {
+    if (!best || available < best->available) best = CgroupMemory{available, file};
+  };
+  std::string line;
+  while (std::getline(in, line)) {
+    const std::size_t a = line.find(':');
+    const std::size_t b = a == std::string::npos ? a : line.find(':', a + 1);
+    if (b == std::string::npos) continue;
+    const std::string id = line.substr(0, a), controllers = line.substr(a + 1, b - a - 1);
+    std::string path = line.substr(b + 1);
+    if (path.empty() || path.back() != '/') path += '/';
+    std::vector<std::string> names;
+    std::stringstream list(controllers);
+    for (std::string name; std::getline(list, name, ',');) names.push_back(name);
+    if (std::find(names.begin(), names.end(), "memory") != names.end()) {
+      // v1: the limit in force here, the ancestors' included (hierarchical_memory_limit).
+      const std::string dir = mount + "/memory" + path;
+      const auto own = read_number(dir + "memory.limit_in_bytes");
+      const auto usage = read_number(dir + "memory.usage_in_bytes");
+      if (!own || !usage) continue;
+      const std::int64_t limit = std::min(*own, stat_value(dir + "memory.stat", "hierarchical_memory_limit").value_or(*own));
+      if (limit >= kNoLimit) continue;
+      const std::int64_t inactive = stat_value(dir + "memory.stat", "total_inactive_file").value_or(0);
+      offer(left_under(limit, *usage, inactive), dir + "memory.limit_in_bytes");
+    } else if (id == "0" && controllers.empty()) {
+      // v2: every level from the process's cgroup up to the mount's root.
+      for (std::string p = path; !p.empty(); p = p.substr(0, p.find_last_of('/', p.size() - 2) + 1)) {
+        const std::string dir = mount + p;
+        const auto limit = read_number(dir + "memory.max");  // ("max": none)
+        const auto usage = read_number(dir + "memory.current");
+        if (limit && usage && *limit < kNoLimit) {
+          offer(left_under(*limit, *usage, stat_value(dir + "memory.stat", "inactive_file").value_or(0)),
+                dir + "memory.max");
+        }
+        if (p == "/") break;
+      }
+    }
+  }
+  return best;
+}
+
+}  // namespace detail
+
 std::optional<std::int64_t> host_memory_available() {
-  const auto a = mem_available();
-  const auto e = env_limit();
-  if (a && e) return std::min(*a, *e);
-  return e ? e : a;
+  const auto s = smallest_source();
+  return s ? std::optional<std::int64_t>(s->bytes) : std::nullopt;
 }
 
 std::string host_memory_source() {
-  const auto a = mem_available();
-  const auto e = env_limit();
-  return e && (!a || *e <= *a) ? "ZERO_HOST_MEMORY_LIMIT" : "MemAvailable";
+  const auto s = smallest_source();
+  return s ? s->name : "MemAvailable";
 }
 
 std::optional<std::int64_t> resident_set_bytes() {

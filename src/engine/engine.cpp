@@ -33,6 +33,7 @@
 #include "zero/comm/launcher_env.h"
 #include "zero/core/error.h"
 #include "zero/core/host_memory.h"
+#include "zero/core/text_list.h"
 #include "zero/zero/memory_plan.h"
 
 namespace zero {
@@ -80,17 +81,34 @@ std::vector<std::string> ignored_settings(const config::Config& c, bool on_gpu) 
 // the host has available: refused before anything is allocated, on every
 // rank together (one rank short of memory fails them all), with the numbers
 // and the fixes, instead of the kernel's OOM killer mid-run.
-void check_host_memory(const MemoryPlan& plan, bool on_gpu, comm::Communicator& comm, const c10::Device& device) {
+void check_host_memory(const MemoryPlan& plan, const config::Config& config, bool on_gpu, comm::Communicator& comm,
+                       const c10::Device& device) {
   const std::int64_t per_rank = plan.peak(Tier::kHost) + (on_gpu ? 0 : plan.peak(Tier::kDevice));
   const int local = comm::launcher_local_size().value_or(1);
   const std::optional<std::int64_t> available = host_memory_available();
   const bool short_here = available && per_rank * local > *available;
   if (!detail::any_rank(comm, device, short_here)) return;
+  // The fixes that lower this need, as configured.
+  const config::ZeroOptimizationConfig& z = config.zero_optimization;
+  std::vector<std::string> fixes;
+  if (local > 1) fixes.push_back("run fewer ranks per node");
+  if (comm.world_size() > 1 && z.stage < 3) {
+    fixes.push_back(z.stage == 2 ? "partition more (zero_optimization.stage 3)"
+                                 : "partition more (zero_optimization.stage " + std::to_string(z.stage + 1) + " or 3)");
+  }
+  fixes.push_back(z.stage == 0 ? "spread the job over more nodes at a zero_optimization.stage of 1 or more"
+                               : "spread the job over more nodes (each rank then holds a smaller partition)");
+  if (z.stage >= 1 && z.offload_optimizer.device != "nvme") {
+    fixes.push_back("put the optimizer state on NVMe (offload_optimizer.device \"nvme\")");
+  }
+  if (z.offload_optimizer.delayed_param_update) fixes.push_back("turn off the delayed update (its second gradient buffer)");
+  if (on_gpu && !config.bf16.enabled && !config.fp16.enabled) {
+    fixes.push_back("train in bf16 (smaller host buffers on a GPU)");
+  }
   ZERO_CHECK(!short_here, "host memory: the engine's buffers need ", memory::format_bytes(per_rank), " = ", per_rank,
              " bytes per rank (", local, " rank(s) on this node: ", memory::format_bytes(per_rank * local),
              ", before activations) but ", memory::format_bytes(*available), " is available (", host_memory_source(),
-             "). Run fewer ranks per node, partition more (a higher zero_optimization.stage, more nodes), turn off "
-             "the delayed update (its second gradient buffer), or train in bf16 (smaller host buffers on a GPU).");
+             "). To fit: ", detail::join_first(fixes, fixes.size(), "; "), ".");
   ZERO_CHECK(false, "host memory: another rank found its node's host memory too small for the engine's buffers "
              "(its message says by how much); nothing was allocated");
 }
@@ -436,7 +454,7 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
                  "partition in one place; set offload_optimizer.ratio to 1");
     }
     P.use_plan(m.plan);
-    check_host_memory(m.plan, m.ctx.on_accelerator(), comm_, m.ctx.device);
+    check_host_memory(m.plan, config_, m.ctx.on_accelerator(), comm_, m.ctx.device);
     const FlatLayout& L = P.layout();
     // bf16/fp16 offload on a GPU without accumulation: the CPU step writes the
     // updated parameters over the gradients they came from, and that buffer

@@ -2750,7 +2750,16 @@ TEST(Budget, HostTooSmallIsRefusedBeforeAllocating) {
   } catch (const ::zero::Error& e) {
     const std::string msg = e.what();
     EXPECT_NE(msg.find("4.0 KiB is available (ZERO_HOST_MEMORY_LIMIT)"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("Run fewer ranks per node"), std::string::npos) << msg;
+    // The fixes that apply to this job (stage 2, CPU offload, no DPU, on
+    // the CPU), and no others.
+    EXPECT_NE(msg.find("To fit: "), std::string::npos) << msg;
+    EXPECT_EQ(msg.find("run fewer ranks per node") != std::string::npos, comm.world_size() > 1) << msg;
+    EXPECT_EQ(msg.find("partition more (zero_optimization.stage 3 or 3)") != std::string::npos, false) << msg;
+    EXPECT_EQ(msg.find("partition more (zero_optimization.stage 3") != std::string::npos, comm.world_size() > 1)
+        << msg;
+    EXPECT_NE(msg.find("offload_optimizer.device \"nvme\""), std::string::npos) << msg;
+    EXPECT_EQ(msg.find("delayed update"), std::string::npos) << msg;
+    EXPECT_EQ(msg.find("bf16"), std::string::npos) << msg;
     std::smatch m;
     const std::regex re("the engine's buffers need [^=]+= ([0-9]+) bytes per rank \\(([0-9]+) rank\\(s\\) on this node");
     if (std::regex_search(msg, m, re)) {
