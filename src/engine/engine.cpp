@@ -689,7 +689,24 @@ Engine::~Engine() {
       m.saving.reset();
     }
   }
-  if (!m.units) return;
+  // The module gets fp32 tensors of its own back when the guard goes (in
+  // Impl's destruction, first): the optimizer state and the gradients are
+  // freed before that, so that the engine's end does not need the model's
+  // fp32 size again on top of all it holds (a run's peak came at its exit).
+  // (The delayed update's worker first finishes with them.)
+  auto release_state = [&] {
+    try {
+      m.delayed->wait();
+    } catch (const std::exception&) {
+      return;  // (its destructor says what failed)
+    }
+    m.grads->release_buffers();
+    m.optimizer->release_state();
+  };
+  if (!m.units) {
+    release_state();
+    return;
+  }
   auto report_emptied = [&](std::size_t emptied) {
     if (emptied > 0) {
       std::fprintf(stderr, "zerocpp: rank %d: no memory to give %zu of the module's parameter buckets back: their "
@@ -713,6 +730,7 @@ Engine::~Engine() {
     std::fprintf(stderr, "zerocpp: could not gather the stage-3 parameters back into the module: %s\n", e.what());
     report_emptied(emptied);
   }
+  release_state();
 }
 
 c10::ScalarType Engine::dtype() const { return impl_->precision.dtype(); }

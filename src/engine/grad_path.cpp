@@ -177,6 +177,12 @@ void GradPath::zero(int buf) {
   if (part_grads_.defined()) part_grads_.zero_();
 }
 
+void GradPath::release_buffers() {
+  for (at::Tensor* t : {&full_grads_, &part_grads_, &host_grads_[0], &host_grads_[1], &dev_accum_, &dev_grads_}) {
+    *t = at::Tensor();
+  }
+}
+
 void GradPath::flip() { cur_ ^= 1; }
 
 std::uint64_t GradPath::take_copied_bytes() {

@@ -81,6 +81,10 @@ class GradPath {
   // Clears buffer `buf` (and the window's state) for the next window.
   void zero(int buf);
 
+  // The engine is going: the gradient buffers are freed now (before the
+  // module gets fp32 tensors of its own back). Nothing may use them after.
+  void release_buffers();
+
   int current() const { return cur_; }
   // DPU: the next window's gradients go to the other host buffer.
   void flip();

@@ -148,6 +148,13 @@ void OptimizerPartition::write_state_slice(State s, std::size_t offset, const at
   }
 }
 
+void OptimizerPartition::release_state() {
+  for (at::Tensor* t : {&master_, &exp_avg_, &exp_avg_sq_, &staging_, &dev_master_, &dev_exp_avg_, &dev_exp_avg_sq_,
+                        &dev_staging_}) {
+    *t = at::Tensor();
+  }
+}
+
 void OptimizerPartition::seed_master(const at::Tensor& flat32) {
   allocate_master();
   for (const Bucket& b : layout_.buckets()) {

@@ -147,6 +147,11 @@ class OptimizerPartition {
   // Each parameter's own settings (empty: the config's for all).
   const ParamHypers& hypers() const { return o_.hypers; }
 
+  // The engine is going: the master weights, the moments and the staging
+  // are freed now (before the module gets fp32 tensors of its own back), not
+  // after. Nothing may use the partition afterwards.
+  void release_state();
+
   // NVMe: makes the swap file and the buffers (allocate_master() does it
   // too; the engine calls it first, under a rank agreement, since one rank's
   // disk can fail alone). The main share's state is then in the file.
