@@ -52,7 +52,9 @@ std::int64_t parse_count(const std::string& s, const char* flag = "--params", bo
   // Byte totals of 16+ bytes per parameter must stay in 64 bits.
   ZERO_CHECK(v * m <= 1e15, flag, " '", s, "' is more than 1000T (10^15) parameters, the most zero-estimate "
              "counts (its byte totals would overflow)");
-  return static_cast<std::int64_t>(std::llround(v * m));
+  const std::int64_t n = static_cast<std::int64_t>(std::llround(v * m));
+  ZERO_CHECK(n > 0 || zero_ok, flag, " '", s, "' is less than one parameter: give a count of 1 or more, e.g. 350M");
+  return n;
 }
 
 // A byte size, as device_memory_limit reads it: KB/MB/GB/TB are powers of
@@ -328,6 +330,19 @@ int main(int argc, char** argv) {
                    ", n_head ", gpt.n_head, ", n_embd ", gpt.n_embd, ", block_size ", gpt.block_size);
         ZERO_CHECK(seq <= gpt.block_size, "--seq ", seq, " is longer than the model's block_size ", gpt.block_size,
                    ": use --seq <= ", gpt.block_size, " or --block-size ", seq);
+        // The byte totals are 64-bit: a shape past 1000T parameters, or
+        // activations past an exabyte, is refused as --params is.
+        const long double e = gpt.n_embd, l = gpt.n_layer, v = gpt.vocab_size, b = gpt.block_size;
+        const long double psi = 12.0L * l * e * e + (v + b) * e;
+        ZERO_CHECK(psi <= 1e15L, "the model's shape (n_layer ", gpt.n_layer, ", n_embd ", gpt.n_embd, ", block_size ",
+                   gpt.block_size, ") is about ", static_cast<double>(psi), " parameters, more than 1000T (10^15), the "
+                   "most zero-estimate counts (its byte totals would overflow)");
+        const long double s_len = seq > 0 ? seq : b;
+        const long double activations = static_cast<long double>(micro) * s_len * l *
+                                        (34.0L * e + 5.0L * gpt.n_head * s_len) * 4.0L;
+        ZERO_CHECK(activations <= 1e18L, "--micro ", micro, " x --seq ", static_cast<long long>(s_len),
+                   " with this shape needs about ", static_cast<double>(activations), " bytes of activations, more "
+                   "than zero-estimate counts (an exabyte): give a smaller --micro, --seq or model");
       }
     } catch (const zero::Error& e) {
       std::fprintf(stderr, "zero-estimate: error: %s\n", e.what());
