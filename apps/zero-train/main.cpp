@@ -175,18 +175,26 @@ at::Tensor make_batch(const std::vector<std::uint8_t>& data, const std::vector<s
   return at::from_blob(ids.data(), {static_cast<std::int64_t>(offsets.size()), seq_len + 1}, at::kLong).clone();
 }
 
+// The validation loss: the mean over --eval-batches global batches of the
+// validation split, each of the training's global batch size and split over
+// the ranks as training batches are (BatchSampler), so that it depends on
+// the weights, the corpus, the seed and the global batch alone: not on the
+// ranks, nor on how the global batch is cut into micro-batches (a resume on
+// another world size evaluates the same sequences).
 double evaluate(models::Gpt& model, comm::Communicator& comm, const data::Corpus& corpus,
-                const Options& o, std::int64_t micro, const c10::Device& device) {
+                const Options& o, std::int64_t micro, std::int64_t accumulation, const c10::Device& device) {
   at::NoGradGuard no_grad;
-  data::BatchSampler sampler(static_cast<std::int64_t>(corpus.validation.size()), o.seq_len, micro, 1,
+  data::BatchSampler sampler(static_cast<std::int64_t>(corpus.validation.size()), o.seq_len, micro, accumulation,
                              comm.world_size(), comm.rank(), o.seed + 1);
   float sum = 0.0f;
   for (std::int64_t b = 0; b < o.eval_batches; ++b) {
-    at::Tensor batch = make_batch(corpus.validation, sampler.offsets(b, 0), o.seq_len).to(device);
-    sum += model.loss(batch.narrow(1, 0, o.seq_len), batch.narrow(1, 1, o.seq_len)).item<float>();
+    for (std::int64_t j = 0; j < accumulation; ++j) {
+      at::Tensor batch = make_batch(corpus.validation, sampler.offsets(b, j), o.seq_len).to(device);
+      sum += model.loss(batch.narrow(1, 0, o.seq_len), batch.narrow(1, 1, o.seq_len)).item<float>();
+    }
   }
   comm.all_reduce(&sum, 1, DType::kFloat32)->wait();
-  return sum / static_cast<double>(o.eval_batches * comm.world_size());
+  return sum / static_cast<double>(o.eval_batches * accumulation * comm.world_size());
 }
 
 // What the corpus line says of links and files met twice (nothing when none).
@@ -228,9 +236,13 @@ void warn_of_changed_optimizer(const nlohmann::json& saved, const nlohmann::json
 
 std::string corpus_links_note(const data::Corpus& c) {
   std::string note;
+  if (c.empty_files > 0) note += ", " + std::to_string(c.empty_files) + " of them empty";
   if (c.skipped_links > 0) {
-    note += ", " + std::to_string(c.skipped_links) + " link(s) to folders or to nothing not followed: name such a "
-            "folder itself";
+    note += ", " + std::to_string(c.skipped_links) + " link(s) to folders, devices or nothing not followed: name "
+            "such a folder itself";
+  }
+  if (c.skipped_special > 0) {
+    note += ", " + std::to_string(c.skipped_special) + " pipe(s), socket(s) or device(s) skipped";
   }
   if (c.duplicates > 0) note += ", " + std::to_string(c.duplicates) + " met twice and read once";
   return note;
@@ -1107,7 +1119,7 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
     bool evaluated = false;
     // (A run that stops for a signal saves first: the time it has is short.)
     if (o.eval_every > 0 && !signal.stop && ((step + 1) % o.eval_every == 0 || step + 1 == o.steps)) {
-      val = evaluate(*model, *comm, corpus, o, micro, td.device);
+      val = evaluate(*model, *comm, corpus, o, micro, accum, td.device);
       last_val = val;
       last_val_step = step + 1;
       history.add_validation(step + 1, val);
@@ -1363,7 +1375,8 @@ int main(int argc, char** argv) {
   app.add_option("--eval-every", o.eval_every, "validation every N steps and after the last (0: never)")
       ->check(at_least<std::int64_t>(0, " (0: no validation)"))
       ->capture_default_str();
-  app.add_option("--eval-batches", o.eval_batches, "micro-batches per validation")
+  app.add_option("--eval-batches", o.eval_batches, "global batches per validation (the same sequences on any "
+                 "number of ranks)")
       ->check(at_least<std::int64_t>(1, " (--eval-every 0 turns validation off)"))
       ->capture_default_str();
   app.add_option("--sample", o.sample, "generate N bytes of text at the end (0: none)")

@@ -6,6 +6,9 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <utility>
+
+#include <sys/stat.h>
 
 #include "zero/core/error.h"
 #include "zero/core/file_kind.h"
@@ -74,37 +77,62 @@ Corpus load_corpus(const std::vector<fs::path>& paths, double validation_fractio
   std::size_t text_bytes = 0;  // as read (`all` adds a newline where a file lacks its last)
   auto add_text = [&](const std::string& text) {
     text_bytes += text.size();
-    if (text.empty()) return;
+    ++c.files;
+    if (text.empty()) {
+      ++c.empty_files;
+      return;
+    }
     all.insert(all.end(), text.begin(), text.end());
     if (all.back() != '\n') all.push_back('\n');
-    ++c.files;
   };
   // Each file is read once, however it is reached (a link to a file read
-  // already, such as fortunes' .u8 links, or a path given twice).
-  std::set<fs::path> seen;
+  // already, such as fortunes' .u8 links, a hard link, or a path given
+  // twice): by its device and inode.
+  std::set<std::pair<dev_t, ino_t>> seen;
   auto first_time = [&](const fs::path& f) {
-    std::error_code ec;
-    const fs::path real = fs::canonical(f, ec);
-    if (seen.insert(ec ? f : real).second) return true;
+    struct stat st {};
+    if (::stat(f.c_str(), &st) != 0) return true;  // (read_file names the problem)
+    if (seen.insert({st.st_dev, st.st_ino}).second) return true;
     ++c.duplicates;
     return false;
   };
   for (const fs::path& path : paths) {
     std::error_code ec;
-    ZERO_CHECK(fs::exists(path, ec), "corpus path ", path,
+    const bool exists = fs::exists(path, ec);
+    ZERO_CHECK(!ec || ec == std::errc::no_such_file_or_directory, "corpus path ", path, " cannot be read: ",
+               ec.message(), " (a link that leads back to itself?): name the file or folder it should lead to");
+    ZERO_CHECK(exists, "corpus path ", path,
                " does not exist: name text files or folders of them (the default is ",
                default_corpus_path(), ", from Debian's `fortunes` package; scripts/setup installs it)");
     if (fs::is_directory(path, ec)) {
       std::vector<fs::path> files;
       // Links to files are read (a dataset cache's snapshot is links to its
       // blobs); links to folders are not followed (a link may lead back up).
-      for (const auto& e : fs::recursive_directory_iterator(path)) {
-        if (e.is_regular_file()) {
+      // A folder inside that cannot be listed is named, as a file is.
+      fs::path at = path;
+      auto listing_failed = [&](const std::error_code& e) {
+        ZERO_CHECK(false, "cannot list the corpus folder ", at, e ? ": " + e.message() : std::string(),
+                   ": check its permissions, or name the readable files and folders instead of ", path);
+      };
+      fs::recursive_directory_iterator it(path, fs::directory_options::none, ec);
+      if (ec) listing_failed(ec);
+      for (; it != fs::recursive_directory_iterator(); it.increment(ec)) {
+        if (ec) listing_failed(ec);
+        const fs::directory_entry& e = *it;
+        at = e.path();
+        std::error_code type_ec;
+        if (e.is_regular_file(type_ec)) {
           files.push_back(e.path());
-        } else if (e.is_symlink()) {
+        } else if (e.is_symlink(type_ec) && !e.is_directory(type_ec)) {
+          ++c.skipped_links;  // (to nothing, or to a device or a pipe)
+        } else if (e.is_symlink(type_ec)) {
           ++c.skipped_links;
+          it.disable_recursion_pending();
+        } else if (!e.is_directory(type_ec)) {
+          ++c.skipped_special;  // a pipe, a socket, a device
         }
       }
+      if (ec) listing_failed(ec);
       std::sort(files.begin(), files.end());
       for (const fs::path& f : files) {
         if (!first_time(f)) continue;
@@ -130,8 +158,9 @@ Corpus load_corpus(const std::vector<fs::path>& paths, double validation_fractio
     }
   }
   ZERO_CHECK(all.size() >= 1024, "the corpus is empty or too small (", text_bytes,
-             " bytes of text in ", c.files, " file(s)", c.skipped_binary ? ", binary files skipped" : "",
-             "): give at least a few kilobytes of text");
+             " bytes of text in ", c.files, " file(s)",
+             c.empty_files ? ", " + std::to_string(c.empty_files) + " of them empty" : std::string(), c.skipped_binary ? ", binary files skipped" : "",
+             "): give at least 1 KiB of text (a model learns little from less than a few hundred KiB)");
   const std::size_t n_val = std::max<std::size_t>(
       1, static_cast<std::size_t>(static_cast<double>(all.size()) * validation_fraction));
   c.train.assign(all.begin(), all.end() - static_cast<std::ptrdiff_t>(n_val));

@@ -7,6 +7,7 @@
 
 #include <stdlib.h>  // mkdtemp
 #include <sys/stat.h>  // mkfifo
+#include <sys/wait.h>  // waitpid
 #include <unistd.h>    // unlink
 
 #include <gtest/gtest.h>
@@ -121,6 +122,82 @@ TEST(Corpus, FolderReadsLinkedFilesOnce) {
   std::error_code ec;
   ckpt::remove_tree(dir, ec);
   ckpt::remove_tree(blobs, ec);
+}
+
+// A file reached twice by hard links is read once too; empty files are
+// counted as files (and said); pipes and links to devices in a folder are
+// skipped and counted, never read.
+TEST(Corpus, FolderCountsWhatItSkips) {
+  const fs::path dir = fresh_dir("zero_train_skips");
+  std::ofstream(dir / "a.txt") << text(3000);
+  ASSERT_EQ(::link((dir / "a.txt").c_str(), (dir / "hard.txt").c_str()), 0);
+  std::ofstream(dir / "empty.txt") << "";
+  ASSERT_EQ(::mkfifo((dir / "pipe").c_str(), 0600), 0);
+  fs::create_symlink("/dev/zero", dir / "zeros");
+  data::Corpus c = data::load_corpus({dir});
+  EXPECT_EQ(c.files, 2);  // a.txt (hard.txt is the same file), empty.txt
+  EXPECT_EQ(c.empty_files, 1);
+  EXPECT_EQ(c.duplicates, 1);
+  EXPECT_EQ(c.skipped_special, 1);
+  EXPECT_EQ(c.skipped_links, 1);
+  EXPECT_EQ(c.train.size() + c.validation.size(), 3001u);
+  std::error_code ec;
+  ckpt::remove_tree(dir, ec);
+}
+
+// A link loop named directly is not "missing"; a folder inside the corpus
+// that cannot be listed is named (as root, tried as user nobody in a child
+// process: root lists any folder).
+TEST(Corpus, UnreadablePathsAreNamed) {
+  const fs::path dir = fresh_dir("zero_train_unreadable");
+  fs::create_symlink(dir / "loop_b", dir / "loop_a");
+  fs::create_symlink(dir / "loop_a", dir / "loop_b");
+  try {
+    data::load_corpus({dir / "loop_a"});
+    ADD_FAILURE() << "a link loop was read";
+  } catch (const ::zero::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot be read: Too many levels of symbolic links"), std::string::npos)
+        << e.what();
+  }
+  fs::remove(dir / "loop_a");
+  fs::remove(dir / "loop_b");
+  fs::create_directories(dir / "open" / "closed");
+  std::ofstream(dir / "open" / "a.txt") << text(3000);
+  std::ofstream(dir / "open" / "closed" / "b.txt") << text(3000);
+  ::chmod((dir / "open" / "closed").c_str(), 0);
+  ::chmod(dir.c_str(), 0755);
+  ::chmod((dir / "open").c_str(), 0755);
+  ::chmod((dir / "open" / "a.txt").c_str(), 0644);
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::close(fds[0]);
+    if (::geteuid() == 0 && (::setgid(65534) != 0 || ::setuid(65534) != 0)) ::_exit(3);
+    std::string message = "(read)";
+    try {
+      data::load_corpus({dir / "open"});
+    } catch (const std::exception& e) {
+      message = e.what();
+    }
+    (void)!::write(fds[1], message.data(), message.size());
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  std::string message;
+  char buf[512];
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) message.append(buf, static_cast<std::size_t>(n));
+  ::close(fds[0]);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child could not become user nobody";
+  EXPECT_NE(message.find("cannot list the corpus folder"), std::string::npos) << message;
+  EXPECT_NE(message.find("closed"), std::string::npos) << message;
+  EXPECT_NE(message.find("check its permissions"), std::string::npos) << message;
+  ::chmod((dir / "open" / "closed").c_str(), 0755);
+  std::error_code ec;
+  ckpt::remove_tree(dir, ec);
 }
 
 TEST(ByteTokenizer, Utf8RoundTripsAndSamplingDecodes) {

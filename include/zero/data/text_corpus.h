@@ -7,8 +7,9 @@
 // `validation_fraction` of the bytes is the validation set.
 //
 // Errors name the fix: a missing path, an empty corpus, a binary file named
-// directly (a NUL byte, or many control bytes). Inside a folder, binary files
-// (such as fortune's .dat indexes) are skipped and counted.
+// directly (a NUL byte, or many control bytes), a file or a folder inside
+// one that cannot be read. Inside a folder, binary files (such as fortune's
+// .dat indexes), pipes and devices are skipped and counted.
 #pragma once
 
 #include <cstdint>
@@ -21,10 +22,12 @@ namespace zero::data {
 struct Corpus {
   std::vector<std::uint8_t> train, validation;
   std::int64_t files = 0, skipped_binary = 0;
+  std::int64_t empty_files = 0;  // of `files`: empty ones (they add no text)
   // In folders: links to folders (not followed: name the folder itself) and
-  // links to nothing; and files met again (through a link, or a path given
-  // twice), read once.
-  std::int64_t skipped_links = 0, duplicates = 0;
+  // links to nothing, to a device or to a pipe; pipes, sockets and devices
+  // themselves; and files met again (through a link, a hard link, or a path
+  // given twice), read once.
+  std::int64_t skipped_links = 0, skipped_special = 0, duplicates = 0;
   // Entropy of the byte distribution of the training bytes, in nats: the
   // loss of the best model that ignores context.
   double unigram_entropy_nats() const;
