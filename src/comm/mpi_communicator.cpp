@@ -14,6 +14,7 @@
 
 #include "zero/comm/detail/collective_args.h"
 #include "mpi_health_channel.h"
+#include "mpi_piece_queue.h"
 #include "mpi_reduce_ops.h"
 #include "mpi_runtime.h"
 #include "mpi_work.h"
@@ -47,6 +48,10 @@ struct MpiResources {
   // divergence. Ops of one kind keep their order among themselves.
   std::array<MPI_Comm, kNumCollectiveKinds> by_kind;
   detail::MpiReduceOps ops;
+  // The reduce-scatters and the all-reduces, each kind a piece at a time
+  // (mpi_piece_queue.h: what MPI holds for them stays bounded).
+  std::shared_ptr<detail::MpiPieceQueue> reduce_scatters = std::make_shared<detail::MpiPieceQueue>();
+  std::shared_ptr<detail::MpiPieceQueue> all_reduces = std::make_shared<detail::MpiPieceQueue>();
 
   MpiResources() { by_kind.fill(MPI_COMM_NULL); }
   MpiResources(const MpiResources&) = delete;
@@ -68,6 +73,7 @@ class MpiCommunicator final : public Communicator {
                    options_.max_elements_per_call <= static_cast<std::size_t>(INT_MAX),
                "MpiCommunicatorOptions::max_elements_per_call must be in [1, INT_MAX], got ",
                options_.max_elements_per_call);
+    ZERO_CHECK(options_.piece_bytes > 0, "MpiCommunicatorOptions::piece_bytes must be at least 1");
     detail::ensure_mpi_initialized();
     resources_ = std::make_shared<MpiResources>();
     // Our own communicator, so that our collectives never match a caller's
@@ -100,32 +106,38 @@ class MpiCommunicator final : public Communicator {
   WorkPtr do_all_reduce(void* data, std::size_t count, DType dtype,
                      const AllReduceOptions& options) override {
     detail::check_buffer(data, count, "all_reduce", "data");
-    std::vector<MPI_Request> requests;
     const MPI_Op op = resources_->ops.get(options.op, dtype);
-    const std::size_t bytes = detail::checked_mul(count, element_size(dtype), "all_reduce");
+    const std::size_t es = element_size(dtype);
+    detail::checked_mul(count, es, "all_reduce");
+    const std::size_t per_piece = elements_per_piece(es);
+    const std::size_t pieces = (count + per_piece - 1) / per_piece;
     // Open MPI's non-blocking all-reduce (libnbc) runs the in-place form as a
     // binomial reduce + broadcast whatever the size: the root then sends and
-    // receives the whole buffer log2(N) times. Only the out-of-place form may
+    // receives the whole piece log2(N) times. Only the out-of-place form may
     // use its ring (N >= 4, >= 64 KiB, commutative op), which sends
-    // 2 (N-1)/N of it. A scratch copy of the input buys the ring for one
-    // memcpy.
-    const bool stage = kOpenMpi && world_size_ >= 4 && bytes >= kLibnbcRingMinBytes &&
-                       bytes <= options_.all_reduce_staging_max_bytes;
+    // 2 (N-1)/N of it. A scratch copy of each piece buys the ring for one
+    // memcpy (one piece at a time: the scratch is a piece).
+    const std::size_t piece_bytes = std::min(count, per_piece) * es;
+    const bool stage = kOpenMpi && world_size_ >= 4 && piece_bytes >= kLibnbcRingMinBytes &&
+                       piece_bytes <= options_.all_reduce_staging_max_bytes;
     std::shared_ptr<unsigned char> scratch;
-    if (stage) {
-      scratch.reset(new unsigned char[bytes], std::default_delete<unsigned char[]>());
-      std::memcpy(scratch.get(), data, bytes);
-    }
+    if (stage) scratch.reset(new unsigned char[piece_bytes], std::default_delete<unsigned char[]>());
     auto* base = static_cast<unsigned char*>(data);
-    for_each_chunk(data, count, dtype, [&](void* chunk, int n) {
+    const MPI_Datatype type = detail::mpi_datatype(dtype);
+    const MPI_Comm comm = resources_->of(CollectiveKind::kAllReduce);
+    auto piece = std::make_shared<detail::MpiPieceQueue::Op>();
+    piece->pieces = pieces;
+    piece->issue = [=, raw = scratch.get()](std::size_t i, MPI_Request* request) {
+      const std::size_t first = i * per_piece, n = std::min(per_piece, count - first);
+      unsigned char* at = base + first * es;
       const void* send = MPI_IN_PLACE;
-      if (stage) send = scratch.get() + (static_cast<unsigned char*>(chunk) - base);
-      requests.emplace_back(MPI_REQUEST_NULL);
-      MPI_CHECK(MPI_Iallreduce(send, chunk, n, detail::mpi_datatype(dtype), op,
-                               resources_->of(CollectiveKind::kAllReduce),
-                               &requests.back()));
-    });
-    return issued(CollectiveKind::kAllReduce, count, dtype, std::move(requests), {},
+      if (raw != nullptr) {
+        std::memcpy(raw, at, n * es);
+        send = raw;
+      }
+      MPI_CHECK(MPI_Iallreduce(send, at, static_cast<int>(n), type, op, comm, request));
+    };
+    return queued(resources_->all_reduces, std::move(piece), CollectiveKind::kAllReduce, count, dtype,
                   std::move(scratch));
   }
 
@@ -136,30 +148,59 @@ class MpiCommunicator final : public Communicator {
     detail::check_buffer(output, count_per_rank, name, "output");
     const bool in_place =
         detail::is_in_place(input, output, count_per_rank, dtype, world_size_, rank_, name);
-    const int n = checked_int_count(count_per_rank, name);
-    std::vector<MPI_Request> requests;
-    std::function<void()> on_complete;
-    if (count_per_rank > 0) {
-      requests.emplace_back(MPI_REQUEST_NULL);
-      const MPI_Op op = resources_->ops.get(options.op, dtype);
+    const std::size_t es = element_size(dtype);
+    detail::checked_mul(detail::checked_mul(count_per_rank, static_cast<std::size_t>(world_size_), name), es, name);
+    const MPI_Op op = resources_->ops.get(options.op, dtype);
+    const MPI_Datatype type = detail::mpi_datatype(dtype);
+    const MPI_Comm comm = resources_->of(CollectiveKind::kReduceScatter);
+    const int world = world_size_, rank = rank_;
+    // Each piece: elements [first, first + n) of every rank's slot.
+    const std::size_t per_piece =
+        std::max<std::size_t>(1, elements_per_piece(es * static_cast<std::size_t>(world_size_)));
+    const std::size_t pieces = (count_per_rank + per_piece - 1) / per_piece;
+    auto piece = std::make_shared<detail::MpiPieceQueue::Op>();
+    piece->pieces = pieces;
+    const auto* in = static_cast<const unsigned char*>(input);
+    auto* out = static_cast<unsigned char*>(output);
+    std::shared_ptr<unsigned char> pack;
+    if (pieces <= 1) {
       if (in_place) {
         // MPI's in-place form reads the whole buffer and leaves this rank's
         // result at its start; our contract (NCCL's) wants it at the rank's
         // slot, so move it there once MPI is done.
         void* whole = const_cast<void*>(input);
-        MPI_CHECK(MPI_Ireduce_scatter_block(MPI_IN_PLACE, whole, n, detail::mpi_datatype(dtype), op,
-                                            resources_->of(CollectiveKind::kReduceScatter), &requests.back()));
-        if (rank_ != 0) {
-          const std::size_t bytes = count_per_rank * element_size(dtype);
-          on_complete = [whole, output, bytes] { std::memmove(output, whole, bytes); };
+        piece->issue = [=](std::size_t, MPI_Request* request) {
+          MPI_CHECK(MPI_Ireduce_scatter_block(MPI_IN_PLACE, whole, static_cast<int>(count_per_rank), type, op, comm,
+                                              request));
+        };
+        if (rank != 0) {
+          const std::size_t bytes = count_per_rank * es;
+          piece->on_complete = [whole, output, bytes] { std::memmove(output, whole, bytes); };
         }
       } else {
-        MPI_CHECK(MPI_Ireduce_scatter_block(input, output, n, detail::mpi_datatype(dtype), op,
-                                            resources_->of(CollectiveKind::kReduceScatter), &requests.back()));
+        piece->issue = [=](std::size_t, MPI_Request* request) {
+          MPI_CHECK(MPI_Ireduce_scatter_block(input, output, static_cast<int>(count_per_rank), type, op, comm,
+                                              request));
+        };
       }
+    } else {
+      // Piece i packs elements [first, first + n) of every rank's slot into
+      // one buffer and reduces it into the rank's result there. In place,
+      // the result of piece i overwrites only input the pack of piece i has
+      // read (this rank's slot, the same elements).
+      pack.reset(new unsigned char[per_piece * static_cast<std::size_t>(world) * es],
+                 std::default_delete<unsigned char[]>());
+      piece->issue = [=, raw = pack.get()](std::size_t i, MPI_Request* request) {
+        const std::size_t first = i * per_piece, n = std::min(per_piece, count_per_rank - first);
+        for (int r = 0; r < world; ++r) {
+          std::memcpy(raw + static_cast<std::size_t>(r) * n * es,
+                      in + (static_cast<std::size_t>(r) * count_per_rank + first) * es, n * es);
+        }
+        MPI_CHECK(MPI_Ireduce_scatter_block(raw, out + first * es, static_cast<int>(n), type, op, comm, request));
+      };
     }
-    return issued(CollectiveKind::kReduceScatter, count_per_rank, dtype, std::move(requests),
-                  std::move(on_complete));
+    return queued(resources_->reduce_scatters, std::move(piece), CollectiveKind::kReduceScatter, count_per_rank,
+                  dtype, std::move(pack));
   }
 
   WorkPtr do_all_gather(const void* input, void* output, std::size_t count_per_rank,
@@ -237,6 +278,25 @@ class MpiCommunicator final : public Communicator {
     return std::make_shared<MpiWork>(MpiOpInfo{kind, count, dtype, rank_, world_size_},
                                      std::move(requests), std::move(keepalive),
                                      std::move(on_complete));
+  }
+
+  // Elements of `element_bytes` each in one piece of a queued op: at most
+  // options_.piece_bytes, and what one MPI call can carry (MPI counts are ints).
+  std::size_t elements_per_piece(std::size_t element_bytes) const {
+    return std::max<std::size_t>(1, std::min(options_.max_elements_per_call, options_.piece_bytes / element_bytes));
+  }
+
+  // Queues the op's pieces and wraps it in a Work (the base class counts and records it).
+  WorkPtr queued(const std::shared_ptr<detail::MpiPieceQueue>& queue, std::shared_ptr<detail::MpiPieceQueue::Op> op,
+                 CollectiveKind kind, std::size_t count, DType dtype, std::shared_ptr<const void> scratch) {
+    if (op->pieces == 0 && !op->on_complete) return make_completed_work();
+    std::vector<std::shared_ptr<const void>> keepalive{resources_};
+    if (scratch) keepalive.push_back(std::move(scratch));
+    std::string what = "MPI " + std::string(collective_name(kind)) + " of " + std::to_string(count) + " " +
+                       std::string(dtype_name(dtype)) + " elements on rank " + std::to_string(rank_) + " of " +
+                       std::to_string(world_size_);
+    queue->submit(op);
+    return std::make_shared<detail::MpiPieceWork>(queue, std::move(op), std::move(what), std::move(keepalive));
   }
 
   friend void comm::attach_mpi_health_channel(Communicator& transport, Communicator& owner);

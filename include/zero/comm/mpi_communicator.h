@@ -11,16 +11,26 @@
 namespace zero::comm {
 
 struct MpiCommunicatorOptions {
-  // MPI counts are ints. all_reduce and broadcast split a larger buffer into
-  // several MPI calls of at most this many elements (the result is the same);
-  // reduce_scatter and all_gather cannot be split that way and throw a
-  // zero::Error above it (use smaller buckets). Tests lower it to exercise
-  // the split.
+  // MPI counts are ints. all_reduce, reduce_scatter and broadcast split a
+  // larger buffer into several MPI calls of at most this many elements (per
+  // rank's slot, for reduce_scatter; the result is the same); all_gather
+  // cannot be split that way and throws a zero::Error above it (use smaller
+  // buckets). Tests lower it to exercise the split.
   std::size_t max_elements_per_call = INT_MAX;
 
-  // Open MPI only: an all_reduce of 64 KiB up to this many bytes on 4 or more
-  // ranks first copies its input to a scratch buffer (held until the Work
-  // completes), because Open MPI runs the in-place form as a binomial tree
+  // all_reduce and reduce_scatter go to MPI in pieces of at most this many
+  // bytes (reduce_scatter: all ranks' slots of a piece together), one piece
+  // of each kind in flight at a time, in the order the ops were issued
+  // (src/comm/mpi_piece_queue.h): Open MPI's non-blocking reduce-scatter
+  // holds two scratch copies of what it reduces on rank 0, and its in-place
+  // all-reduce one on the tree's inner ranks, so whole 400 MB buckets held
+  // 800 MB more on rank 0 than the engine's plan. A piece at a time, that is
+  // at most two pieces (and a pack buffer of one). Tests lower it.
+  std::size_t piece_bytes = std::size_t{16} << 20;
+
+  // Open MPI only: an all_reduce piece of 64 KiB up to this many bytes on 4
+  // or more ranks first copies its input to a scratch buffer (one piece's,
+  // held until the Work completes), because Open MPI runs the in-place form as a binomial tree
   // and only the out-of-place form as a ring (2 (N-1)/N of the buffer sent
   // per rank instead of up to log2(N) times all of it). Larger ops stay in
   // place rather than double their memory; 0 turns staging off.
