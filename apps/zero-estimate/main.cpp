@@ -338,8 +338,8 @@ int main(int argc, char** argv) {
                    gpt.block_size, ") is about ", static_cast<double>(psi), " parameters, more than 1000T (10^15), the "
                    "most zero-estimate counts (its byte totals would overflow)");
         const long double s_len = seq > 0 ? seq : b;
-        const long double activations = static_cast<long double>(micro) * s_len * l *
-                                        (34.0L * e + 5.0L * gpt.n_head * s_len) * 4.0L;
+        const long double activations =
+            static_cast<long double>(micro) * s_len * (l * (34.0L * e + 5.0L * gpt.n_head * s_len) * 4.0L + 8.0L * v);
         ZERO_CHECK(activations <= 1e18L, "--micro ", micro, " x --seq ", static_cast<long long>(s_len),
                    " with this shape needs about ", static_cast<double>(activations), " bytes of activations, more "
                    "than zero-estimate counts (an exabyte): give a smaller --micro, --seq or model");

@@ -173,6 +173,7 @@ std::string CommMonitor::dump(const std::string& reason) {
 }
 
 void CommMonitor::abandon(std::uint64_t, WorkPtr work) {
+  if (work) work->abandon();
   // Leaked on purpose, see the header.
   static std::mutex mu;
   static auto* graveyard = new std::vector<WorkPtr>();

@@ -50,8 +50,7 @@ struct MpiResources {
   detail::MpiReduceOps ops;
   // The reduce-scatters and the all-reduces, each kind a piece at a time
   // (mpi_piece_queue.h: what MPI holds for them stays bounded).
-  std::shared_ptr<detail::MpiPieceQueue> reduce_scatters = std::make_shared<detail::MpiPieceQueue>();
-  std::shared_ptr<detail::MpiPieceQueue> all_reduces = std::make_shared<detail::MpiPieceQueue>();
+  std::shared_ptr<detail::MpiPieceQueue> pieces = std::make_shared<detail::MpiPieceQueue>();
 
   MpiResources() { by_kind.fill(MPI_COMM_NULL); }
   MpiResources(const MpiResources&) = delete;
@@ -137,7 +136,7 @@ class MpiCommunicator final : public Communicator {
       }
       MPI_CHECK(MPI_Iallreduce(send, at, static_cast<int>(n), type, op, comm, request));
     };
-    return queued(resources_->all_reduces, std::move(piece), CollectiveKind::kAllReduce, count, dtype,
+    return queued(detail::MpiPieceQueue::kAllReduce, std::move(piece), CollectiveKind::kAllReduce, count, dtype,
                   std::move(scratch));
   }
 
@@ -158,6 +157,7 @@ class MpiCommunicator final : public Communicator {
     const std::size_t per_piece =
         std::max<std::size_t>(1, elements_per_piece(es * static_cast<std::size_t>(world_size_)));
     const std::size_t pieces = (count_per_rank + per_piece - 1) / per_piece;
+    if (pieces == 0) return make_completed_work();  // (nothing to send: complete on every rank at once)
     auto piece = std::make_shared<detail::MpiPieceQueue::Op>();
     piece->pieces = pieces;
     const auto* in = static_cast<const unsigned char*>(input);
@@ -199,8 +199,8 @@ class MpiCommunicator final : public Communicator {
         MPI_CHECK(MPI_Ireduce_scatter_block(raw, out + first * es, static_cast<int>(n), type, op, comm, request));
       };
     }
-    return queued(resources_->reduce_scatters, std::move(piece), CollectiveKind::kReduceScatter, count_per_rank,
-                  dtype, std::move(pack));
+    return queued(detail::MpiPieceQueue::kReduceScatter, std::move(piece), CollectiveKind::kReduceScatter,
+                  count_per_rank, dtype, std::move(pack));
   }
 
   WorkPtr do_all_gather(const void* input, void* output, std::size_t count_per_rank,
@@ -287,7 +287,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   // Queues the op's pieces and wraps it in a Work (the base class counts and records it).
-  WorkPtr queued(const std::shared_ptr<detail::MpiPieceQueue>& queue, std::shared_ptr<detail::MpiPieceQueue::Op> op,
+  WorkPtr queued(detail::MpiPieceQueue::Lane lane, std::shared_ptr<detail::MpiPieceQueue::Op> op,
                  CollectiveKind kind, std::size_t count, DType dtype, std::shared_ptr<const void> scratch) {
     if (op->pieces == 0 && !op->on_complete) return make_completed_work();
     std::vector<std::shared_ptr<const void>> keepalive{resources_};
@@ -295,8 +295,9 @@ class MpiCommunicator final : public Communicator {
     std::string what = "MPI " + std::string(collective_name(kind)) + " of " + std::to_string(count) + " " +
                        std::string(dtype_name(dtype)) + " elements on rank " + std::to_string(rank_) + " of " +
                        std::to_string(world_size_);
-    queue->submit(op);
-    return std::make_shared<detail::MpiPieceWork>(queue, std::move(op), std::move(what), std::move(keepalive));
+    resources_->pieces->submit(lane, op);
+    return std::make_shared<detail::MpiPieceWork>(resources_->pieces, std::move(op), std::move(what),
+                                                  std::move(keepalive));
   }
 
   friend void comm::attach_mpi_health_channel(Communicator& transport, Communicator& owner);

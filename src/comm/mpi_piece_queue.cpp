@@ -10,81 +10,101 @@
 
 namespace zero::comm::detail {
 
-void MpiPieceQueue::submit(const std::shared_ptr<Op>& op) {
+void MpiPieceQueue::submit(Lane lane, const std::shared_ptr<Op>& op) {
   std::lock_guard<std::mutex> lock(mu_);
-  ops_.push_back(op);
-  pump_locked(/*block=*/false);
+  if (ended_) {
+    op->error = ended_;
+    op->done.store(true, std::memory_order_release);
+    return;
+  }
+  lanes_[lane].push_back(op);
+  pump_locked();
 }
 
 bool MpiPieceQueue::poll(const Op& op) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!op.done) pump_locked(/*block=*/false);
-  return op.done;
+  if (op.done.load(std::memory_order_acquire)) return true;
+  std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
+  if (!lock.owns_lock()) return op.done.load(std::memory_order_acquire);  // another thread drives it
+  pump_locked();
+  return op.done.load(std::memory_order_acquire);
 }
 
 void MpiPieceQueue::wait(const Op& op) {
-  std::lock_guard<std::mutex> lock(mu_);
-  while (!op.done) pump_locked(/*block=*/true);
-}
-
-void MpiPieceQueue::abandon(const Op& op) {
-  std::lock_guard<std::mutex> lock(mu_);
-  for (auto it = ops_.begin(); it != ops_.end(); ++it) {
-    if (it->get() != &op) continue;
-    // A piece in flight stays MPI's (its buffers may still be written, as
-    // for any abandoned Work); nothing more is issued for it.
-    (*it)->done = true;
-    ops_.erase(it);
-    return;
+  // Polls every lane (not MPI_Wait on this op's piece: the piece another
+  // rank waits for may be in the other lane, or behind one that only a
+  // poll issues), yielding so that oversubscribed ranks on a core still run.
+  while (!op.done.load(std::memory_order_acquire)) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      pump_locked();
+    }
+    if (!op.done.load(std::memory_order_acquire)) std::this_thread::yield();
   }
 }
 
-void MpiPieceQueue::fail_locked(Op& op, std::exception_ptr error) {
-  op.error = std::move(error);
-  op.in_flight = false;
-  op.done = true;
+void MpiPieceQueue::abandon(const Op& op, const std::string& why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (op.done.load(std::memory_order_acquire) || ended_) return;
+  try {
+    throw Error("an earlier collective was abandoned (" + why +
+                "): the ranks are out of step, and no more pieces of reduce-scatters or all-reduces are issued");
+  } catch (...) {
+    end_locked(std::current_exception());
+  }
 }
 
-void MpiPieceQueue::pump_locked(bool block) {
-  while (!ops_.empty()) {
-    Op& head = *ops_.front();
-    if (head.in_flight) {
-      int flag = 0;
-      const RequestCompletion ours;
-      const int rc = block ? MPI_Wait(&head.current, MPI_STATUS_IGNORE)
-                           : MPI_Test(&head.current, &flag, MPI_STATUS_IGNORE);
-      if (rc != MPI_SUCCESS) {
-        try {
-          throw Error(std::string(block ? "MPI_Wait" : "MPI_Test") + " failed: " + mpi_error_string(rc));
-        } catch (...) {
-          fail_locked(head, std::current_exception());
+void MpiPieceQueue::end_locked(std::exception_ptr error) {
+  ended_ = error;
+  for (auto& lane : lanes_) {
+    for (const std::shared_ptr<Op>& op : lane) {
+      // A piece in flight stays MPI's (its buffers may still be written, as
+      // for any abandoned Work); nothing more is issued.
+      op->error = error;
+      op->in_flight = false;
+      op->done.store(true, std::memory_order_release);
+    }
+    lane.clear();
+  }
+}
+
+void MpiPieceQueue::pump_locked() {
+  for (auto& lane : lanes_) {
+    while (!lane.empty() && !ended_) {
+      Op& head = *lane.front();
+      if (head.in_flight) {
+        int flag = 0;
+        const RequestCompletion ours;
+        const int rc = MPI_Test(&head.current, &flag, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS) {
+          try {
+            throw Error(std::string("MPI_Test failed: ") + mpi_error_string(rc));
+          } catch (...) {
+            end_locked(std::current_exception());
+          }
+          return;
         }
-        ops_.pop_front();
-        continue;
+        if (!flag) break;  // this lane waits; the next one may move
+        head.in_flight = false;
+        ++head.next;
       }
-      if (!block && !flag) return;
-      head.in_flight = false;
-      ++head.next;
-    }
-    if (head.next == head.pieces) {
+      if (head.next == head.pieces) {
+        try {
+          if (head.on_complete) head.on_complete();
+        } catch (...) {
+          head.error = std::current_exception();
+        }
+        head.done.store(true, std::memory_order_release);
+        lane.pop_front();
+        continue;  // the next op's first piece may go now
+      }
       try {
-        if (head.on_complete) head.on_complete();
+        head.issue(head.next, &head.current);
+        head.in_flight = true;
       } catch (...) {
-        head.error = std::current_exception();
+        end_locked(std::current_exception());
+        return;
       }
-      head.done = true;
-      ops_.pop_front();
-      continue;  // the next op's first piece may go now
     }
-    try {
-      head.issue(head.next, &head.current);
-      head.in_flight = true;
-    } catch (...) {
-      fail_locked(head, std::current_exception());
-      ops_.pop_front();
-      continue;
-    }
-    if (block) return;  // (the caller waits for it, or for its own op further back)
   }
 }
 
@@ -93,16 +113,20 @@ MpiPieceWork::MpiPieceWork(std::shared_ptr<MpiPieceQueue> queue, std::shared_ptr
     : queue_(std::move(queue)), op_(std::move(op)), describe_(std::move(describe)), keepalive_(std::move(keepalive)) {}
 
 MpiPieceWork::~MpiPieceWork() {
-  if (mpi_finalized() || queue_->poll(*op_)) return;
+  if (mpi_finalized() || op_->done.load(std::memory_order_acquire)) return;
   if (std::uncaught_exceptions() > 0) {
     std::fprintf(stderr,
                  "zerocpp: %s is abandoned unfinished while an exception propagates; its buffers may still be "
                  "written by MPI\n",
                  describe_.c_str());
-    queue_->abandon(*op_);
+    queue_->abandon(*op_, describe_ + " dropped while an exception propagated");
     return;
   }
   queue_->wait(*op_);  // errors stay stored: a destructor must not throw
+}
+
+void MpiPieceWork::abandon() {
+  queue_->abandon(*op_, describe_ + " abandoned (the job is failing)");
 }
 
 void MpiPieceWork::rethrow_if_failed() const {

@@ -53,6 +53,8 @@ std::optional<std::int64_t> env_limit() {
   return static_cast<std::int64_t>(n * static_cast<long double>(scale));
 }
 
+bool fs_exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
+
 // The first number in a file ("max" and the like: nullopt).
 std::optional<std::int64_t> read_number(const std::string& path) {
   std::ifstream in(path);
@@ -122,17 +124,26 @@ std::optional<CgroupMemory> cgroup_memory_available(const std::string& proc_self
     std::stringstream list(controllers);
     for (std::string name; std::getline(list, name, ',');) names.push_back(name);
     if (std::find(names.begin(), names.end(), "memory") != names.end()) {
-      // v1: the limit in force here, the ancestors' included (hierarchical_memory_limit).
-      const std::string dir = mount + "/memory" + path;
-      const auto own = read_number(dir + "memory.limit_in_bytes");
-      const auto usage = read_number(dir + "memory.usage_in_bytes");
-      if (!own || !usage) continue;
-      const std::int64_t limit = std::min(*own, stat_value(dir + "memory.stat", "hierarchical_memory_limit").value_or(*own));
-      if (limit >= kNoLimit) continue;
-      const std::int64_t inactive = stat_value(dir + "memory.stat", "total_inactive_file").value_or(0);
-      offer(left_under(limit, *usage, inactive), dir + "memory.limit_in_bytes");
+      // v1: every level from the process's cgroup up to the mount's root (a
+      // level's usage counts its descendants: an ancestor's limit is shared
+      // with its other children). In a container whose cgroup namespace is
+      // the host's (Docker on v1), the path names the host's hierarchy while
+      // the mount's root is the container's own cgroup: then the root alone.
+      const std::string root = mount + "/memory";
+      if (!fs_exists(root + path)) path = "/";
+      for (std::string p = path; !p.empty(); p = p.substr(0, p.find_last_of('/', p.size() - 2) + 1)) {
+        const std::string dir = root + p;
+        const auto limit = read_number(dir + "memory.limit_in_bytes");
+        const auto usage = read_number(dir + "memory.usage_in_bytes");
+        if (limit && usage && *limit < kNoLimit) {
+          offer(left_under(*limit, *usage, stat_value(dir + "memory.stat", "total_inactive_file").value_or(0)),
+                dir + "memory.limit_in_bytes");
+        }
+        if (p == "/") break;
+      }
     } else if (id == "0" && controllers.empty()) {
-      // v2: every level from the process's cgroup up to the mount's root.
+      // v2: every level from the process's cgroup up to the mount's root
+      // (missing levels skipped: a container's namespace shows its own root).
       for (std::string p = path; !p.empty(); p = p.substr(0, p.find_last_of('/', p.size() - 2) + 1)) {
         const std::string dir = mount + p;
         const auto limit = read_number(dir + "memory.max");  // ("max": none)

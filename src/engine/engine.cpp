@@ -98,7 +98,7 @@ void check_host_memory(const MemoryPlan& plan, const config::Config& config, boo
   }
   fixes.push_back(z.stage == 0 ? "spread the job over more nodes at a zero_optimization.stage of 1 or more"
                                : "spread the job over more nodes (each rank then holds a smaller partition)");
-  if (z.stage >= 1 && z.offload_optimizer.device != "nvme") {
+  if (z.stage >= 1 && z.offload_optimizer.device != "nvme" && !config.optimizer.is_muon()) {
     fixes.push_back("put the optimizer state on NVMe (offload_optimizer.device \"nvme\")");
   }
   if (z.offload_optimizer.delayed_param_update) fixes.push_back("turn off the delayed update (its second gradient buffer)");

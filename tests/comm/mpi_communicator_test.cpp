@@ -569,6 +569,30 @@ TEST(MpiCommunicatorPieces, ManyOpsInPiecesWaitedForInAnyOrder) {
   }
 }
 
+// Ranks that wait for their ops in different orders, across the two kinds:
+// rank 0 waits for an all-reduce and then a reduce-scatter, the others the
+// other way round, each op in several pieces. Every wait drives both kinds,
+// so no rank waits for a piece another rank has not issued.
+TEST(MpiCommunicatorPieces, RanksWaitInDifferentOrders) {
+  auto comm = zero::comm::make_mpi_communicator(zero::comm::MpiCommunicatorOptions{.piece_bytes = 64});
+  const int r = comm->rank(), n = comm->world_size();
+  constexpr std::size_t size = 1000;
+  std::vector<float> ar(size), rs(size * static_cast<std::size_t>(n)), out(size);
+  for (std::size_t i = 0; i < size; ++i) ar[i] = f(r, i);
+  for (std::size_t i = 0; i < rs.size(); ++i) rs[i] = f(r, i);
+  zero::comm::WorkPtr a = comm->all_reduce(ar.data(), size, DType::kFloat32);
+  zero::comm::WorkPtr b = comm->reduce_scatter(rs.data(), out.data(), size, DType::kFloat32);
+  if (r == 0) {
+    a->wait(std::chrono::milliseconds(20000));
+    b->wait(std::chrono::milliseconds(20000));
+  } else {
+    b->wait(std::chrono::milliseconds(20000));
+    a->wait(std::chrono::milliseconds(20000));
+  }
+  for (std::size_t i = 0; i < size; ++i) ASSERT_EQ(ar[i], sum_f(n, i)) << i;
+  for (std::size_t j = 0; j < size; ++j) ASSERT_EQ(out[j], sum_f(n, static_cast<std::size_t>(r) * size + j)) << j;
+}
+
 // What MPI holds for a reduce-scatter or an all-reduce stays about a piece,
 // whatever the op's size: 64 MiB reduced in 1 MiB pieces raises no rank's
 // peak resident set by more than 8 MiB (whole, Open MPI's libnbc held two

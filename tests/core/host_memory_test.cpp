@@ -48,21 +48,36 @@ TEST_F(CgroupTree, V1LimitLeavesLimitMinusUsagePlusInactiveCache) {
   write("proc_cgroup", "9:name=systemd:/\n4:memory:/job/42\n0::/\n");
   write("sys/memory/job/42/memory.limit_in_bytes", "1073741824\n");
   write("sys/memory/job/42/memory.usage_in_bytes", "268435456\n");
-  write("sys/memory/job/42/memory.stat", "cache 100\nhierarchical_memory_limit 9223372036854771712\ntotal_inactive_file 1048576\n");
+  write("sys/memory/job/42/memory.stat", "cache 100\ntotal_inactive_file 1048576\n");
   const auto cg = detail::cgroup_memory_available(proc(), mount());
   ASSERT_TRUE(cg.has_value());
   EXPECT_EQ(cg->available, 1073741824 - 268435456 + 1048576);
   EXPECT_NE(cg->limit_file.find("job/42/memory.limit_in_bytes"), std::string::npos) << cg->limit_file;
 }
 
-TEST_F(CgroupTree, V1AncestorsLimitInForce) {
-  write("proc_cgroup", "4:cpu,memory:/job\n");
-  write("sys/memory/job/memory.limit_in_bytes", "9223372036854771712\n");
-  write("sys/memory/job/memory.usage_in_bytes", "1000\n");
-  write("sys/memory/job/memory.stat", "hierarchical_memory_limit 5000\n");
+// An ancestor's limit is shared with its other children: what it leaves is
+// its limit less its own usage (which counts theirs), not the leaf's.
+TEST_F(CgroupTree, V1AncestorsLimitWithItsOwnUsage) {
+  write("proc_cgroup", "4:cpu,memory:/pod/container\n");
+  write("sys/memory/pod/container/memory.limit_in_bytes", "9223372036854771712\n");
+  write("sys/memory/pod/container/memory.usage_in_bytes", "1000\n");
+  write("sys/memory/pod/memory.limit_in_bytes", "5000\n");
+  write("sys/memory/pod/memory.usage_in_bytes", "4000\n");  // a sibling's 3000 too
   const auto cg = detail::cgroup_memory_available(proc(), mount());
   ASSERT_TRUE(cg.has_value());
-  EXPECT_EQ(cg->available, 4000);
+  EXPECT_EQ(cg->available, 1000);
+  EXPECT_NE(cg->limit_file.find("pod/memory.limit_in_bytes"), std::string::npos) << cg->limit_file;
+}
+
+// Docker on cgroup v1 without a cgroup namespace: /proc/self/cgroup names the
+// host's path, while the mount's root is the container's own cgroup.
+TEST_F(CgroupTree, V1ContainerSeesItsCgroupAtTheMountRoot) {
+  write("proc_cgroup", "4:memory:/docker/0123abcd\n");
+  write("sys/memory/memory.limit_in_bytes", "2000000\n");
+  write("sys/memory/memory.usage_in_bytes", "500000\n");
+  const auto cg = detail::cgroup_memory_available(proc(), mount());
+  ASSERT_TRUE(cg.has_value());
+  EXPECT_EQ(cg->available, 1500000);
 }
 
 TEST_F(CgroupTree, V1UnlimitedAndMissingAreNone) {

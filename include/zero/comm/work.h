@@ -37,6 +37,12 @@ class Work {
     return false;
   }
 
+  // The job is failing and the op will not be waited for (the communicator
+  // keeps the Work, never completed: comm_monitor.h): a backend that would
+  // still issue parts of it later stops, since its buffers may be gone.
+  // Default: nothing to stop.
+  virtual void abandon() {}
+
   // The backend's Work inside a wrapper (every Communicator op returns its
   // backend's Work wrapped, see communicator.h), or nullptr for a backend's
   // own Work. For backend-specific calls such as cuda::wait_on_stream.

@@ -26,9 +26,12 @@ std::string host_memory_source();
 namespace detail {
 // What the cgroup limits of the process described by `proc_self_cgroup` (a
 // /proc/<pid>/cgroup file) leave, with cgroups mounted at `mount`
-// (/sys/fs/cgroup): the smallest over its v1 memory cgroup and its v2
-// cgroup and their ancestors, and the file of that limit; nullopt where
-// none is limited. (Paths given, for tests.)
+// (/sys/fs/cgroup): the smallest over every level of its v1 memory cgroup
+// and of its v2 cgroup up to the mount's root (a level's limit less that
+// level's usage, which counts its children), and the file of that limit;
+// nullopt where none is limited. A path missing under the mount (a
+// container that sees its own cgroup at the root) reads the root. (Paths
+// given, for tests.)
 struct CgroupMemory {
   std::int64_t available;
   std::string limit_file;
