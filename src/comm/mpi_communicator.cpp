@@ -119,18 +119,22 @@ class MpiCommunicator final : public Communicator {
     const std::size_t piece_bytes = std::min(count, per_piece) * es;
     const bool stage = kOpenMpi && world_size_ >= 4 && piece_bytes >= kLibnbcRingMinBytes &&
                        piece_bytes <= options_.all_reduce_staging_max_bytes;
-    std::shared_ptr<unsigned char> scratch;
-    if (stage) scratch.reset(new unsigned char[piece_bytes], std::default_delete<unsigned char[]>());
+    auto piece = std::make_shared<detail::MpiPieceQueue::Op>();
+    std::shared_ptr<detail::PieceBuffer> scratch;
+    if (stage) {
+      scratch = std::make_shared<detail::PieceBuffer>(piece_bytes);
+      piece->on_complete = [scratch] { scratch->release(); };
+    }
     auto* base = static_cast<unsigned char*>(data);
     const MPI_Datatype type = detail::mpi_datatype(dtype);
     const MPI_Comm comm = resources_->of(CollectiveKind::kAllReduce);
-    auto piece = std::make_shared<detail::MpiPieceQueue::Op>();
     piece->pieces = pieces;
-    piece->issue = [=, raw = scratch.get()](std::size_t i, MPI_Request* request) {
+    piece->issue = [=, buffer = scratch.get()](std::size_t i, MPI_Request* request) {
       const std::size_t first = i * per_piece, n = std::min(per_piece, count - first);
       unsigned char* at = base + first * es;
       const void* send = MPI_IN_PLACE;
-      if (raw != nullptr) {
+      if (buffer != nullptr) {
+        unsigned char* raw = buffer->get();
         std::memcpy(raw, at, n * es);
         send = raw;
       }
@@ -162,7 +166,7 @@ class MpiCommunicator final : public Communicator {
     piece->pieces = pieces;
     const auto* in = static_cast<const unsigned char*>(input);
     auto* out = static_cast<unsigned char*>(output);
-    std::shared_ptr<unsigned char> pack;
+    std::shared_ptr<detail::PieceBuffer> pack;
     if (pieces <= 1) {
       if (in_place) {
         // MPI's in-place form reads the whole buffer and leaves this rank's
@@ -188,10 +192,11 @@ class MpiCommunicator final : public Communicator {
       // one buffer and reduces it into the rank's result there. In place,
       // the result of piece i overwrites only input the pack of piece i has
       // read (this rank's slot, the same elements).
-      pack.reset(new unsigned char[per_piece * static_cast<std::size_t>(world) * es],
-                 std::default_delete<unsigned char[]>());
-      piece->issue = [=, raw = pack.get()](std::size_t i, MPI_Request* request) {
+      pack = std::make_shared<detail::PieceBuffer>(per_piece * static_cast<std::size_t>(world) * es);
+      piece->on_complete = [pack] { pack->release(); };
+      piece->issue = [=, buffer = pack.get()](std::size_t i, MPI_Request* request) {
         const std::size_t first = i * per_piece, n = std::min(per_piece, count_per_rank - first);
+        unsigned char* raw = buffer->get();
         for (int r = 0; r < world; ++r) {
           std::memcpy(raw + static_cast<std::size_t>(r) * n * es,
                       in + (static_cast<std::size_t>(r) * count_per_rank + first) * es, n * es);

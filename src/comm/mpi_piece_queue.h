@@ -86,6 +86,24 @@ class MpiPieceQueue {
   std::exception_ptr ended_;  // set: the queue has ended
 };
 
+// A piece's scratch (a reduce-scatter's pack, an all-reduce's staged copy):
+// allocated when the op's first piece is issued, not when the op is queued
+// behind others, and released after its last piece (the Work keeps the
+// object, so MPI never writes into freed memory even when abandoned).
+class PieceBuffer {
+ public:
+  explicit PieceBuffer(std::size_t bytes) : bytes_(bytes) {}
+  unsigned char* get() {
+    if (!data_) data_.reset(new unsigned char[bytes_]);
+    return data_.get();
+  }
+  void release() { data_.reset(); }
+
+ private:
+  std::size_t bytes_;
+  std::unique_ptr<unsigned char[]> data_;
+};
+
 // The Work of an op in a queue: done once its last piece has completed.
 // Like MpiWork: a timed wait polls, and a Work destroyed unfinished is
 // completed there, or, while an exception unwinds, abandoned (the queue

@@ -85,17 +85,18 @@ std::size_t trained_index(const detail::ParamStore& P, const std::string& name) 
 }
 
 // Parameter i's elements gathered from every rank's part: part(offset in the
-// partition, n) gives this rank's, fp32 on `device`. `may_fail_alone`: a
-// part can fail on one rank (NVMe), and then fails every rank.
+// partition, n) gives this rank's, fp32 on `device`. A part that fails on
+// one rank (NVMe, no memory for the copy) fails every rank, before the
+// all-reduce.
 at::Tensor gather_param(comm::Communicator& comm, const detail::ParamStore& P, int shard_rank,
-                        const c10::Device& device, bool may_fail_alone, std::size_t i,
+                        const c10::Device& device, std::size_t i,
                         const std::function<at::Tensor(std::size_t, std::size_t)>& part, const char* what) {
   const FlatLayout& L = P.layout();
   const ParamSlot& slot = L.params()[i];
   at::Tensor full = at::zeros({i64(slot.numel)}, at::TensorOptions().dtype(at::kFloat).device(device));
   const std::optional<OwnedPart> mine = owned_part(L, slot, shard_rank);
   const bool collective = L.shard_world() > 1;
-  detail::agree_if(collective && may_fail_alone, comm, device, detail::error_of([&] {
+  detail::agree_if(collective, comm, device, detail::error_of([&] {
                      if (mine) full.narrow(0, i64(mine->in_param), i64(mine->n)).copy_(part(mine->in_partition(), mine->n));
                    }),
                    what);
@@ -156,7 +157,7 @@ at::Tensor Engine::full_master(const std::string& name) {
   const std::size_t i = trained_index(*m.params, name);
   m.delayed->wait();
   return gather_param(
-      comm_, *m.params, m.plan.shard_rank, m.ctx.device, m.optimizer->swapped(), i,
+      comm_, *m.params, m.plan.shard_rank, m.ctx.device, i,
       [&](std::size_t at, std::size_t n) { return m.optimizer->state_slice(State::kMaster, at, n); },
       "reading the master weights");
 }
@@ -181,7 +182,7 @@ at::Tensor Engine::full_grad(const std::string& name) {
   const FlatLayout& L = m.params->layout();
   const std::size_t split = m.optimizer->split();
   at::Tensor g = gather_param(
-      comm_, *m.params, m.plan.shard_rank, m.ctx.device, /*may_fail_alone=*/false, i,
+      comm_, *m.params, m.plan.shard_rank, m.ctx.device, i,
       [&](std::size_t at, std::size_t n) {
         const Bucket& b = L.buckets()[static_cast<std::size_t>(L.params()[i].bucket)];
         const std::size_t offset = at - b.partition_offset;
@@ -214,7 +215,7 @@ void Engine::set_full_master(const std::string& name, const at::Tensor& value) {
   P.settle_gathers();  // no copy up still reads the partition written here
   P.wait_up();
   const std::optional<OwnedPart> mine = owned_part(P.layout(), P.layout().params()[i], m.plan.shard_rank);
-  detail::agree_if(P.layout().shard_world() > 1 && (m.optimizer->swapped() || P.swap()), comm_, m.ctx.device,
+  detail::agree_if(comm_.world_size() > 1, comm_, m.ctx.device,
                    detail::error_of([&] {
                      if (!mine) return;
                      const at::Tensor part = v.narrow(0, i64(mine->in_param), i64(mine->n));
@@ -238,7 +239,7 @@ void Engine::set_full_optimizer_state(const std::string& name, const std::string
   m.delayed->wait();  // (the worker steps the moments)
   last_checkpoint_.stall_s += m.fence_save(ledger_);
   const std::optional<OwnedPart> mine = owned_part(m.params->layout(), m.params->layout().params()[i], m.plan.shard_rank);
-  detail::agree_if(m.params->layout().shard_world() > 1 && m.optimizer->swapped(), comm_, m.ctx.device,
+  detail::agree_if(comm_.world_size() > 1, comm_, m.ctx.device,
                    detail::error_of([&] {
                      if (mine) {
                        m.optimizer->write_state_slice(state, mine->in_partition(),
@@ -256,7 +257,7 @@ at::Tensor Engine::full_optimizer_state(const std::string& name, const std::stri
   const State state = state_named(config_.optimizer, *m.optimizer, name, i, key);
   m.delayed->wait();
   return gather_param(
-      comm_, *m.params, m.plan.shard_rank, m.ctx.device, m.optimizer->swapped(), i,
+      comm_, *m.params, m.plan.shard_rank, m.ctx.device, i,
       [&](std::size_t at, std::size_t n) { return m.optimizer->state_slice(state, at, n); },
       "reading the optimizer state");
 }
