@@ -593,6 +593,28 @@ TEST(MpiCommunicatorPieces, RanksWaitInDifferentOrders) {
   for (std::size_t j = 0; j < size; ++j) ASSERT_EQ(out[j], sum_f(n, static_cast<std::size_t>(r) * size + j)) << j;
 }
 
+// An op abandoned while the job fails (comm_monitor's abandon: its buffers
+// may be gone) ends the queue on that rank: no more of its pieces are
+// issued, it and every op of the two kinds after it fail, naming why. (Every
+// rank abandons here; a piece already in flight stays MPI's.)
+TEST(MpiCommunicatorPieces, AnAbandonedOpEndsTheQueue) {
+  auto comm = zero::comm::make_mpi_communicator(zero::comm::MpiCommunicatorOptions{.piece_bytes = 16});
+  const int n = comm->world_size();
+  std::vector<float> rs(64 * static_cast<std::size_t>(n), 1.0f), out(64), ar(64, 1.0f);
+  zero::comm::WorkPtr a = comm->reduce_scatter(rs.data(), out.data(), 64, DType::kFloat32);
+  zero::comm::WorkPtr b = comm->all_reduce(ar.data(), 64, DType::kFloat32);
+  ASSERT_NE(a->wrapped(), nullptr);
+  a->wrapped()->abandon();
+  for (zero::comm::Work* w : {a->wrapped(), b->wrapped()}) {
+    try {
+      w->wait(std::chrono::milliseconds(20000));
+      ADD_FAILURE() << "an op of the ended queue completed";
+    } catch (const zero::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("an earlier collective was abandoned"), std::string::npos) << e.what();
+    }
+  }
+}
+
 // What MPI holds for a reduce-scatter or an all-reduce stays about a piece,
 // whatever the op's size: 64 MiB reduced in 1 MiB pieces raises no rank's
 // peak resident set by more than 8 MiB (whole, Open MPI's libnbc held two
