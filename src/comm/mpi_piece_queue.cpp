@@ -60,6 +60,7 @@ void MpiPieceQueue::end_locked(std::exception_ptr error) {
       // A piece in flight stays MPI's (its buffers may still be written, as
       // for any abandoned Work); nothing more is issued.
       op->error = error;
+      op->left_in_flight = op->in_flight;
       op->in_flight = false;
       op->done.store(true, std::memory_order_release);
     }
@@ -113,6 +114,13 @@ MpiPieceWork::MpiPieceWork(std::shared_ptr<MpiPieceQueue> queue, std::shared_ptr
     : queue_(std::move(queue)), op_(std::move(op)), describe_(std::move(describe)), keepalive_(std::move(keepalive)) {}
 
 MpiPieceWork::~MpiPieceWork() {
+  if (op_->left_in_flight) {
+    // Leaked on purpose (as the comm monitor keeps abandoned Works): MPI may
+    // still progress the piece, reading and writing these buffers on the
+    // MPI communicator they keep alive; freed, a later MPI call would crash.
+    new std::vector<std::shared_ptr<const void>>(std::move(keepalive_));
+    return;
+  }
   if (mpi_finalized() || op_->done.load(std::memory_order_acquire)) return;
   if (std::uncaught_exceptions() > 0) {
     std::fprintf(stderr,

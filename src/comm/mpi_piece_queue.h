@@ -59,6 +59,9 @@ class MpiPieceQueue {
     std::size_t next = 0;  // the next piece to issue
     MPI_Request current = MPI_REQUEST_NULL;
     bool in_flight = false;
+    // The queue ended while a piece was in flight: MPI may still progress it
+    // (inside any later MPI call), so what it uses must never be freed.
+    bool left_in_flight = false;
     std::atomic<bool> done{false};
     std::exception_ptr error;
   };
