@@ -53,8 +53,6 @@ std::optional<std::int64_t> env_limit() {
   return static_cast<std::int64_t>(n * static_cast<long double>(scale));
 }
 
-bool fs_exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
-
 // The first number in a file ("max" and the like: nullopt).
 std::optional<std::int64_t> read_number(const std::string& path) {
   std::ifstream in(path);
@@ -95,7 +93,12 @@ std::optional<Source> smallest_source() {
     if (bytes && (!best || *bytes < best->bytes)) best = Source{*bytes, std::move(name)};
   };
   offer(mem_available(), "MemAvailable");
-  if (const auto cg = detail::cgroup_memory_available("/proc/self/cgroup", "/sys/fs/cgroup")) {
+  // (ZERO_TEST_PROC_CGROUP and ZERO_TEST_CGROUP_MOUNT point the tests at a
+  // tree of their own.)
+  const char* proc = std::getenv("ZERO_TEST_PROC_CGROUP");
+  const char* mount = std::getenv("ZERO_TEST_CGROUP_MOUNT");
+  if (const auto cg = detail::cgroup_memory_available(proc ? proc : "/proc/self/cgroup",
+                                                      mount ? mount : "/sys/fs/cgroup")) {
     offer(cg->available, "the memory limit of this process's cgroup, " + cg->limit_file);
   }
   offer(env_limit(), "ZERO_HOST_MEMORY_LIMIT");
@@ -126,11 +129,11 @@ std::optional<CgroupMemory> cgroup_memory_available(const std::string& proc_self
     if (std::find(names.begin(), names.end(), "memory") != names.end()) {
       // v1: every level from the process's cgroup up to the mount's root (a
       // level's usage counts its descendants: an ancestor's limit is shared
-      // with its other children). In a container whose cgroup namespace is
-      // the host's (Docker on v1), the path names the host's hierarchy while
-      // the mount's root is the container's own cgroup: then the root alone.
+      // with its other children; missing levels are skipped: in a container
+      // whose cgroup namespace is the host's, Docker's on v1, the path names
+      // the host's hierarchy while the mount's root is the container's own
+      // cgroup, which the walk reaches last).
       const std::string root = mount + "/memory";
-      if (!fs_exists(root + path)) path = "/";
       for (std::string p = path; !p.empty(); p = p.substr(0, p.find_last_of('/', p.size() - 2) + 1)) {
         const std::string dir = root + p;
         const auto limit = read_number(dir + "memory.limit_in_bytes");

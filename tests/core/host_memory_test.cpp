@@ -104,6 +104,25 @@ TEST_F(CgroupTree, V2TheTightestLevelUpToTheRoot) {
   EXPECT_EQ(detail::cgroup_memory_available(proc(), mount())->available, 0);
 }
 
+// The limit reaches the figure the engine checks against, and its source is
+// named (the cgroup files pointed to a tree of the test's own).
+TEST_F(CgroupTree, TheLimitIsWhatTheHostHas) {
+  write("proc_cgroup", "4:memory:/job\n");
+  write("sys/memory/job/memory.limit_in_bytes", "3145728\n");
+  write("sys/memory/job/memory.usage_in_bytes", "1048576\n");
+  ::setenv("ZERO_TEST_PROC_CGROUP", proc().c_str(), 1);
+  ::setenv("ZERO_TEST_CGROUP_MOUNT", mount().c_str(), 1);
+  ::unsetenv("ZERO_HOST_MEMORY_LIMIT");
+  const auto available = host_memory_available();
+  const std::string source = host_memory_source();
+  ::unsetenv("ZERO_TEST_PROC_CGROUP");
+  ::unsetenv("ZERO_TEST_CGROUP_MOUNT");
+  ASSERT_TRUE(available.has_value());
+  EXPECT_EQ(*available, 2097152);
+  EXPECT_NE(source.find("the memory limit of this process's cgroup"), std::string::npos) << source;
+  EXPECT_NE(source.find("job/memory.limit_in_bytes"), std::string::npos) << source;
+}
+
 TEST(HostMemory, NeverMoreThanMemAvailableOrTheVariable) {
   std::ifstream in("/proc/meminfo");
   std::string key;
