@@ -118,7 +118,10 @@ MpiPieceWork::~MpiPieceWork() {
     // Leaked on purpose (as the comm monitor keeps abandoned Works): MPI may
     // still progress the piece, reading and writing these buffers on the
     // MPI communicator they keep alive; freed, a later MPI call would crash.
-    new std::vector<std::shared_ptr<const void>>(std::move(keepalive_));
+    static std::mutex mu;
+    static auto* kept = new std::vector<std::shared_ptr<const void>>();  // (reachable for good)
+    std::lock_guard<std::mutex> lock(mu);
+    for (auto& k : keepalive_) kept->push_back(std::move(k));
     return;
   }
   if (mpi_finalized() || op_->done.load(std::memory_order_acquire)) return;
