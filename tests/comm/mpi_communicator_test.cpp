@@ -3,6 +3,8 @@
 // chosen exactly representable in bf16 and fp16 so that every sum is exact.
 #include "zero/comm/mpi_communicator.h"
 
+#include "../support/resident_peak.h"
+
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -629,13 +631,6 @@ TEST(MpiCommunicatorPieces, AnAbandonedOpEndsTheQueue) {
 // peak resident set by more than 8 MiB (whole, Open MPI's libnbc held two
 // 64 MiB copies on rank 0, and one on the tree's inner ranks for an
 // all-reduce). The kernel's peak (VmHWM) is reset before each op.
-long status_kib(const char* key) {
-  std::ifstream in("/proc/self/status");
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind(key, 0) == 0) return std::stol(line.substr(std::string(key).size()));
-  }
-  return -1;
-}
 TEST(MpiCommunicatorPieces, ScratchStaysAboutAPiece) {
 #if defined(__SANITIZE_ADDRESS__)
   GTEST_SKIP() << "AddressSanitizer keeps freed memory in quarantine: the resident set is not the program's";
@@ -647,14 +642,14 @@ TEST(MpiCommunicatorPieces, ScratchStaysAboutAPiece) {
   std::vector<float> buf(total, 1.0f), out(total / static_cast<std::size_t>(n));
   for (int kind = 0; kind < 2; ++kind) {
     comm->barrier()->wait();
-    std::ofstream("/proc/self/clear_refs") << "5";  // VmHWM := VmRSS
-    const long before = status_kib("VmRSS:");
+    zero::test::reset_resident_peak();
+    const long before = static_cast<long>(zero::test::status_kib("VmRSS:"));
     if (kind == 0) {
       comm->reduce_scatter(buf.data(), out.data(), out.size(), DType::kFloat32)->wait();
     } else {
       comm->all_reduce(buf.data(), total, DType::kFloat32)->wait();
     }
-    const long grew_kib = status_kib("VmHWM:") - before;
+    const long grew_kib = static_cast<long>(zero::test::status_kib("VmHWM:")) - before;
     EXPECT_LT(grew_kib, 8 * 1024) << (kind == 0 ? "reduce_scatter" : "all_reduce") << " of 64 MiB raised rank "
                                   << comm->rank() << "'s peak by " << grew_kib / 1024 << " MiB";
   }

@@ -19,6 +19,7 @@
 #include <torch/optim/adamw.h>
 
 #include "../support/cpu_allocation_peak.h"
+#include "../support/resident_peak.h"
 #include "shared_temp_dir.h"
 #include "train_loop.h"
 #include "zero/comm/communicator.h"
@@ -2741,14 +2742,6 @@ TEST(Config, ReduceBucketSizeZeroIsABucketPerParameter) {
 // set does not grow at the end (it grew by the model's fp32 size, 4 bytes a
 // parameter, on top of all the engine held: a run's peak came at its exit).
 // Measured with the kernel's peak (VmHWM), reset just before the engine goes.
-std::int64_t status_kib(const char* key) {
-  std::ifstream in("/proc/self/status");
-  std::string k;
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind(key, 0) == 0) return std::stoll(line.substr(std::string(key).size()));
-  }
-  return -1;
-}
 TEST(Lifetime, TheEngineEndNeedsNoMoreMemoryThanTraining) {
 #if defined(__SANITIZE_ADDRESS__)
   GTEST_SKIP() << "AddressSanitizer keeps freed memory in quarantine: the resident set is not the program's";
@@ -2766,7 +2759,7 @@ TEST(Lifetime, TheEngineEndNeedsNoMoreMemoryThanTraining) {
     const at::Tensor x = at::randn({2, 2048});
     engine.backward(b->forward(a->forward(x)).square().mean());
     engine.step();
-    std::ofstream("/proc/self/clear_refs") << "5";  // VmHWM := VmRSS
+    reset_resident_peak();
     before_kib = status_kib("VmRSS:");
     ASSERT_LE(status_kib("VmHWM:") - before_kib, 1024) << "/proc/self/clear_refs did not reset the peak";
   }
