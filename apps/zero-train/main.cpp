@@ -27,6 +27,7 @@
 #include <optional>
 #include <random>
 #include <sstream>
+#include <utility>
 
 #include <ATen/ops/from_blob.h>
 #include <ATen/ops/multinomial.h>
@@ -39,6 +40,7 @@
 #include <torch/utils.h>
 
 #include "common/cli_range.h"
+#include "zero/core/log.h"
 #include "common/run_record.h"
 #include "common/printable_text.h"
 #include "common/tool_paths.h"
@@ -807,6 +809,25 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
   std::int64_t first_step = 0;
   if (!o.resume.empty()) {
     nlohmann::json client;
+    // The engine's line on per-parameter settings that differ (weight
+    // decay) advises EngineOptions rules; zero-train says the same change
+    // below in its own terms (weight_decay, --decay), for a checkpoint of
+    // its own. The line is held until the load says whose it is.
+    std::vector<std::string> held;
+    struct SinkRestore {
+      LogSink previous;
+      bool restored = false;
+      void restore() {
+        if (!std::exchange(restored, true)) set_log_sink(std::move(previous));
+      }
+      ~SinkRestore() { restore(); }
+    } sink{set_log_sink([&held](const LogRecord& r) {
+      if (r.topic == log_topic::checkpoint_param_settings) {
+        held.emplace_back(r.text);
+      } else {
+        log_to_stderr(r);
+      }
+    })};
     try {
       client = engine.load_checkpoint(o.save_dir, o.resume);
     } catch (const Error& e) {
@@ -834,6 +855,10 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
       rethrow(said + ". In zero-train, the settings per parameter follow --decay (the weight decay of the "
                   "matrices only, or of all parameters) and Muon's matrices the config's optimizer.type: resume "
                   "with the --decay and the optimizer the checkpoint was trained with (zero-ckpt inspect shows them)");
+    }
+    sink.restore();
+    if (!client.contains("weight_decay")) {
+      for (const std::string& line : held) log(LogLevel::warning, log_topic::checkpoint_param_settings, line);
     }
     first_step = client.value("step", std::int64_t{0});
     // (A save of the same tag between resume_step() and here would change it.)

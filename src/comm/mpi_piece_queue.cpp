@@ -1,11 +1,11 @@
 #include "mpi_piece_queue.h"
 
-#include <cstdio>
 #include <string>
 #include <thread>
 
 #include "mpi_runtime.h"
 #include "zero/comm/mpi_check.h"
+#include "zero/core/log.h"
 #include "zero/core/error.h"
 
 namespace zero::comm::detail {
@@ -126,10 +126,10 @@ MpiPieceWork::~MpiPieceWork() {
   }
   if (mpi_finalized() || op_->done.load(std::memory_order_acquire)) return;
   if (std::uncaught_exceptions() > 0) {
-    std::fprintf(stderr,
-                 "zerocpp: %s is abandoned unfinished while an exception propagates; its buffers may still be "
-                 "written by MPI\n",
-                 describe_.c_str());
+    zero::detail::log_warning(zero::log_topic::comm,
+                              "%s is abandoned unfinished while an exception propagates; its buffers may still be "
+                              "written by MPI",
+                              describe_.c_str());
     queue_->abandon(*op_, describe_ + " dropped while an exception propagated");
     return;
   }

@@ -1,11 +1,11 @@
 #include "mpi_work.h"
 
-#include <cstdio>
 #include <sstream>
 #include <thread>
 
 #include "mpi_runtime.h"
 #include "zero/comm/mpi_check.h"
+#include "zero/core/log.h"
 #include "zero/core/error.h"
 
 namespace zero::comm::detail {
@@ -23,10 +23,10 @@ MpiWork::MpiWork(MpiOpInfo info, std::vector<MPI_Request> requests,
 MpiWork::~MpiWork() {
   if (done_.load(std::memory_order_acquire) || mpi_finalized()) return;
   if (std::uncaught_exceptions() > 0) {
-    std::fprintf(stderr,
-                 "zerocpp: %s is abandoned unfinished while an exception propagates; its buffers "
-                 "may still be written by MPI\n",
-                 describe().c_str());
+    zero::detail::log_warning(zero::log_topic::comm,
+                              "%s is abandoned unfinished while an exception propagates; its buffers "
+                              "may still be written by MPI",
+                              describe().c_str());
     return;
   }
   std::lock_guard<std::mutex> lock(mutex_);

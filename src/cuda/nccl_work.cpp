@@ -1,11 +1,11 @@
 #include "nccl_work.h"
 
-#include <cstdio>
 #include <sstream>
 #include <thread>
 #include <utility>
 
 #include "zero/core/error.h"
+#include "zero/core/log.h"
 
 namespace zero::cuda::detail {
 
@@ -50,10 +50,10 @@ NcclWork::NcclWork(NcclOpInfo info, cudaEvent_t done, std::shared_ptr<NcclResour
 NcclWork::~NcclWork() {
   if (!done_.load(std::memory_order_acquire)) {
     if (std::uncaught_exceptions() > 0) {
-      std::fprintf(stderr,
-                   "zerocpp: %s is abandoned unfinished while an exception propagates; its "
-                   "buffers may still be written by NCCL\n",
-                   describe().c_str());
+      zero::detail::log_warning(zero::log_topic::comm,
+                                "%s is abandoned unfinished while an exception propagates; its "
+                                "buffers may still be written by NCCL",
+                                describe().c_str());
     } else {
       std::lock_guard<std::mutex> lock(mutex_);
       while (!poll_locked()) {  // errors stay stored: a destructor must not throw

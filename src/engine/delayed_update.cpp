@@ -1,7 +1,8 @@
 #include "delayed_update.h"
 
 #include <chrono>
-#include <cstdio>
+
+#include "zero/core/log.h"
 
 namespace zero::detail {
 
@@ -15,14 +16,14 @@ DelayedUpdate::~DelayedUpdate() {
   try {
     wait();
     if (was_pending) {
-      std::fprintf(stderr,
-                   "zerocpp: the engine was destroyed with a delayed update pending: the update of step %lld "
-                   "was dropped and the module keeps the weights of the step before. Call engine.flush() "
-                   "after the last step.\n",
-                   static_cast<long long>(pending_step_));
+      detail::log_warning(log_topic::step,
+                          "the engine was destroyed with a delayed update pending: the update of step %lld "
+                          "was dropped and the module keeps the weights of the step before. Call engine.flush() "
+                          "after the last step.",
+                          static_cast<long long>(pending_step_));
     }
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "zerocpp: the delayed update failed and was dropped: %s\n", e.what());
+    detail::log_warning(log_topic::step, "the delayed update failed and was dropped: %s", e.what());
   }
 }
 

@@ -9,6 +9,7 @@
 //   step_timeline   the tracer behind Engine::trace()
 //   module_guard    what the engine changed in the module, undone at the end
 #include "zero/engine/engine.h"
+#include "zero/core/log.h"
 
 #include <chrono>
 #include <cmath>
@@ -288,7 +289,9 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
     // logs its own: a program that does not print them still shows them.
     // (A caller that printed them clears Config::warnings first.)
     if (m.rank == 0) {
-      for (const std::string& w : config_.warnings) std::fprintf(stderr, "zerocpp: config warning: %s\n", w.c_str());
+      for (const std::string& w : config_.warnings) {
+        detail::log_warning(log_topic::config, "config warning: %s", w.c_str());
+      }
     }
     // The batch sizes must hold for the ranks there are (a config resolved
     // for another world size would report, and schedule on, a wrong global
@@ -306,8 +309,9 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
         static_cast<unsigned>(threads) > std::max(1u, std::thread::hardware_concurrency())) {
       const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
       if (m.rank == 0) {
-        std::fprintf(stderr, "zerocpp: config warning: offload_optimizer.cpu_threads %d is more than this machine's "
-                     "%d cores: the CPU optimizer uses %d threads (0 chooses for you)\n", threads, cores, cores);
+        detail::log_warning(log_topic::config,
+                            "config warning: offload_optimizer.cpu_threads %d is more than this machine's "
+                            "%d cores: the CPU optimizer uses %d threads (0 chooses for you)", threads, cores, cores);
       }
       threads = cores;
     }
@@ -484,18 +488,18 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
       oo.muon_lr_scale = share(opt.muon_lr);
       oo.adam_lr_scale = share(opt.adam_lr);
       if (m.rank == 0) {
-        std::fprintf(stderr, "zerocpp: %s (EngineOptions::use_muon%s)\n",
-                     detail::describe_muon_halves(hypers, P.numels(), oo.muon_lr_scale, oo.adam_lr_scale).c_str(),
-                     options.use_muon ? "" : " not given: DeepSpeed's choice, zero::muon_by_default");
+        detail::log_info(log_topic::engine, "%s (EngineOptions::use_muon%s)",
+                         detail::describe_muon_halves(hypers, P.numels(), oo.muon_lr_scale, oo.adam_lr_scale).c_str(),
+                         options.use_muon ? "" : " not given: DeepSpeed's choice, zero::muon_by_default");
       }
     }
     if (rules && m.rank == 0) {
-      std::fprintf(stderr, "zerocpp: %s (EngineOptions::%s)\n",
-                   detail::describe_param_hypers(hypers, P.numels(), bool(options.weight_decay),
-                                                 bool(options.lr_scale)).c_str(),
-                   options.weight_decay && options.lr_scale ? "weight_decay, lr_scale"
-                   : options.weight_decay                  ? "weight_decay"
-                                                           : "lr_scale");
+      detail::log_info(log_topic::engine, "%s (EngineOptions::%s)",
+                       detail::describe_param_hypers(hypers, P.numels(), bool(options.weight_decay),
+                                                     bool(options.lr_scale)).c_str(),
+                       options.weight_decay && options.lr_scale ? "weight_decay, lr_scale"
+                       : options.weight_decay                  ? "weight_decay"
+                                                               : "lr_scale");
     }
     oo.hypers = std::move(hypers);
     m.optimizer = std::make_unique<detail::OptimizerPartition>(config_, m.plan, m.ctx, oo, ledger_);
@@ -574,8 +578,9 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
           impl->publish_reduced_pieces();
         });
       } else if (m.rank == 0) {
-        std::fprintf(stderr, "zerocpp: config warning: zero_optimization.offload_optimizer.publish_in_backward is "
-                     "ignored: %s; the update goes in after backward\n", why.c_str());
+        detail::log_warning(log_topic::config,
+                            "config warning: zero_optimization.offload_optimizer.publish_in_backward is "
+                            "ignored: %s; the update goes in after backward", why.c_str());
       }
     }
     if (m.stage == 3) {
@@ -617,19 +622,20 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
       // pieces (a small sub_group_size) waste drive space.
       const PlannedBuffer& master = m.plan[Buffer::kMaster];
       if (master.bytes() - master.valid_bytes() > master.valid_bytes() / 4) {
-        std::fprintf(stderr, "zerocpp: note: %s of the NVMe swap file's %s is rounding of the optimizer pieces to "
-                     "4096 bytes (zero_optimization.sub_group_size %lld is small): raise it for less drive space\n",
-                     memory::format_bytes((master.bytes() - master.valid_bytes()) * (1 + pi.moments)).c_str(),
-                     memory::format_bytes(master.bytes() * (1 + pi.moments)).c_str(),
-                     static_cast<long long>(z.sub_group_size));
+        detail::log_info(log_topic::engine,
+                         "note: %s of the NVMe swap file's %s is rounding of the optimizer pieces to "
+                         "4096 bytes (zero_optimization.sub_group_size %lld is small): raise it for less drive space",
+                         memory::format_bytes((master.bytes() - master.valid_bytes()) * (1 + pi.moments)).c_str(),
+                         memory::format_bytes(master.bytes() * (1 + pi.moments)).c_str(),
+                         static_cast<long long>(z.sub_group_size));
       }
     }
     if (m.rank == 0 && m.units) {
-      std::fprintf(stderr, "%s\n", m.units->describe(z.stage3_param_persistence_threshold, dtype).c_str());
+      detail::log_info(log_topic::engine, "%s", m.units->describe(z.stage3_param_persistence_threshold, dtype).c_str());
     }
     if (m.rank == 0) {
       for (const std::string& w : ignored_settings(config_, m.ctx.on_accelerator())) {
-        std::fprintf(stderr, "zerocpp: config warning: %s\n", w.c_str());
+        detail::log_warning(log_topic::config, "config warning: %s", w.c_str());
       }
     }
 
@@ -640,25 +646,27 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
     stats_.lr = lr();
     if (m.rank == 0) {
       const std::size_t nb = L.buckets().size();
-      std::fprintf(stderr,
-                   "zerocpp: stage %d, %s on %s, %d rank%s, %zu parameters in %zu bucket%s (%zu frozen%s), "
-                   "optimizer %s%s%s%s\n",
-                   m.stage, c10::toString(dtype), device.str().c_str(), m.world, m.world == 1 ? "" : "s", L.numel(), nb,
-                   nb == 1 ? "" : "s", static_cast<std::size_t>(P.frozen_count()),
-                   P.frozen_bytes() > 0 ? (", " + memory::format_bytes(P.frozen_bytes()) + " on every rank").c_str() : "",
-                   config_.optimizer.type.c_str(),
-                   m.offload ? offload_text(m.plan).c_str() : "", offload_param_text(m.plan).c_str(),
-                   dpu ? (", delayed update after " + std::to_string(m.delayed->warmup()) + " steps").c_str() : "");
+      detail::log_info(log_topic::engine,
+                       "stage %d, %s on %s, %d rank%s, %zu parameters in %zu bucket%s (%zu frozen%s), "
+                       "optimizer %s%s%s%s",
+                       m.stage, c10::toString(dtype), device.str().c_str(), m.world, m.world == 1 ? "" : "s",
+                       L.numel(), nb, nb == 1 ? "" : "s", static_cast<std::size_t>(P.frozen_count()),
+                       P.frozen_bytes() > 0 ? (", " + memory::format_bytes(P.frozen_bytes()) + " on every rank").c_str()
+                                            : "",
+                       config_.optimizer.type.c_str(),
+                       m.offload ? offload_text(m.plan).c_str() : "", offload_param_text(m.plan).c_str(),
+                       dpu ? (", delayed update after " + std::to_string(m.delayed->warmup()) + " steps").c_str() : "");
     }
     if (m.rank == 0 && m.stage == 3 && P.frozen_partitioned() > 0) {
-      std::fprintf(stderr,
-                   "zerocpp: stage 3 partitions %zu frozen parameters (%s in %s) with their units: gathered and "
-                   "released with them, never stepped%s\n",
-                   P.frozen_partitioned(), memory::format_bytes(P.frozen_partitioned_bytes()).c_str(),
-                   c10::toString(dtype),
-                   P.frozen_bytes() > 0 ? "; the rest stay whole on every rank (no unit, shared by two units, below "
-                                          "stage3_param_persistence_threshold, or not in the training precision)"
-                                        : "");
+      detail::log_info(log_topic::engine,
+                       "stage 3 partitions %zu frozen parameters (%s in %s) with their units: gathered and "
+                       "released with them, never stepped%s",
+                       P.frozen_partitioned(), memory::format_bytes(P.frozen_partitioned_bytes()).c_str(),
+                       c10::toString(dtype),
+                       P.frozen_bytes() > 0 ? "; the rest stay whole on every rank (no unit, shared by two units, "
+                                              "below stage3_param_persistence_threshold, or not in the training "
+                                              "precision)"
+                                            : "");
     }
     m.guard.commit();
     P.remember_storages();
@@ -683,7 +691,7 @@ Engine::~Engine() {
       try {
         finish_checkpoint(/*block=*/true);
       } catch (const std::exception& e) {
-        std::fprintf(stderr, "zerocpp: the checkpoint save under way failed: %s\n", e.what());
+        detail::log_warning(log_topic::checkpoint, "the checkpoint save under way failed: %s", e.what());
       }
     } else {
       m.saving.reset();
@@ -709,8 +717,9 @@ Engine::~Engine() {
   }
   auto report_emptied = [&](std::size_t emptied) {
     if (emptied > 0) {
-      std::fprintf(stderr, "zerocpp: rank %d: no memory to give %zu of the module's parameter buckets back: their "
-                   "parameters are left empty (0 elements)\n", m.rank, emptied);
+      detail::log_warning(log_topic::engine,
+                          "rank %d: no memory to give %zu of the module's parameter buckets back: their "
+                          "parameters are left empty (0 elements)", m.rank, emptied);
     }
   };
   try {
@@ -720,14 +729,15 @@ Engine::~Engine() {
     } else {
       const std::size_t emptied = m.params->zero_fill_released();
       if (m.rank == 0) {
-        std::fprintf(stderr, "zerocpp: stage 3 engine destroyed by an error: the module's partitioned parameters "
-                     "are not gathered back (zeros)\n");
+        detail::log_warning(log_topic::engine,
+                            "stage 3 engine destroyed by an error: the module's partitioned parameters "
+                            "are not gathered back (zeros)");
       }
       report_emptied(emptied);
     }
   } catch (const std::exception& e) {
     const std::size_t emptied = m.params->zero_fill_released();
-    std::fprintf(stderr, "zerocpp: could not gather the stage-3 parameters back into the module: %s\n", e.what());
+    detail::log_warning(log_topic::engine, "could not gather the stage-3 parameters back into the module: %s", e.what());
     report_emptied(emptied);
   }
   release_state();
@@ -890,7 +900,7 @@ bool Engine::step_at_boundary() {
     const bool share_possible = config_.zero_optimization.offload_optimizer.device == "cpu" && !m.muon &&
                                 !config_.optimizer.is_adagrad();
     if (const auto note = detail::dpu_bound_note(t); note && share_possible && m.rank == 0 && m.ctx.on_accelerator()) {
-      std::fprintf(stderr, "%s\n", note->c_str());
+      detail::log_info(log_topic::step, "%s", note->c_str());
     }
   }
   const int buf = m.grads->current();
@@ -1035,9 +1045,10 @@ void Engine::set_lr(float lr) {
   ZERO_CHECK(std::isfinite(lr) && lr >= 0.0f, "set_lr(", lr,
              "): the learning rate must be a finite number >= 0 (the rate is unchanged)");
   if (m.schedule && m.rank == 0) {
-    std::fprintf(stderr, "zerocpp: set_lr() sets the learning rate from now on; the config's scheduler (%s) is "
-                 "off%s\n", config_.scheduler.type.c_str(),
-                 m.scheduled_betas() ? " (its betas stay where it left them)" : "");
+    detail::log_info(log_topic::engine,
+                     "set_lr() sets the learning rate from now on; the config's scheduler (%s) is "
+                     "off%s", config_.scheduler.type.c_str(),
+                     m.scheduled_betas() ? " (its betas stay where it left them)" : "");
   }
   // As in DeepSpeed, where OneCycle wrote the betas into the optimizer.
   m.held_betas = m.scheduled_betas();
@@ -1054,12 +1065,12 @@ void Engine::report_skipped_step() const {
   const bool stop = policy.policy == "stop" && stats_.consecutive_skipped >= policy.stop_after;
   if (m.rank == 0 && !stop) {
     const bool fp16 = m.precision.dtype() == at::kHalf;
-    std::fprintf(stderr,
-                 "zerocpp: step %lld skipped: the gradient norm is not finite (%s); %lld step(s) skipped so "
-                 "far, %lld in a row%s\n",
-                 step, fp16 ? "fp16 overflow, or a NaN/inf loss" : "a NaN/inf loss or gradient",
-                 static_cast<long long>(stats_.skipped), static_cast<long long>(stats_.consecutive_skipped),
-                 fp16 ? (", loss scale now " + std::to_string(m.precision.loss_scale())).c_str() : "");
+    detail::log_warning(log_topic::step,
+                        "step %lld skipped: the gradient norm is not finite (%s); %lld step(s) skipped so "
+                        "far, %lld in a row%s",
+                        step, fp16 ? "fp16 overflow, or a NaN/inf loss" : "a NaN/inf loss or gradient",
+                        static_cast<long long>(stats_.skipped), static_cast<long long>(stats_.consecutive_skipped),
+                        fp16 ? (", loss scale now " + std::to_string(m.precision.loss_scale())).c_str() : "");
   }
   // Every rank decides alike (the norm is global), so every rank throws.
   ZERO_CHECK(!stop, "step ", step, ": the gradient norm was not finite (NaN or inf) in ", stats_.consecutive_skipped,
@@ -1119,8 +1130,8 @@ void Engine::release_gathered() noexcept {
     at::NoGradGuard no_grad;
     impl_->units->release_all();
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "zerocpp: rank %d: releasing the parameters of gather_parameters(): %s\n", impl_->rank,
-                 e.what());
+    detail::log_warning(log_topic::engine,
+                        "rank %d: releasing the parameters of gather_parameters(): %s", impl_->rank, e.what());
   }
 }
 

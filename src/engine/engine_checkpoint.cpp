@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <charconv>
 #include <chrono>
-#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -25,6 +24,7 @@
 #include "param_hypers.h"
 #include "rank_agreement.h"
 #include "zero/ckpt/checkpoint_dir.h"
+#include "zero/core/log.h"
 #include "zero/ckpt/checkpoint_error.h"
 #include "zero/ckpt/reshard.h"
 #include "zero/ckpt/shard_io.h"
@@ -99,10 +99,14 @@ bool snapshot_fits(comm::Communicator& comm, const c10::Device& device, std::int
   const bool short_here = available && bytes * local > *available;
   if (!detail::any_rank(comm, device, short_here)) return true;
   if (short_here || comm.rank() == 0) {
-    std::fprintf(stderr, "zerocpp: checkpoint '%s': an asynchronous save needs %s of host memory per rank for its "
-                 "snapshot (%d rank(s) per node)%s%s: saving synchronously instead\n", tag.c_str(),
-                 memory::format_bytes(bytes).c_str(), local, short_here ? " but " : " and another rank's node has not",
-                 short_here ? (memory::format_bytes(*available) + " is available (" + host_memory_source() + ")").c_str() : "");
+    detail::log_warning(log_topic::checkpoint,
+                        "checkpoint '%s': an asynchronous save needs %s of host memory per rank for its "
+                        "snapshot (%d rank(s) per node)%s%s: saving synchronously instead", tag.c_str(),
+                        memory::format_bytes(bytes).c_str(), local,
+                        short_here ? " but " : " and another rank's node has not",
+                        short_here ? (memory::format_bytes(*available) + " is available (" + host_memory_source() + ")")
+                                         .c_str()
+                                   : "");
   }
   return false;
 }
@@ -292,8 +296,9 @@ void Engine::save_checkpoint(const std::string& dir, const std::string& tag, con
       }
       const char* d = dtype_name_of(t.scalar_type());
       if (!d) {
-        std::fprintf(stderr, "zerocpp: checkpoint: module tensor %s (%s) not saved: its dtype has no checkpoint "
-                     "encoding\n", name.c_str(), c10::toString(t.scalar_type()));
+        detail::log_warning(log_topic::checkpoint,
+                            "checkpoint: module tensor %s (%s) not saved: its dtype has no checkpoint "
+                            "encoding", name.c_str(), c10::toString(t.scalar_type()));
         continue;
       }
       const std::string section = "module." + name;
@@ -510,6 +515,7 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
   std::map<int, std::map<std::size_t, StreamDest>> streamed;  // by saved rank: range index -> swap file (NVMe)
   bool same_dtype = false, keep_pending = false, apply_update = false;
   std::string settings_note;  // the optimizer settings per parameter, where they differ
+  std::string betas_note;     // the saved scheduler's betas, where they overrule the config's
   std::string error = error_of([&] {
     const std::string t = ckpt::resolve_tag(root, tag);
     folder = root / t;
@@ -717,12 +723,14 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
       module_updates.emplace_back(it->second, v);
     }
     if (m.rank == 0 && !kept.empty()) {
-      std::fprintf(stderr, "zerocpp: checkpoint %s holds no %s (load_module_strict false): the module's values are "
-                   "kept\n", where.c_str(), detail::join_first(kept, 5).c_str());
+      detail::log_warning(log_topic::checkpoint,
+                          "checkpoint %s holds no %s (load_module_strict false): the module's values are "
+                          "kept", where.c_str(), detail::join_first(kept, 5).c_str());
     }
     if (m.rank == 0 && !skipped.empty()) {
-      std::fprintf(stderr, "zerocpp: checkpoint %s holds %s, which this module has not (load_module_strict false): "
-                   "skipped\n", where.c_str(), detail::join_first(skipped, 5).c_str());
+      detail::log_warning(log_topic::checkpoint,
+                          "checkpoint %s holds %s, which this module has not (load_module_strict false): "
+                          "skipped", where.c_str(), detail::join_first(skipped, 5).c_str());
     }
     for (const auto& [shard, ranges] : reads) {
       const ckpt::FileRecord& f = man.files[static_cast<std::size_t>(shard)];
@@ -811,8 +819,10 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
       set_params_from_master();
     }
     if (m.rank == 0) {
-      std::fprintf(stderr, "zerocpp: checkpoint %s had a delayed update pending; applied at load, as this engine "
-                   "%s\n", where.c_str(), m.delayed->enabled() ? "trains in another precision" : "has no delayed update");
+      detail::log_info(log_topic::checkpoint,
+                       "checkpoint %s had a delayed update pending; applied at load, as this engine "
+                       "%s", where.c_str(),
+                       m.delayed->enabled() ? "trains in another precision" : "has no delayed update");
     }
   } else if (same_dtype) {
     saved_params();
@@ -821,9 +831,10 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
   }
   m.params->publish(at::Tensor(), /*offloaded=*/false, comm_, m.ctx);  // the all-gather
   if (man.frozen_excluded && P.frozen_count() > 0 && m.rank == 0) {
-    std::fprintf(stderr, "zerocpp: checkpoint %s was saved without its frozen parameters (exclude_frozen_parameters): "
-                 "the module keeps its own %lld frozen parameters (build it on the base that run trained on)\n", where.c_str(),
-                 static_cast<long long>(P.frozen_count()));
+    detail::log_info(log_topic::checkpoint,
+                     "checkpoint %s was saved without its frozen parameters (exclude_frozen_parameters): "
+                     "the module keeps its own %lld frozen parameters (build it on the base that run trained on)",
+                     where.c_str(), static_cast<long long>(P.frozen_count()));
   }
   for (auto& [t, v] : module_updates) {
     if (P.partitions_frozen(t)) {
@@ -862,8 +873,7 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
     // Said where they overrule the config's own pair from here on.
     const auto [b1, b2] = betas();
     if (!m.schedule && (b1 != config_.optimizer.beta1 || b2 != config_.optimizer.beta2)) {
-      if (!settings_note.empty()) settings_note += "; ";
-      settings_note += zero::detail::str_cat(
+      betas_note = zero::detail::str_cat(
           "the checkpoint's betas (", b1, ", ", b2, "), where its scheduler's momentum cycle left them, stay in "
           "force: this engine has no scheduler, so the config's optimizer.params.betas (", config_.optimizer.beta1,
           ", ", config_.optimizer.beta2, ") are not used (as DeepSpeed, where the scheduler wrote them into the "
@@ -895,10 +905,14 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
         precision += zero::detail::str_cat(" from the loss scale ", stats_.loss_scale);
       }
     }
-    std::fprintf(stderr, "zerocpp: loaded checkpoint %s (step %lld; saved by %d rank(s) at stage %d%s%s)\n",
-                 where.c_str(), static_cast<long long>(man.engine.steps), man.world_size, man.stage,
-                 precision.c_str(), keep_pending ? ", its delayed update pending" : "");
-    if (!settings_note.empty()) std::fprintf(stderr, "zerocpp: warning: %s\n", settings_note.c_str());
+    detail::log_info(log_topic::checkpoint,
+                     "loaded checkpoint %s (step %lld; saved by %d rank(s) at stage %d%s%s)",
+                     where.c_str(), static_cast<long long>(man.engine.steps), man.world_size, man.stage,
+                     precision.c_str(), keep_pending ? ", its delayed update pending" : "");
+    if (!settings_note.empty()) {
+      zero::log(LogLevel::warning, log_topic::checkpoint_param_settings, "warning: " + settings_note);
+    }
+    if (!betas_note.empty()) zero::log(LogLevel::warning, log_topic::checkpoint, "warning: " + betas_note);
   }
   return man.client_state;
 }

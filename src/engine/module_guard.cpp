@@ -1,12 +1,12 @@
 #include "module_guard.h"
 
-#include <cstdio>
 #include <exception>
 
 #include <ATen/ops/empty_like.h>
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include "zero/core/log.h"
 #include "zero/zero/deferred_init.h"
 
 namespace zero::detail {
@@ -56,7 +56,7 @@ ModuleGuard::~ModuleGuard() {
                                         : c.tensor.detach().to(c.dtype));
     }
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "zerocpp: could not give the module back its own tensors: %s\n", e.what());
+    detail::log_warning(log_topic::engine, "could not give the module back its own tensors: %s", e.what());
   }
 }
 

@@ -61,6 +61,9 @@ grep -q "warning: the checkpoint was trained with lr 0.003, this run's config ha
 # ... and another weight decay (the default config's 0.01, batch32.json's AdamW default 0), with the --config fix.
 grep -q "warning: the checkpoint was trained with weight_decay 0.01, this run's config has 0: to continue as it was, give a --config whose optimizer.params.weight_decay is 0.01" \
   "$work/batch.log" || { cat "$work/batch.log"; fail "a resume with another weight decay gave no zero-train warning"; }
+# ... once: the engine's line on the same change (in EngineOptions' terms) is not said again.
+grep -q "was trained with other optimizer settings" "$work/batch.log" \
+  && { cat "$work/batch.log"; fail "a resume with another weight decay was warned of twice"; }
 grep -q "warning: --save-dir .*ck_batch holds checkpoints past step 2, where this run starts (step-4): this run's saves replace" \
   "$work/batch.log" || { cat "$work/batch.log"; fail "the later checkpoint of the run resumed from was not named"; }
 grep -q "another corpus" "$work/batch.log" && fail "the same corpus was called another"
