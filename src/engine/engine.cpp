@@ -923,7 +923,7 @@ bool Engine::step_at_boundary() {
     comm_.all_reduce(v.data_ptr(), 1, DType::kFloat32)->wait();
     sq = v.item<float>();
   }
-  const detail::StepDecision d = m.precision.decide(sq, m.world);
+  const detail::StepDecision d = m.precision.decide(sq, static_cast<double>(m.world) / m.grads->predivided());
   auto finish_step_stats = [&] {
     const comm::CommStats now = comm_.stats();
     for (std::size_t i = 0; i < now.bytes_sent.size(); ++i) {
@@ -948,6 +948,9 @@ bool Engine::step_at_boundary() {
   const float lr = this->lr();
   stats_.lr = lr;
   if (d.skip) {
+    // Nothing was clipped: the skipped step's own (non-finite) norm, not
+    // the step before's.
+    stats_.clipped_grad_norm = stats_.grad_norm;
     stats_.skipped = m.precision.skipped_steps();
     ++stats_.consecutive_skipped;
     stats_.last_step_skipped = true;

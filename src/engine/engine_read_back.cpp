@@ -195,8 +195,9 @@ at::Tensor Engine::full_grad(const std::string& name) {
         return sides.size() == 1 ? sides.front() : at::cat(sides);
       },
       "reading the gradient");
-  // The buffers hold the window's sum over the ranks, times the loss scale.
-  return g.div_(static_cast<double>(m.world) * m.precision.loss_scale());
+  // The buffers hold the window's sum over the ranks (in fp16 their mean:
+  // grad_reducer.h's predivide), times the loss scale.
+  return g.div_(static_cast<double>(m.world) / m.grads->predivided() * m.precision.loss_scale());
 }
 
 

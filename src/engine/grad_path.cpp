@@ -36,6 +36,11 @@ GradPath::GradPath(const MemoryPlan& plan, const DeviceContext& ctx, Options opt
   ro.max_in_flight = kPlanLiveBuckets - 1;  // the plan budgets this many buckets at once
   ro.mode = full_grads_.defined() ? (o_.stage == 0 ? GradReduceMode::kAllReduceFull : GradReduceMode::kReduceScatterFull)
                                   : GradReduceMode::kReduceScatter;
+  // fp16 buckets carry the ranks' mean (grad_reducer.h); bf16 and fp32
+  // have fp32's range, and sum exactly as before.
+  const at::ScalarType reduced = full_grads_.defined() ? full_grads_.scalar_type() : like.scalar_type();
+  if (reduced == at::kHalf && comm.world_size() > 1) ro.predivide = static_cast<double>(comm.world_size());
+  predivide_ = ro.predivide;
   reducer_ = std::make_unique<GradReducer>(layout_, comm, ledger, ro, full_grads_, at::empty({0}, like.options()),
                                            [this](int b, const at::Tensor& chunk) { consume(b, chunk); });
 }

@@ -73,6 +73,9 @@ class GradPath {
   // NaN when any element is not finite. Each bucket's norm is fp32, their
   // squares are summed in fp64.
   at::Tensor local_sq_norm(int buf) const;
+  // What the buffers' sum over the ranks was divided by already (the
+  // reducer's predivide): the ranks' count in fp16, else 1.
+  double predivided() const { return predivide_; }
   // The window's gradients are complete: on a GPU with offload, records
   // their copies' completion.
   void window_done(int buf);
@@ -131,6 +134,7 @@ class GradPath {
   StepTimeline* timeline_ = nullptr;
   std::function<void(int)> on_bucket_reduced_;
   std::vector<memory::MemoryLedger::Registration> regs_;
+  double predivide_ = 1.0;
   std::unique_ptr<GradReducer> reducer_;  // last: its consumer calls back into this object
 };
 

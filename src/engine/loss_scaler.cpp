@@ -10,7 +10,13 @@ namespace zero {
 LossScaler::LossScaler(const LossScalerOptions& opts)
     : opts_(opts),
       scale_(opts.dynamic ? std::ldexp(1.0f, opts.initial_scale_power) : opts.static_scale),
-      hysteresis_left_(opts.hysteresis) {}
+      hysteresis_left_(opts.hysteresis) {
+  // (The config refuses it too, naming the keys; this is for a scaler built
+  // from options set in code.)
+  ZERO_CHECK(!opts.dynamic || opts.min_loss_scale <= scale_, "fp16: min_loss_scale ", opts.min_loss_scale,
+             " is above the dynamic loss scale's start, 2^initial_scale_power = ", scale_,
+             ": the scale could never come down to it; lower min_loss_scale or raise initial_scale_power");
+}
 
 void LossScaler::restore(const State& s) {
   // A static scale stays the configured one (the checkpoint may come from
@@ -43,13 +49,15 @@ bool LossScaler::update(bool overflow) {
       }
     }
     last_overflow_iter_ = iter_;
-  } else if (opts_.dynamic && opts_.consecutive_hysteresis) {
-    hysteresis_left_ = opts_.hysteresis;  // DeepSpeed: restored on every step without overflow
-    if ((iter_ - last_overflow_iter_) % opts_.loss_scale_window == 0) scale_ *= 2.0f;
-  } else if (opts_.dynamic && (iter_ - last_overflow_iter_) % opts_.loss_scale_window == 0) {
-    // DeepSpeed counts the window from the last overflow (or from the start).
-    hysteresis_left_ = opts_.hysteresis;
-    scale_ *= 2.0f;
+  } else if (opts_.dynamic) {
+    // DeepSpeed (0.18 on) counts the steps without overflow since the last
+    // overflow (or since the start) before this one, and doubles at each
+    // full window of them: a window of W doubles at the (W+1)-th clean step.
+    // (Earlier DeepSpeed doubled one step sooner, at (iter - last) % W == 0.)
+    const std::int64_t stable = iter_ - last_overflow_iter_ - 1;
+    const bool doubles = stable > 0 && stable % opts_.loss_scale_window == 0;
+    if (opts_.consecutive_hysteresis || doubles) hysteresis_left_ = opts_.hysteresis;
+    if (doubles) scale_ *= 2.0f;
   }
   ++iter_;
   return overflow;

@@ -34,9 +34,11 @@ void Precision::backward(const at::Tensor& loss, int accumulation) const {
   }
 }
 
-StepDecision Precision::decide(double global_sq, int world) {
-  // Sum over ranks of the window's mean, times the loss scale -> the mean gradient.
-  const double inv = 1.0 / (static_cast<double>(world) * scaler_.scale());
+StepDecision Precision::decide(double global_sq, double ranks_summed) {
+  // Sum over ranks of the window's mean (ranks_summed of them: 1 where the
+  // reduction carried their mean already), times the loss scale -> the
+  // mean gradient.
+  const double inv = 1.0 / (ranks_summed * scaler_.scale());
   StepDecision d;
   d.norm = std::sqrt(global_sq) * inv;
   if (scaler_.update(!std::isfinite(d.norm))) {

@@ -37,10 +37,11 @@ class Precision {
   // fp16's range holds them at the same loss scale whatever the accumulation.
   void backward(const at::Tensor& loss, int accumulation) const;
 
-  // global_sq: the squared norm of the gradients summed over `world` ranks
-  // (each already the window's mean), still times the loss scale. Updates
-  // the scaler.
-  StepDecision decide(double global_sq, int world);
+  // global_sq: the squared norm of the gradients summed over
+  // `ranks_summed` ranks (each already the window's mean; 1 where the
+  // reduction divided by the ranks first), still times the loss scale.
+  // Updates the scaler.
+  StepDecision decide(double global_sq, double ranks_summed);
 
  private:
   c10::ScalarType dtype_;

@@ -108,6 +108,7 @@ void GradReducer::launch(int b) {
   while (static_cast<int>(in_flight_.size()) >= opts_.max_in_flight) finish_oldest();
   const Bucket& bucket = layout_.buckets()[static_cast<std::size_t>(b)];
   at::Tensor s = bucket_storage(b);
+  if (opts_.predivide != 1.0) s.div_(opts_.predivide);
   const DType dt = to_dtype(s.scalar_type());
   comm::WorkPtr work;
   if (opts_.mode == GradReduceMode::kAllReduceFull) {

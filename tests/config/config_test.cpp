@@ -404,6 +404,10 @@ TEST(Config, RangesAreChecked) {
       {R"("fp16": {"loss_scale_window": 0})", "fp16.loss_scale_window: expected a positive integer"},
       {R"("fp16": {"loss_scale_window": 3000000000})", "fp16.loss_scale_window: expected a positive integer (at most 2147483647), got 3000000000"},
       {R"("fp16": {"min_loss_scale": -0.5})", "fp16.min_loss_scale: expected a number >= 0, got -0.5"},
+      {R"("fp16": {"enabled": true, "initial_scale_power": 4, "min_loss_scale": 1024})",
+       "fp16.min_loss_scale: the floor 1024 is above the dynamic loss scale's start, 2^initial_scale_power = 16: "
+       "the scale could never come down to it. Lower min_loss_scale to at most 16, or raise initial_scale_power to "
+       "at least 10"},
       {R"("fp16": {"loss_scale": -1})", "fp16.loss_scale: expected a number >= 0, got -1"},
       {R"("fp16": {"initial_scale_power": 128})", "fp16.initial_scale_power: expected an integer 0..127, got 128"},
       {R"("zero_optimization": {"reduce_bucket_size": -1})", "zero_optimization.reduce_bucket_size: expected an integer >= 0, got -1"},

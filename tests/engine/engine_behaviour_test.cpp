@@ -1208,6 +1208,51 @@ TEST(Overflow, Fp16AccumulationStandsTheLossScaleOfOneMicroBatch) {
   }
 }
 
+// fp16 over N ranks: the reduction carries the ranks' mean, as DeepSpeed's
+// ZeRO does (it divides by the ranks before reducing), so ranks whose
+// gradients fit fp16 never overflow their sum. Every rank takes the same
+// rows here, so each rank's gradient is the mean: the largest loss scale a
+// plain LibTorch fp16 backward of those rows stands is the largest the
+// engine stands on any number of ranks, at every stage. Before, the fp16
+// sum of N ranks overflowed at half that scale or less (an outside probe:
+// scale 180000, 2 ranks, every step skipped).
+TEST(Overflow, Fp16RanksReduceTheirMeanNotTheirSum) {
+  comm::Communicator& comm = world_comm();
+  const int world = comm.world_size();
+  const int micro = kGlobalBatch / world;
+  const GlobalBatch gb = global_batch(ModelKind::kMlp, 0);
+  const at::Tensor x = gb.x.narrow(0, 0, micro), y = gb.y.narrow(0, 0, micro);
+  // The reference: a plain fp16 copy of the model, its backward at `scale`.
+  auto plain_stands = [&](float scale) {
+    auto model = make_model(ModelKind::kMlp);
+    model->to(at::kHalf);
+    (micro_loss(ModelKind::kMlp, *model, x, y, at::kHalf) * scale).backward();
+    for (const at::Tensor& p : model->parameters()) {
+      if (!at::isfinite(p.grad()).all().item<bool>()) return false;
+    }
+    return true;
+  };
+  float largest = 0.0f;
+  for (int k = 30; k >= 0 && largest == 0.0f; --k) {
+    if (plain_stands(std::ldexp(1.0f, k))) largest = std::ldexp(1.0f, k);
+  }
+  ASSERT_GT(largest, 1.0f);
+  ASSERT_LT(largest, std::ldexp(1.0f, 30)) << "no scale overflows; the test needs one";
+  for (int stage : {0, 1, 2, 3}) {
+    auto stepped = [&](float scale) {
+      config::Config cfg = make_config(stage, false, false, world, micro, 1);
+      cfg.fp16.enabled = true;
+      cfg.fp16.loss_scale = scale;
+      auto model = make_model(ModelKind::kMlp);
+      Engine engine(model, cfg, comm);
+      engine.backward(micro_loss(ModelKind::kMlp, *model, x, y, engine.dtype()));
+      return engine.step();
+    };
+    EXPECT_TRUE(stepped(largest)) << "stage " << stage << ", " << world << " rank(s), loss scale " << largest;
+    EXPECT_FALSE(stepped(2.0f * largest)) << "stage " << stage << ": the overflow the reference has";
+  }
+}
+
 TEST(LossScaler, DeepSpeedDynamicSemantics) {
   LossScalerOptions o;
   o.dynamic = true;
@@ -1230,10 +1275,66 @@ TEST(LossScaler, DeepSpeedDynamicSemantics) {
   EXPECT_EQ(s.skipped_steps(), 3);
   EXPECT_FALSE(s.update(false));
   EXPECT_FALSE(s.update(false));
-  EXPECT_EQ(s.scale(), 64.0f);
-  EXPECT_FALSE(s.update(false));  // 3 good steps since the overflow: doubles
+  EXPECT_FALSE(s.update(false));
+  EXPECT_EQ(s.scale(), 64.0f);    // a window of 3 clean steps after the overflow...
+  EXPECT_FALSE(s.update(false));  // ... doubles at the next one (DeepSpeed 0.18 on)
   EXPECT_EQ(s.scale(), 128.0f);
   EXPECT_EQ(s.hysteresis_left(), 2);
+}
+
+// The scale after each step against DeepSpeed 0.19.8's own DynamicLossScaler
+// (deepspeed/runtime/fp16/loss_scaler.py run on the same overflow sequence;
+// an outside probe's reference): the window counts the clean steps since the
+// last overflow before this one ("stable_interval"), with and without
+// consecutive_hysteresis.
+TEST(LossScaler, FollowsDeepSpeed0198StepByStep) {
+  struct Case {
+    int power, window, hysteresis;
+    bool consecutive;
+    const char* overflows;
+    std::vector<float> deepspeed;
+  };
+  const std::vector<Case> cases = {
+      {4, 2, 1, false, "0000000", {16, 16, 32, 32, 64, 64, 128}},
+      {10, 3, 3, false, "0111100011000000",
+       {1024, 1024, 1024, 512, 256, 256, 256, 256, 128, 64, 64, 64, 64, 128, 128, 128}},
+      {8, 2, 2, true, "1010110000010000",
+       {256, 256, 256, 256, 256, 128, 128, 128, 256, 256, 512, 512, 512, 512, 1024, 1024}},
+  };
+  for (const Case& c : cases) {
+    LossScalerOptions o;
+    o.dynamic = true;
+    o.initial_scale_power = c.power;
+    o.loss_scale_window = c.window;
+    o.hysteresis = c.hysteresis;
+    o.consecutive_hysteresis = c.consecutive;
+    LossScaler s(o);
+    for (std::size_t i = 0; c.overflows[i] != '\0'; ++i) {
+      const bool overflow = c.overflows[i] == '1';
+      EXPECT_EQ(s.update(overflow), overflow);
+      EXPECT_EQ(s.scale(), c.deepspeed[i]) << "step " << i << " of " << c.overflows << " (window " << c.window
+                                           << ", hysteresis " << c.hysteresis << ")";
+    }
+  }
+}
+
+// A floor above the start could never be reached (DeepSpeed would jump the
+// scale up to it at the first overflow): refused where the scaler is built.
+TEST(LossScaler, AFloorAboveTheStartIsRefused) {
+  LossScalerOptions o;
+  o.dynamic = true;
+  o.initial_scale_power = 4;
+  o.min_loss_scale = 1024.0f;
+  try {
+    LossScaler s(o);
+    FAIL() << "a floor above the start was accepted";
+  } catch (const ::zero::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("min_loss_scale 1024 is above the dynamic loss scale's start"),
+              std::string::npos)
+        << e.what();
+  }
+  o.min_loss_scale = 16.0f;  // at the start: fine
+  EXPECT_NO_THROW(LossScaler{o});
 }
 
 // fp16.consecutive_hysteresis (DeepSpeed's): every step without overflow

@@ -1,13 +1,15 @@
 // Loss scaling for fp16 training, with DeepSpeed's semantics
-// (deepspeed/runtime/fp16/loss_scaler.py, DynamicLossScaler):
+// (deepspeed/runtime/fp16/loss_scaler.py, DynamicLossScaler, as of 0.18):
 //
 //  - static: loss_scale > 0 keeps that scale forever; an overflow still skips
 //    the step.
 //  - dynamic (loss_scale == 0): start at 2^initial_scale_power. On an overflow
 //    the step is skipped; if `hysteresis` overflows have been tolerated the
 //    scale is divided by 2 (never below min_loss_scale), otherwise one unit of
-//    hysteresis is spent. After `loss_scale_window` steps without overflow
-//    since the last one, the scale doubles and the hysteresis is refilled.
+//    hysteresis is spent. When `loss_scale_window` steps without overflow
+//    have passed since the last one (or the start) before this step, the
+//    scale doubles and the hysteresis is refilled: at the (W+1)-th clean
+//    step, then every W (DeepSpeed before 0.18 doubled one step sooner).
 //    With consecutive_hysteresis every step without overflow refills it, so
 //    only `hysteresis` overflows in a row halve the scale. An overflow with
 //    the scale at min_loss_scale and the hysteresis spent throws (DeepSpeed's

@@ -73,6 +73,12 @@ class GradReducer {
     GradReduceMode mode = GradReduceMode::kAllReduceFull;
     bool overlap_comm = true;
     int max_in_flight = 2;
+    // Each bucket is divided by this before its reduction (1: none). In
+    // fp16 the engine divides by the number of ranks, so that the ranks'
+    // mean, not their sum, goes through fp16's range (65504), as DeepSpeed's
+    // ZeRO does: N ranks whose gradients fit would otherwise overflow their
+    // sum, and the dynamic loss scale would settle log2(N) bits lower.
+    double predivide = 1.0;
   };
 
   // full_grads: k*Full modes only, the flat gradient buffer
