@@ -31,6 +31,14 @@ UnitAssignment assign_units(const torch::nn::Module& root, const std::vector<at:
     }
     for (const auto& m : a.units[u]->modules(/*include_self=*/false)) inside[u].insert(m.get());
   }
+  // For each parameter, the modules that register it themselves: a tied
+  // weight has two (an embedding at the root and a head in a unit).
+  std::unordered_map<const void*, std::vector<const torch::nn::Module*>> registrants;
+  std::unordered_set<const torch::nn::Module*> visited;
+  for (const auto& m : root.modules(/*include_self=*/true)) {
+    if (!visited.insert(m.get()).second) continue;
+    for (const at::Tensor& p : m->parameters(/*recurse=*/false)) registrants[p.unsafeGetTensorImpl()].push_back(m.get());
+  }
   a.groups.assign(params.size(), -1);
   for (std::size_t i = 0; i < params.size(); ++i) {
     if (params[i].numel() < persistence_threshold) continue;
@@ -41,10 +49,17 @@ UnitAssignment assign_units(const torch::nn::Module& root, const std::vector<at:
       const bool innermost = std::all_of(it->second.begin(), it->second.end(), [&](int d) {
         return d == c || inside[static_cast<std::size_t>(d)].count(a.units[static_cast<std::size_t>(c)]) > 0;
       });
-      if (innermost) {
-        a.groups[i] = c;
-        break;
-      }
+      if (!innermost) continue;
+      // ... and only when every module that registers it is that unit or
+      // inside it: one outside (the embedding of a tied head that is a
+      // unit) uses it while the unit is released, so it stays gathered.
+      const torch::nn::Module* unit = a.units[static_cast<std::size_t>(c)];
+      const auto& regs = registrants[params[i].unsafeGetTensorImpl()];
+      const bool all_inside = std::all_of(regs.begin(), regs.end(), [&](const torch::nn::Module* r) {
+        return r == unit || inside[static_cast<std::size_t>(c)].count(r) > 0;
+      });
+      if (all_inside) a.groups[i] = c;
+      break;
     }
   }
   return a;
@@ -306,7 +321,8 @@ std::string UnitSchedule::describe(std::int64_t persistence_threshold, c10::Scal
   std::string out = "zerocpp: stage 3: " + std::to_string(units_.size()) + " units in " +
                     std::to_string(L.buckets().size() - kept_buckets) + " buckets; " + std::to_string(kept) + " of " +
                     std::to_string(L.numel()) + " parameters stay gathered, in " + std::to_string(kept_buckets) +
-                    " buckets (no unit, shared by two units, or below stage3_param_persistence_threshold=" +
+                    " buckets (no unit, shared by two units or with a module outside its unit, or below "
+                    "stage3_param_persistence_threshold=" +
                     std::to_string(persistence_threshold) + " elements)";
   std::size_t largest = 0, largest_bucket = 0;
   for (const UnitState& u : units_) {

@@ -117,14 +117,16 @@ at::Tensor unit(const torch::nn::Module& m, const at::Tensor& x,
   // runs later-made nodes first: those of fn, including the ones computed
   // from the unit's parameters alone) and not when other users of x have.
   // An input that needs no gradient (data entering a first unit) is made a
-  // leaf that does, under grad mode, and viewed the same way (the leaf's own
-  // hook would fire at once, as soon as its gradient exists); one that
+  // leaf that does, under grad mode, and copied (the leaf's own hook would
+  // fire at once, as soon as its gradient exists; and LibTorch refuses an
+  // in-place op on a view of a leaf that needs a gradient, where the plain
+  // model may change its data in place: an in-place ReLU first). One that
   // cannot have a gradient (integer token ids) is the end of the backward.
   const bool track = at::GradMode::is_enabled();
   const bool differentiable = x.is_floating_point() || x.is_complex();
   const at::Tensor in = !track || !differentiable ? x
                         : x.requires_grad()        ? x.view_as(x)
-                        : h->trains_parameters()   ? x.detach().requires_grad_(true).view_as(x)
+                        : h->trains_parameters()   ? x.detach().requires_grad_(true).clone()
                                                    : x;
   h->gather();
   at::Tensor out;

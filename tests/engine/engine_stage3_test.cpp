@@ -609,6 +609,84 @@ TEST(Stage3, ModelWithNoUnitTrainsAsOneUnitAndSaysSo) {
   }
 }
 
+// GPT's tied weights the other way round from the docs' example: the
+// embedding is no unit (it runs at the root) and the output head is a unit
+// registering the same weight. The embedding uses it while the head is
+// released, so it stays gathered (an outside probe: stage 3 partitioned it,
+// and the first forward failed in LibTorch's embedding, "'weight' must be
+// 2-D", naming nothing). And a unit fed data that needs no gradient may
+// change it in place (an in-place ReLU first): LibTorch refused it on
+// stage 3's stand-in for the input, a view of a leaf.
+struct TiedHeadUnitNet : torch::nn::Module {
+  TiedHeadUnitNet() {
+    emb = register_module("emb", torch::nn::Embedding(8, 32));
+    inp = register_module("inp", torch::nn::Linear(16, 32));
+    block = register_module("block", torch::nn::Linear(32, 32));
+    head = register_module("head", std::make_shared<torch::nn::Module>());
+    head->register_parameter("weight", emb->weight);
+    for (torch::nn::Module* m : {static_cast<torch::nn::Module*>(inp.get()), static_cast<torch::nn::Module*>(block.get()),
+                                 head.get()}) {
+      zero::mark_unit(*m);
+    }
+  }
+  at::Tensor forward(const at::Tensor& x) {
+    const at::Tensor bits = (x.narrow(1, 0, 3) > 0).to(at::kLong);
+    const at::Tensor tokens = bits.select(1, 0) + 2 * bits.select(1, 1) + 4 * bits.select(1, 2);
+    at::Tensor h = zero::unit(*inp, x, [&](const at::Tensor& in) {
+      at::Tensor t = in.mul_(0.5);  // in place, on the data
+      return inp->forward(t.relu_());
+    });
+    h = at::gelu(h + emb->forward(tokens));
+    h = at::gelu(zero::unit(*block, h, [&](const at::Tensor& in) { return block->forward(in); }));
+    const at::Tensor w = emb->weight;
+    const at::Tensor logits = zero::unit(*head, h, [&](const at::Tensor& in) { return at::linear(in, w); });
+    return logits.narrow(1, 0, 4);
+  }
+  torch::nn::Embedding emb{nullptr};
+  torch::nn::Linear inp{nullptr}, block{nullptr};
+  std::shared_ptr<torch::nn::Module> head;
+};
+
+TEST(Stage3, ATiedWeightUsedOutsideItsUnitStaysGatheredAndAUnitMayChangeItsDataInPlace) {
+  comm::Communicator& comm = world_comm();
+  const int world = comm.world_size();
+  const int micro = kGlobalBatch / world;
+  auto run = [&](int stage, std::string* said) {
+    torch::manual_seed(1234);
+    auto model = std::make_shared<TiedHeadUnitNet>();
+    config::Config cfg = make_config(stage, false, false, world, micro, 1);
+    testing::internal::CaptureStderr();
+    Engine engine(model, cfg, comm);
+    const std::string err = testing::internal::GetCapturedStderr();
+    if (said != nullptr) *said = err;
+    std::vector<float> losses;
+    for (int step = 0; step < 4; ++step) {
+      const GlobalBatch gb = global_batch(ModelKind::kMlp, step);
+      // (A copy: the model changes its data in place.)
+      const at::Tensor x = gb.x.narrow(0, comm.rank() * micro, micro).clone();
+      const at::Tensor loss = at::mse_loss(model->forward(x), gb.y.narrow(0, comm.rank() * micro, micro));
+      losses.push_back(loss.item<float>());
+      engine.backward(loss);
+      engine.step();
+    }
+    return std::make_pair(losses, engine.gather_master_params());
+  };
+  std::string said;
+  const auto [got_losses, got] = run(3, &said);
+  const auto [ref_losses, ref] = run(0, nullptr);
+  if (comm.rank() == 0) {
+    // emb.weight (8 x 32) stays gathered; the Linear units' parameters are partitioned.
+    EXPECT_NE(said.find("256 of 1856 parameters stay gathered"), std::string::npos) << said;
+  }
+  for (std::size_t i = 0; i < ref_losses.size(); ++i) {
+    EXPECT_NEAR(got_losses[i], ref_losses[i], 1e-5 * std::abs(ref_losses[i])) << "step " << i;
+  }
+  ASSERT_EQ(got.size(), ref.size());
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    EXPECT_LT((got[i] - ref[i]).abs().max().item<float>(), 1e-5f) << "parameter " << i;
+  }
+}
+
 // ---- the module given back ----------------------------------------------------
 
 // When the engine goes, the module's parameters are gathered back: plain
