@@ -1160,6 +1160,9 @@ TEST(Overflow, Fp16DynamicScaleFollowsHysteresisAcrossRanks) {
       if ((step == 2 || step == 3) && comm.rank() == world - 1) loss = loss * std::numeric_limits<float>::quiet_NaN();
       engine.backward(loss);
       EXPECT_EQ(engine.step(), step != 2 && step != 3) << "stage " << stage << " step " << step;
+      // A skipped step clipped nothing: its norms are its own (not the step before's).
+      EXPECT_EQ(std::isfinite(engine.stats().clipped_grad_norm), step != 2 && step != 3) << "step " << step;
+      EXPECT_EQ(std::isfinite(engine.stats().grad_norm), step != 2 && step != 3) << "step " << step;
       scales.push_back(engine.stats().loss_scale);
     }
     // First overflow spends the hysteresis, the second halves 16 -> 8.
