@@ -54,9 +54,9 @@ void read_fp16(SectionReader& top, Fp16Config& fp16) {
   if (auto v = r.read_float("min_loss_scale", kNonNegativeReal)) {
     fp16.min_loss_scale = std::max(*v, std::numeric_limits<float>::min());
   }
-  // A floor above the start: the first overflow would raise the scale to
-  // the floor (DeepSpeed's max(scale / 2, min)), or, at the floor already,
-  // end the run. Said before training instead.
+  // A floor above the start: DeepSpeed's max(scale / 2, min) raises the
+  // scale to the floor at the first overflow that halves it. Taken as
+  // DeepSpeed takes it, and said.
   const double initial = std::ldexp(1.0, fp16.initial_scale_power);
   if (fp16.enabled && fp16.loss_scale == 0.0f && fp16.min_loss_scale > initial) {
     auto text = [](double v) {
@@ -64,11 +64,11 @@ void read_fp16(SectionReader& top, Fp16Config& fp16) {
       std::snprintf(buf, sizeof buf, v == std::floor(v) && v < 1e15 ? "%.0f" : "%g", v);
       return std::string(buf);
     };
-    r.fail("min_loss_scale", "the floor " + text(fp16.min_loss_scale) + " is above the dynamic loss scale's start, " +
-                                 "2^initial_scale_power = " + text(initial) + ": the scale could never come down to "
-                                 "it. Lower min_loss_scale to at most " + text(initial) + ", or raise "
-                                 "initial_scale_power to at least " +
-                                 std::to_string(std::min(127, static_cast<int>(std::ceil(std::log2(fp16.min_loss_scale))))));
+    r.context().warn("'fp16.min_loss_scale' (" + text(fp16.min_loss_scale) +
+                     ") is above the dynamic loss scale's start, 2^initial_scale_power = " + text(initial) +
+                     ": the first overflow that halves the scale raises it to " + text(fp16.min_loss_scale) +
+                     " instead (DeepSpeed's max(scale / 2, min_loss_scale)), and an overflow there ends the run. "
+                     "Give a min_loss_scale of at most " + text(initial) + " for a floor below the start");
   }
 }
 

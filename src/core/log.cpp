@@ -9,14 +9,17 @@
 namespace zero {
 namespace {
 
+// Never destroyed: a destructor that says something at the process's exit
+// (an engine in a global, a Work abandoned) runs after function statics
+// are gone.
 std::mutex& sink_mutex() {
-  static std::mutex m;
-  return m;
+  static auto* m = new std::mutex;
+  return *m;
 }
 
 LogSink& current_sink() {
-  static LogSink sink;  // empty: log_to_stderr
-  return sink;
+  static auto* sink = new LogSink;  // empty: log_to_stderr
+  return *sink;
 }
 
 }  // namespace

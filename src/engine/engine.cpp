@@ -663,9 +663,9 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
                        "released with them, never stepped%s",
                        P.frozen_partitioned(), memory::format_bytes(P.frozen_partitioned_bytes()).c_str(),
                        c10::toString(dtype),
-                       P.frozen_bytes() > 0 ? "; the rest stay whole on every rank (no unit, shared by two units, "
-                                              "below stage3_param_persistence_threshold, or not in the training "
-                                              "precision)"
+                       P.frozen_bytes() > 0 ? "; the rest stay whole on every rank (no unit, shared by two units "
+                                              "or with a module outside its unit, below "
+                                              "stage3_param_persistence_threshold, or not in the training precision)"
                                             : "");
     }
     m.guard.commit();

@@ -10,13 +10,7 @@ namespace zero {
 LossScaler::LossScaler(const LossScalerOptions& opts)
     : opts_(opts),
       scale_(opts.dynamic ? std::ldexp(1.0f, opts.initial_scale_power) : opts.static_scale),
-      hysteresis_left_(opts.hysteresis) {
-  // (The config refuses it too, naming the keys; this is for a scaler built
-  // from options set in code.)
-  ZERO_CHECK(!opts.dynamic || opts.min_loss_scale <= scale_, "fp16: min_loss_scale ", opts.min_loss_scale,
-             " is above the dynamic loss scale's start, 2^initial_scale_power = ", scale_,
-             ": the scale could never come down to it; lower min_loss_scale or raise initial_scale_power");
-}
+      hysteresis_left_(opts.hysteresis) {}
 
 void LossScaler::restore(const State& s) {
   // A static scale stays the configured one (the checkpoint may come from
@@ -32,8 +26,10 @@ void LossScaler::restore(const State& s) {
 
 bool LossScaler::update(bool overflow) {
   // DeepSpeed's DynamicLossScaler (raise_error_at_min_scale, on in its ZeRO
-  // optimizers) ends the run here: halving cannot go on.
-  ZERO_CHECK(!(overflow && opts_.dynamic && hysteresis_left_ <= 1 && scale_ <= opts_.min_loss_scale),
+  // optimizers) ends the run here: halving cannot go on. (At the floor
+  // exactly: a scale that starts below a floor above it is raised to the
+  // floor by its first halving, max(scale / 2, min), as in DeepSpeed.)
+  ZERO_CHECK(!(overflow && opts_.dynamic && hysteresis_left_ <= 1 && scale_ == opts_.min_loss_scale),
              "fp16: the gradients overflowed with the loss scale already at its minimum (fp16.min_loss_scale ",
              opts_.min_loss_scale, ") and the hysteresis spent, so a smaller scale cannot help (DeepSpeed ends the "
              "run here too: \"Current loss scale already at minimum\"). The model diverged or fp16 cannot hold its "

@@ -14,53 +14,52 @@ UnitAssignment assign_units(const torch::nn::Module& root, const std::vector<at:
                             std::int64_t persistence_threshold) {
   UnitAssignment a;
   // A module registered under two names (a block shared by two layers) is
-  // listed by named_modules() under each: it is one unit, named by the first.
-  std::unordered_set<const torch::nn::Module*> listed;
+  // listed by named_modules() under each: it is one unit, named by the
+  // first, found at either path.
+  std::unordered_map<const torch::nn::Module*, int> index;
+  std::unordered_map<std::string, int> unit_at;
+  // For each parameter, the path of every module that registers it itself
+  // (a tied weight has two: an embedding and a head; a shared block's
+  // parameters one per name).
+  std::unordered_map<const void*, std::vector<std::string>> registrants;
   for (const auto& item : root.named_modules(/*name_prefix=*/"", /*include_self=*/true)) {
-    if (!is_unit(*item.value()) || !listed.insert(item.value().get()).second) continue;
-    a.units.push_back(item.value().get());
-    a.names.push_back(item.key());
-  }
-  // For each parameter, the units that hold it; for each unit, the modules inside it.
-  std::unordered_map<const void*, std::vector<int>> holders;
-  std::vector<std::unordered_set<const torch::nn::Module*>> inside(a.units.size());
-  for (std::size_t u = 0; u < a.units.size(); ++u) {
-    for (const at::Tensor& p : a.units[u]->parameters(/*recurse=*/true)) {
-      std::vector<int>& h = holders[p.unsafeGetTensorImpl()];
-      if (h.empty() || h.back() != static_cast<int>(u)) h.push_back(static_cast<int>(u));
+    const torch::nn::Module* m = item.value().get();
+    for (const at::Tensor& p : m->parameters(/*recurse=*/false)) registrants[p.unsafeGetTensorImpl()].push_back(item.key());
+    if (!is_unit(*m)) continue;
+    const auto [it, first] = index.emplace(m, static_cast<int>(a.units.size()));
+    if (first) {
+      a.units.push_back(m);
+      a.names.push_back(item.key());
     }
-    for (const auto& m : a.units[u]->modules(/*include_self=*/false)) inside[u].insert(m.get());
+    unit_at.emplace(item.key(), it->second);
   }
-  // For each parameter, the modules that register it themselves: a tied
-  // weight has two (an embedding at the root and a head in a unit).
-  std::unordered_map<const void*, std::vector<const torch::nn::Module*>> registrants;
-  std::unordered_set<const torch::nn::Module*> visited;
-  for (const auto& m : root.modules(/*include_self=*/true)) {
-    if (!visited.insert(m.get()).second) continue;
-    for (const at::Tensor& p : m->parameters(/*recurse=*/false)) registrants[p.unsafeGetTensorImpl()].push_back(m.get());
-  }
+  // The units around a module's path, innermost first.
+  auto units_around = [&](std::string path) {
+    std::vector<int> out;
+    for (;;) {
+      if (const auto it = unit_at.find(path); it != unit_at.end()) out.push_back(it->second);
+      if (path.empty()) break;
+      const std::size_t dot = path.rfind('.');
+      path = dot == std::string::npos ? std::string() : path.substr(0, dot);
+    }
+    return out;
+  };
+  // A parameter belongs to the innermost unit around every module that
+  // registers it: inside it, each of them runs while the unit is gathered.
+  // Where no unit is around them all (two sibling blocks sharing a weight;
+  // an embedding at the root tied to a head that is a unit), it stays
+  // gathered.
   a.groups.assign(params.size(), -1);
   for (std::size_t i = 0; i < params.size(); ++i) {
     if (params[i].numel() < persistence_threshold) continue;
-    const auto it = holders.find(params[i].unsafeGetTensorImpl());
-    if (it == holders.end()) continue;
-    // The innermost holder: inside every other one.
-    for (int c : it->second) {
-      const bool innermost = std::all_of(it->second.begin(), it->second.end(), [&](int d) {
-        return d == c || inside[static_cast<std::size_t>(d)].count(a.units[static_cast<std::size_t>(c)]) > 0;
-      });
-      if (!innermost) continue;
-      // ... and only when every module that registers it is that unit or
-      // inside it: one outside (the embedding of a tied head that is a
-      // unit) uses it while the unit is released, so it stays gathered.
-      const torch::nn::Module* unit = a.units[static_cast<std::size_t>(c)];
-      const auto& regs = registrants[params[i].unsafeGetTensorImpl()];
-      const bool all_inside = std::all_of(regs.begin(), regs.end(), [&](const torch::nn::Module* r) {
-        return r == unit || inside[static_cast<std::size_t>(c)].count(r) > 0;
-      });
-      if (all_inside) a.groups[i] = c;
-      break;
+    const auto it = registrants.find(params[i].unsafeGetTensorImpl());
+    if (it == registrants.end() || it->second.empty()) continue;
+    std::vector<int> around = units_around(it->second.front());
+    for (std::size_t r = 1; r < it->second.size() && !around.empty(); ++r) {
+      const std::vector<int> also = units_around(it->second[r]);
+      std::erase_if(around, [&](int u) { return std::find(also.begin(), also.end(), u) == also.end(); });
     }
+    if (!around.empty()) a.groups[i] = around.front();
   }
   return a;
 }

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <limits>
+#include <map>
 #include <cstdio>
 #include <fstream>
 #include <regex>
@@ -1225,13 +1226,16 @@ TEST(Overflow, Fp16RanksReduceTheirMeanNotTheirSum) {
   const int micro = kGlobalBatch / world;
   const GlobalBatch gb = global_batch(ModelKind::kMlp, 0);
   const at::Tensor x = gb.x.narrow(0, 0, micro), y = gb.y.narrow(0, 0, micro);
-  // The reference: a plain fp16 copy of the model, its backward at `scale`.
+  // The reference: a plain fp16 copy of the model, its backward at `scale`
+  // (its gradients, unscaled, in `grads`).
+  std::map<std::string, at::Tensor> grads;
   auto plain_stands = [&](float scale) {
     auto model = make_model(ModelKind::kMlp);
     model->to(at::kHalf);
     (micro_loss(ModelKind::kMlp, *model, x, y, at::kHalf) * scale).backward();
-    for (const at::Tensor& p : model->parameters()) {
-      if (!at::isfinite(p.grad()).all().item<bool>()) return false;
+    for (const auto& p : model->named_parameters()) {
+      if (!at::isfinite(p.value().grad()).all().item<bool>()) return false;
+      grads[p.key()] = p.value().grad().to(at::kFloat) / scale;
     }
     return true;
   };
@@ -1241,6 +1245,7 @@ TEST(Overflow, Fp16RanksReduceTheirMeanNotTheirSum) {
   }
   ASSERT_GT(largest, 1.0f);
   ASSERT_LT(largest, std::ldexp(1.0f, 30)) << "no scale overflows; the test needs one";
+  ASSERT_TRUE(plain_stands(largest));  // (its gradients, for full_grad below)
   for (int stage : {0, 1, 2, 3}) {
     auto stepped = [&](float scale) {
       config::Config cfg = make_config(stage, false, false, world, micro, 1);
@@ -1249,6 +1254,15 @@ TEST(Overflow, Fp16RanksReduceTheirMeanNotTheirSum) {
       auto model = make_model(ModelKind::kMlp);
       Engine engine(model, cfg, comm);
       engine.backward(micro_loss(ModelKind::kMlp, *model, x, y, engine.dtype()));
+      if (scale == largest) {
+        // The mean gradient, read back: the reduction's 1/N and the scale
+        // divided out once each (fp16's rounding of the division aside).
+        for (const auto& [name, want] : grads) {
+          const at::Tensor got = engine.full_grad(name);
+          EXPECT_TRUE(at::allclose(got, want, 2e-3, 1e-6)) << name << " at stage " << stage << ": "
+                                                           << (got - want).abs().max().item<float>();
+        }
+      }
       return engine.step();
     };
     EXPECT_TRUE(stepped(largest)) << "stage " << stage << ", " << world << " rank(s), loss scale " << largest;
@@ -1321,23 +1335,26 @@ TEST(LossScaler, FollowsDeepSpeed0198StepByStep) {
   }
 }
 
-// A floor above the start could never be reached (DeepSpeed would jump the
-// scale up to it at the first overflow): refused where the scaler is built.
-TEST(LossScaler, AFloorAboveTheStartIsRefused) {
+// A floor above the start, as DeepSpeed 0.19.8 takes it (its
+// DynamicLossScaler run on the same steps: 16, 16, 1024, 1024, then
+// "Current loss scale already at minimum"): the first halving raises the
+// scale to the floor, max(scale / 2, min), and an overflow at the floor
+// with the hysteresis spent ends the run. (Before, the first overflow ended
+// it, saying the scale was at its minimum when it was at 16.)
+TEST(LossScaler, AFloorAboveTheStartIsWhereTheFirstHalvingGoes) {
   LossScalerOptions o;
   o.dynamic = true;
   o.initial_scale_power = 4;
+  o.hysteresis = 2;
   o.min_loss_scale = 1024.0f;
-  try {
-    LossScaler s(o);
-    FAIL() << "a floor above the start was accepted";
-  } catch (const ::zero::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("min_loss_scale 1024 is above the dynamic loss scale's start"),
-              std::string::npos)
-        << e.what();
+  LossScaler s(o);
+  std::vector<float> scales;
+  for (bool overflow : {false, true, true, false}) {
+    s.update(overflow);
+    scales.push_back(s.scale());
   }
-  o.min_loss_scale = 16.0f;  // at the start: fine
-  EXPECT_NO_THROW(LossScaler{o});
+  EXPECT_EQ(scales, (std::vector<float>{16, 16, 1024, 1024}));
+  EXPECT_THROW(s.update(true), ::zero::Error);
 }
 
 // fp16.consecutive_hysteresis (DeepSpeed's): every step without overflow

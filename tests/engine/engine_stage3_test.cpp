@@ -616,16 +616,22 @@ TEST(Stage3, ModelWithNoUnitTrainsAsOneUnitAndSaysSo) {
 // and the first forward failed in LibTorch's embedding, "'weight' must be
 // 2-D", naming nothing). And a unit fed data that needs no gradient may
 // change it in place (an in-place ReLU first): LibTorch refused it on
-// stage 3's stand-in for the input, a view of a leaf.
+// stage 3's stand-in for the input, a view of a leaf. `pair`: a unit
+// around two units that share a weight (`b` applies `a`'s): the weight is
+// the outer unit's, gathered while either inner one runs.
 struct TiedHeadUnitNet : torch::nn::Module {
   TiedHeadUnitNet() {
     emb = register_module("emb", torch::nn::Embedding(8, 32));
     inp = register_module("inp", torch::nn::Linear(16, 32));
     block = register_module("block", torch::nn::Linear(32, 32));
+    pair = register_module("pair", std::make_shared<torch::nn::Module>());
+    a = pair->register_module("a", torch::nn::Linear(32, 32));
+    b = pair->register_module("b", std::make_shared<torch::nn::Module>());
+    b->register_parameter("weight", a->weight);
     head = register_module("head", std::make_shared<torch::nn::Module>());
     head->register_parameter("weight", emb->weight);
     for (torch::nn::Module* m : {static_cast<torch::nn::Module*>(inp.get()), static_cast<torch::nn::Module*>(block.get()),
-                                 head.get()}) {
+                                 pair.get(), static_cast<torch::nn::Module*>(a.get()), b.get(), head.get()}) {
       zero::mark_unit(*m);
     }
   }
@@ -638,13 +644,18 @@ struct TiedHeadUnitNet : torch::nn::Module {
     });
     h = at::gelu(h + emb->forward(tokens));
     h = at::gelu(zero::unit(*block, h, [&](const at::Tensor& in) { return block->forward(in); }));
+    h = zero::unit(*pair, h, [&](const at::Tensor& in) {
+      const at::Tensor h1 = at::gelu(zero::unit(*a, in, [&](const at::Tensor& t) { return a->forward(t); }));
+      const at::Tensor aw = a->weight;
+      return at::gelu(zero::unit(*b, h1, [&](const at::Tensor& t) { return at::linear(t, aw); }));
+    });
     const at::Tensor w = emb->weight;
     const at::Tensor logits = zero::unit(*head, h, [&](const at::Tensor& in) { return at::linear(in, w); });
     return logits.narrow(1, 0, 4);
   }
   torch::nn::Embedding emb{nullptr};
-  torch::nn::Linear inp{nullptr}, block{nullptr};
-  std::shared_ptr<torch::nn::Module> head;
+  torch::nn::Linear inp{nullptr}, block{nullptr}, a{nullptr};
+  std::shared_ptr<torch::nn::Module> pair, b, head;
 };
 
 TEST(Stage3, ATiedWeightUsedOutsideItsUnitStaysGatheredAndAUnitMayChangeItsDataInPlace) {
@@ -675,8 +686,9 @@ TEST(Stage3, ATiedWeightUsedOutsideItsUnitStaysGatheredAndAUnitMayChangeItsDataI
   const auto [got_losses, got] = run(3, &said);
   const auto [ref_losses, ref] = run(0, nullptr);
   if (comm.rank() == 0) {
-    // emb.weight (8 x 32) stays gathered; the Linear units' parameters are partitioned.
-    EXPECT_NE(said.find("256 of 1856 parameters stay gathered"), std::string::npos) << said;
+    // emb.weight (8 x 32) stays gathered; the Linear units' parameters, and
+    // pair.a.weight with `pair`, are partitioned.
+    EXPECT_NE(said.find("256 of 2912 parameters stay gathered"), std::string::npos) << said;
   }
   for (std::size_t i = 0; i < ref_losses.size(); ++i) {
     EXPECT_NEAR(got_losses[i], ref_losses[i], 1e-5 * std::abs(ref_losses[i])) << "step " << i;

@@ -25,9 +25,11 @@
 // before `fn` runs: autograd runs the nodes made later (all of the unit's,
 // those computed from its parameters alone too) before it. A floating-point
 // input that needs no gradient (data entering a first unit) is given one
-// under grad mode, a leaf viewed the same way: one extra input gradient
-// (not for a unit whose parameters are all frozen: its backward, if any,
-// comes from gradients its input already carries). An
+// under grad mode: `fn` gets a copy of it made from a leaf that needs a
+// gradient (one more input-sized tensor and its gradient; an in-place op in
+// `fn` then changes the copy, not the caller's tensor), not for a unit
+// whose parameters are all frozen (its backward, if any, comes from
+// gradients its input already carries). An
 // input that cannot have one (token ids into an Embedding unit) leaves no
 // such mark: that unit stays gathered until the whole backward ends.
 // zero::models::Gpt marks its blocks.
