@@ -821,13 +821,17 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
         if (!std::exchange(restored, true)) set_log_sink(std::move(previous));
       }
       ~SinkRestore() { restore(); }
-    } sink{set_log_sink([&held](const LogRecord& r) {
+    } sink;
+    // (Every other line goes on to the sink in force before.)
+    sink.previous = set_log_sink([&held, &sink](const LogRecord& r) {
       if (r.topic == log_topic::checkpoint_param_settings) {
         held.emplace_back(r.text);
+      } else if (sink.previous) {
+        sink.previous(r);
       } else {
         log_to_stderr(r);
       }
-    })};
+    });
     try {
       client = engine.load_checkpoint(o.save_dir, o.resume);
     } catch (const Error& e) {

@@ -1171,7 +1171,11 @@ TEST(CheckpointSettings, RecordedPerParameterAndADifferenceIsSaid) {
     Trainer t{ModelKind::kTransformer, cfg, options};
     std::string said;
     bool loaded_said = false;
-    const LogSink previous = set_log_sink([&](const LogRecord& r) {
+    struct Restore {
+      LogSink previous;
+      ~Restore() { set_log_sink(std::move(previous)); }  // (also if the load throws)
+    } restore;
+    restore.previous = set_log_sink([&](const LogRecord& r) {
       if (r.topic == log_topic::checkpoint_param_settings) {
         EXPECT_EQ(r.level, LogLevel::warning);
         said += std::string(r.text) + "\n";
@@ -1180,7 +1184,6 @@ TEST(CheckpointSettings, RecordedPerParameterAndADifferenceIsSaid) {
       EXPECT_EQ(r.text.find("zerocpp: "), std::string_view::npos) << r.text;
     });
     t.engine->load_checkpoint(dir.string(), tag);
-    set_log_sink(previous);
     EXPECT_EQ(loaded_said, comm.rank() == 0);
     std::vector<float> more;
     t.steps(2, 3, more);
