@@ -1270,14 +1270,21 @@ TEST(Overflow, Fp16RanksReduceTheirMeanNotTheirSum) {
   }
 }
 
-TEST(LossScaler, DeepSpeedDynamicSemantics) {
+// A dynamic scaler's options (fp16.loss_scale 0).
+LossScalerOptions dynamic_scaling(int power, int window, int hysteresis, float min_scale = 1.0f,
+                                  bool consecutive = false) {
   LossScalerOptions o;
   o.dynamic = true;
-  o.initial_scale_power = 8;
-  o.loss_scale_window = 3;
-  o.hysteresis = 2;
-  o.min_loss_scale = 64.0f;
-  LossScaler s(o);
+  o.initial_scale_power = power;
+  o.loss_scale_window = window;
+  o.hysteresis = hysteresis;
+  o.min_loss_scale = min_scale;
+  o.consecutive_hysteresis = consecutive;
+  return o;
+}
+
+TEST(LossScaler, DeepSpeedDynamicSemantics) {
+  LossScaler s(dynamic_scaling(8, 3, 2, 64.0f));
   EXPECT_EQ(s.scale(), 256.0f);
   EXPECT_TRUE(s.update(true));   // first overflow spends hysteresis
   EXPECT_EQ(s.scale(), 256.0f);
@@ -1319,13 +1326,7 @@ TEST(LossScaler, FollowsDeepSpeed0198StepByStep) {
        {256, 256, 256, 256, 256, 128, 128, 128, 256, 256, 512, 512, 512, 512, 1024, 1024}},
   };
   for (const Case& c : cases) {
-    LossScalerOptions o;
-    o.dynamic = true;
-    o.initial_scale_power = c.power;
-    o.loss_scale_window = c.window;
-    o.hysteresis = c.hysteresis;
-    o.consecutive_hysteresis = c.consecutive;
-    LossScaler s(o);
+    LossScaler s(dynamic_scaling(c.power, c.window, c.hysteresis, 1.0f, c.consecutive));
     for (std::size_t i = 0; c.overflows[i] != '\0'; ++i) {
       const bool overflow = c.overflows[i] == '1';
       EXPECT_EQ(s.update(overflow), overflow);
@@ -1342,12 +1343,7 @@ TEST(LossScaler, FollowsDeepSpeed0198StepByStep) {
 // with the hysteresis spent ends the run. (Before, the first overflow ended
 // it, saying the scale was at its minimum when it was at 16.)
 TEST(LossScaler, AFloorAboveTheStartIsWhereTheFirstHalvingGoes) {
-  LossScalerOptions o;
-  o.dynamic = true;
-  o.initial_scale_power = 4;
-  o.hysteresis = 2;
-  o.min_loss_scale = 1024.0f;
-  LossScaler s(o);
+  LossScaler s(dynamic_scaling(4, 1000, 2, 1024.0f));
   std::vector<float> scales;
   for (bool overflow : {false, true, true, false}) {
     s.update(overflow);
@@ -1361,14 +1357,8 @@ TEST(LossScaler, AFloorAboveTheStartIsWhereTheFirstHalvingGoes) {
 // refills the hysteresis, so overflows apart never halve the scale; only
 // `hysteresis` of them in a row do.
 TEST(LossScaler, ConsecutiveHysteresisRefillsOnEveryGoodStep) {
-  LossScalerOptions o;
-  o.dynamic = true;
-  o.initial_scale_power = 8;
-  o.loss_scale_window = 100;
-  o.hysteresis = 2;
   for (bool consecutive : {false, true}) {
-    o.consecutive_hysteresis = consecutive;
-    LossScaler s(o);
+    LossScaler s(dynamic_scaling(8, 100, 2, 1.0f, consecutive));
     s.update(true);   // hysteresis 2 -> 1
     s.update(false);  // consecutive: back to 2
     s.update(true);   // plain: halves; consecutive: 2 -> 1
