@@ -83,6 +83,11 @@ std::string format_count(std::int64_t n) {
 
 int main(int argc, char** argv) {
   std::string config_path, model = "gpt2", params_text, frozen_text, device_mem_text, host_mem_text, precision = "bf16", stage_text, optimizer = "AdamW";
+  // What each process holds beside the engine's buffers: LibTorch, MPI and
+  // the process itself (491-505 MiB of resident memory measured for a
+  // process training gpt2-tiny on the CPU build, 474 MiB before the engine
+  // was built: docs/PERFORMANCE.md).
+  std::string runtime_mem_text = "512MiB";
   config::OptimizerConfig optimizer_kind;  // --optimizer's type, for its moments
   int world = 1, stage = -1, accumulation = 1;
   bool offload = false, dpu = false, json = false, checkpoint = false, cpu_checkpoint = false, on_gpu = false;
@@ -152,7 +157,11 @@ int main(int argc, char** argv) {
                  "prefetch, at most --prefetch)")->capture_default_str();
   app.add_option("--device-mem", device_mem_text, "device memory per rank (80GB = 80*10^9 B, 80GiB = 80*2^30 B); "
                  "lists what fits");
-  app.add_option("--host-mem", host_mem_text, "host memory per rank (e.g. 256GiB)");
+  app.add_option("--host-mem", host_mem_text, "host memory per rank (e.g. 256GiB); what fits counts --runtime-mem "
+                 "too");
+  app.add_option("--runtime-mem", runtime_mem_text, "host memory each process holds beside the engine's buffers "
+                 "(LibTorch, MPI: about 0.5 GiB measured on the CPU; a GPU's CUDA runtime adds more), counted "
+                 "against --host-mem; 0 leaves it out")->capture_default_str();
   app.footer("Exit status: 0, or 3 when --device-mem/--host-mem leave nothing that fits; 1 for an error, 2 for a "
              "usage error. docs/train.md, \"zero-estimate\".");
   app.add_flag("--json", json, "also print one JSON object (bytes per configuration) as the last line");
@@ -316,6 +325,7 @@ int main(int argc, char** argv) {
       if (!frozen_text.empty()) parse_count(frozen_text, "--frozen-params", /*zero_ok=*/true);
       if (!device_mem_text.empty()) parse_bytes("--device-mem", device_mem_text);
       if (!host_mem_text.empty()) parse_bytes("--host-mem", host_mem_text);
+      if (runtime_mem_text != "0") parse_bytes("--runtime-mem", runtime_mem_text);
       if (params_text.empty()) {
         // The GPT: its preset, and the overrides given (given means given:
         // 0 is not "the preset's", as zero-train refuses it too).
@@ -385,6 +395,7 @@ int main(int argc, char** argv) {
     }
     const std::int64_t device_mem = device_mem_text.empty() ? 0 : parse_bytes("--device-mem", device_mem_text);
     const std::int64_t host_mem = host_mem_text.empty() ? 0 : parse_bytes("--host-mem", host_mem_text);
+    const std::int64_t runtime_mem = runtime_mem_text == "0" ? 0 : parse_bytes("--runtime-mem", runtime_mem_text);
     std::printf("%s: %s parameters%s, %d rank(s), %s%s%s\n", params_text.empty() ? model.c_str() : "model",
                 format_count(in.params).c_str(),
                 in.frozen_params ? (" + " + format_count(in.frozen_params) + " frozen").c_str() : "", world,
@@ -422,7 +433,8 @@ int main(int argc, char** argv) {
       MemoryEstimate e = estimate_memory(in);
       // On the CPU (no --gpu) the "device" is host memory too: both columns
       // come out of --host-mem.
-      const std::int64_t host_need = on_gpu ? e.host_total() : e.host_total() + e.device_total();
+      // Each process's runtime (--runtime-mem) beside it.
+      const std::int64_t host_need = (on_gpu ? e.host_total() : e.host_total() + e.device_total()) + runtime_mem;
       const bool device_fits = device_mem == 0 || e.device_total() <= device_mem;
       const bool host_fits = host_mem == 0 || host_need <= host_mem;
       rows.push_back({s, off, e, device_fits && host_fits, device_fits, host_fits});
@@ -498,6 +510,10 @@ int main(int argc, char** argv) {
       break;
     }
     bool nothing_fits = false;
+    if (host_mem && runtime_mem) {
+      std::printf("(fits: host total%s plus %s of each process's own runtime, LibTorch and MPI (--runtime-mem), "
+                  "within --host-mem)\n", on_gpu ? "" : " and dev total", memory::format_bytes(runtime_mem).c_str());
+    }
     if (device_mem || host_mem) {
       const Row* best = nullptr;
       for (const Row& r : rows) if (r.fits && !best) best = &r;

@@ -123,4 +123,17 @@ grep -q -- "--accumulation (gradient_accumulation_steps) must be at least 1, got
 rc=$?
 [ "$rc" = 3 ] && grep -q "^nothing fits" "$work/nofit.out" && tail -1 "$work/nofit.out" | grep -q '^{"params"' \
   || { cat "$work/nofit.out"; fail "nothing fits: exit status $rc (want 3), or the JSON is not the last line"; }
+# --host-mem counts each process's runtime (--runtime-mem, 512 MiB by
+# default) beside the engine's buffers: 700 MiB does not hold gpt2-tiny's
+# 504 MiB of stage 2 + offload with it (an outside probe measured 1070 MiB
+# resident), 1200 MiB does, and --runtime-mem 0 leaves it out.
+tiny=(--model gpt2 --n-layer 4 --n-embd 768 --n-head 12 --seq 64 --stage 2 --offload --json)
+"$est" "${tiny[@]}" --host-mem 700MiB >"$work/rt700.out" 2>&1
+[ $? = 3 ] && tail -1 "$work/rt700.out" | grep -q '"fits":false' \
+  && grep -q "plus 512.0 MiB of each process's own runtime, LibTorch and MPI (--runtime-mem), within --host-mem" "$work/rt700.out" \
+  || { cat "$work/rt700.out"; fail "--host-mem 700MiB took no runtime into account"; }
+"$est" "${tiny[@]}" --host-mem 1200MiB >"$work/rt1200.out" 2>&1 && tail -1 "$work/rt1200.out" | grep -q '"fits":true' \
+  || { cat "$work/rt1200.out"; fail "--host-mem 1200MiB does not fit"; }
+"$est" "${tiny[@]}" --host-mem 700MiB --runtime-mem 0 >"$work/rt0.out" 2>&1 && tail -1 "$work/rt0.out" | grep -q '"fits":true' \
+  && ! grep -q "own runtime" "$work/rt0.out" || { cat "$work/rt0.out"; fail "--runtime-mem 0 still counted a runtime"; }
 echo "zero-estimate --config: equal to its flags, overridden by flags, fp32 by default, accumulation on a GPU, Hugging Face autos filled, errors named"
