@@ -66,6 +66,13 @@ std::int64_t parse_bytes(const std::string& flag, const std::string& s) {
   return *v;
 }
 
+// --runtime-mem: a byte size, where 0 (in any unit) leaves it out.
+std::int64_t runtime_bytes(const std::string& s) {
+  const auto v = config::parse_byte_size(s);
+  if (v && *v == 0) return 0;
+  return parse_bytes("--runtime-mem", s);
+}
+
 // A parameter count in the unit that shows it: 120.6K, 86.41M, 1.500B (the
 // suffixes --params reads), never "0.000B" for a small model.
 std::string format_count(std::int64_t n) {
@@ -325,7 +332,7 @@ int main(int argc, char** argv) {
       if (!frozen_text.empty()) parse_count(frozen_text, "--frozen-params", /*zero_ok=*/true);
       if (!device_mem_text.empty()) parse_bytes("--device-mem", device_mem_text);
       if (!host_mem_text.empty()) parse_bytes("--host-mem", host_mem_text);
-      if (runtime_mem_text != "0") parse_bytes("--runtime-mem", runtime_mem_text);
+      runtime_bytes(runtime_mem_text);
       if (params_text.empty()) {
         // The GPT: its preset, and the overrides given (given means given:
         // 0 is not "the preset's", as zero-train refuses it too).
@@ -395,7 +402,7 @@ int main(int argc, char** argv) {
     }
     const std::int64_t device_mem = device_mem_text.empty() ? 0 : parse_bytes("--device-mem", device_mem_text);
     const std::int64_t host_mem = host_mem_text.empty() ? 0 : parse_bytes("--host-mem", host_mem_text);
-    const std::int64_t runtime_mem = runtime_mem_text == "0" ? 0 : parse_bytes("--runtime-mem", runtime_mem_text);
+    const std::int64_t runtime_mem = runtime_bytes(runtime_mem_text);
     std::printf("%s: %s parameters%s, %d rank(s), %s%s%s\n", params_text.empty() ? model.c_str() : "model",
                 format_count(in.params).c_str(),
                 in.frozen_params ? (" + " + format_count(in.frozen_params) + " frozen").c_str() : "", world,
@@ -539,9 +546,14 @@ int main(int argc, char** argv) {
                       "memory\n", device_fix.c_str());
         } else if (!any_device) {
           std::printf("nothing fits: no configuration fits --device-mem (dev total); %s\n", device_fix.c_str());
+        } else if (!any_host && runtime_mem >= host_mem) {
+          std::printf("nothing fits: --host-mem is no more than each process's own runtime (--runtime-mem %s), "
+                      "before any of the engine's buffers; give the host memory per rank, or your runtime's size\n",
+                      memory::format_bytes(runtime_mem).c_str());
         } else if (!any_host) {
-          std::printf("nothing fits: no configuration fits --host-mem (host total); add ranks (--world) or use "
-                      "more host memory%s\n", on_gpu ? "" : " (on the CPU the device columns are host memory too)");
+          std::printf("nothing fits: no configuration fits --host-mem (host total%s); add ranks (--world) or use "
+                      "more host memory%s\n", runtime_mem ? " and --runtime-mem" : "",
+                      on_gpu ? "" : " (on the CPU the device columns are host memory too)");
         } else {
           std::printf("nothing fits: the configurations that fit --device-mem need more than --host-mem, and "
                       "those that fit --host-mem more than --device-mem; add ranks (--world) or use more of "
@@ -552,7 +564,8 @@ int main(int argc, char** argv) {
     }
     // The JSON last, as --help says (a script reads the last line).
     if (json) {
-      std::printf("{\"params\":%lld,\"world\":%d,\"configs\":[", (long long)in.params, world);
+      std::printf("{\"params\":%lld,\"world\":%d,\"runtime_mem\":%lld,\"configs\":[", (long long)in.params, world,
+                  (long long)runtime_mem);
       for (std::size_t i = 0; i < rows.size(); ++i) {
         const MemoryEstimate& e = rows[i].e;
         std::printf("%s{\"stage\":%d,\"offload\":%s,\"device_model_states\":%lld,\"host_model_states\":%lld,"

@@ -822,12 +822,12 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
       }
       ~SinkRestore() { restore(); }
     } sink;
-    // (Every other line goes on to the sink in force before.)
-    sink.previous = set_log_sink([&held, &sink](const LogRecord& r) {
+    // (Every other line goes to stderr, where zero-train's sink, the
+    // default, sends it: reading sink.previous here would race with its
+    // assignment below on a thread that logs meanwhile.)
+    sink.previous = set_log_sink([&held](const LogRecord& r) {
       if (r.topic == log_topic::checkpoint_param_settings) {
         held.emplace_back(r.text);
-      } else if (sink.previous) {
-        sink.previous(r);
       } else {
         log_to_stderr(r);
       }

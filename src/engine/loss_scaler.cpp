@@ -10,7 +10,13 @@ namespace zero {
 LossScaler::LossScaler(const LossScalerOptions& opts)
     : opts_(opts),
       scale_(opts.dynamic ? std::ldexp(1.0f, opts.initial_scale_power) : opts.static_scale),
-      hysteresis_left_(opts.hysteresis) {}
+      hysteresis_left_(opts.hysteresis) {
+  // (The config clamps it; options set in code are checked here: a floor
+  // of 0 or NaN is never reached, and the scale would decay to nothing.)
+  ZERO_CHECK(!opts.dynamic || (opts.min_loss_scale > 0.0f && std::isfinite(opts.min_loss_scale)),
+             "fp16: min_loss_scale must be a finite number > 0 (the config's 0 means the smallest normal float), got ",
+             opts.min_loss_scale);
+}
 
 void LossScaler::restore(const State& s) {
   // A static scale stays the configured one (the checkpoint may come from
@@ -53,7 +59,9 @@ bool LossScaler::update(bool overflow) {
     const std::int64_t stable = iter_ - last_overflow_iter_ - 1;
     const bool doubles = stable > 0 && stable % opts_.loss_scale_window == 0;
     if (opts_.consecutive_hysteresis || doubles) hysteresis_left_ = opts_.hysteresis;
-    if (doubles) scale_ *= 2.0f;
+    // (At most 2^127, the largest power of two a float holds: doubled past
+    // it the scale is inf, and every later step would overflow.)
+    if (doubles && scale_ < std::ldexp(1.0f, 127)) scale_ *= 2.0f;
   }
   ++iter_;
   return overflow;

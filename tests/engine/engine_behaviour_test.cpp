@@ -1336,6 +1336,17 @@ TEST(LossScaler, FollowsDeepSpeed0198StepByStep) {
   }
 }
 
+// The scale stops doubling at 2^127, the largest power of two a float
+// holds: past it, inf, and every later step would overflow and be skipped
+// without end. A floor of 0 set in code (the config's 0 is the smallest
+// normal float) is refused: it would never be reached.
+TEST(LossScaler, TheScaleStaysFiniteAndTheFloorPositive) {
+  LossScaler s(dynamic_scaling(126, 1, 2));
+  for (int i = 0; i < 6; ++i) EXPECT_FALSE(s.update(false));
+  EXPECT_EQ(s.scale(), std::ldexp(1.0f, 127));
+  EXPECT_THROW(LossScaler(dynamic_scaling(8, 1, 2, 0.0f)), ::zero::Error);
+}
+
 // A floor above the start, as DeepSpeed 0.19.8 takes it (its
 // DynamicLossScaler run on the same steps: 16, 16, 1024, 1024, then
 // "Current loss scale already at minimum"): the first halving raises the

@@ -135,5 +135,12 @@ tiny=(--model gpt2 --n-layer 4 --n-embd 768 --n-head 12 --seq 64 --stage 2 --off
 "$est" "${tiny[@]}" --host-mem 1200MiB >"$work/rt1200.out" 2>&1 && tail -1 "$work/rt1200.out" | grep -q '"fits":true' \
   || { cat "$work/rt1200.out"; fail "--host-mem 1200MiB does not fit"; }
 "$est" "${tiny[@]}" --host-mem 700MiB --runtime-mem 0 >"$work/rt0.out" 2>&1 && tail -1 "$work/rt0.out" | grep -q '"fits":true' \
-  && ! grep -q "own runtime" "$work/rt0.out" || { cat "$work/rt0.out"; fail "--runtime-mem 0 still counted a runtime"; }
+  && ! grep -q "own runtime" "$work/rt0.out" && tail -1 "$work/rt0.out" | grep -q '"runtime_mem":0,' \
+  || { cat "$work/rt0.out"; fail "--runtime-mem 0 still counted a runtime"; }
+"$est" "${tiny[@]}" --host-mem 700MiB --runtime-mem 0MiB >"$work/rt0m.out" 2>&1 && tail -1 "$work/rt0m.out" | grep -q '"fits":true' \
+  || { cat "$work/rt0m.out"; fail "--runtime-mem 0MiB was not 0"; }
+# A --host-mem no larger than the runtime: said so, not "add ranks".
+"$est" "${tiny[@]}" --host-mem 256MiB >"$work/rt256.out" 2>&1
+[ $? = 3 ] && grep -q "^nothing fits: --host-mem is no more than each process's own runtime (--runtime-mem 512.0 MiB)" "$work/rt256.out" \
+  || { cat "$work/rt256.out"; fail "--host-mem below the runtime: not said"; }
 echo "zero-estimate --config: equal to its flags, overridden by flags, fp32 by default, accumulation on a GPU, Hugging Face autos filled, errors named"
