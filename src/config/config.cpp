@@ -40,6 +40,14 @@ constexpr float kDeepSpeedGradientClipping = 1.0f;
 constexpr float kDeepSpeedWarmupDecayMaxLr = 0.001f;  // WarmupDecayLR's warmup_max_lr
 constexpr float kTorchAdamWWeightDecay = 0.01f;       // torch.optim.AdamW's default
 
+// A number in a message: whole numbers in full (a loss scale of 2^20), the
+// rest as %g does.
+std::string short_number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, v == std::floor(v) && std::fabs(v) < 1e15 ? "%.0f" : "%g", v);
+  return buf;
+}
+
 void read_fp16(SectionReader& top, Fp16Config& fp16) {
   SectionReader r(top.context(), "fp16", top.read_object("fp16", kEnabledExample));
   if (auto v = r.read_bool("enabled")) fp16.enabled = *v;
@@ -59,16 +67,11 @@ void read_fp16(SectionReader& top, Fp16Config& fp16) {
   // DeepSpeed takes it, and said.
   const double initial = std::ldexp(1.0, fp16.initial_scale_power);
   if (fp16.enabled && fp16.loss_scale == 0.0f && fp16.min_loss_scale > initial) {
-    auto text = [](double v) {
-      char buf[32];
-      std::snprintf(buf, sizeof buf, v == std::floor(v) && v < 1e15 ? "%.0f" : "%g", v);
-      return std::string(buf);
-    };
-    r.context().warn("'fp16.min_loss_scale' (" + text(fp16.min_loss_scale) +
-                     ") is above the dynamic loss scale's start, 2^initial_scale_power = " + text(initial) +
-                     ": the first overflow that halves the scale raises it to " + text(fp16.min_loss_scale) +
+    r.context().warn("'fp16.min_loss_scale' (" + short_number(fp16.min_loss_scale) +
+                     ") is above the dynamic loss scale's start, 2^initial_scale_power = " + short_number(initial) +
+                     ": the first overflow that halves the scale raises it to " + short_number(fp16.min_loss_scale) +
                      " instead (DeepSpeed's max(scale / 2, min_loss_scale)), and an overflow there ends the run. "
-                     "Give a min_loss_scale of at most " + text(initial) + " for a floor below the start");
+                     "Give a min_loss_scale of at most " + short_number(initial) + " for a floor below the start");
   }
 }
 
@@ -250,12 +253,6 @@ void note_keys_of_other_schedulers(SectionReader& p, const std::string& type) {
       if (p.given(key)) p.note_ignored(key, "it applies to " + std::string(f.family) + ", not " + type);
     }
   }
-}
-
-std::string short_number(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", v);
-  return buf;
 }
 
 // The optimizer step (counted from 1) at which OneCycle's momentum decay

@@ -68,13 +68,6 @@ void log_v(LogLevel level, std::string_view topic, const char* format, std::va_l
 
 }  // namespace
 
-void log_printf(LogLevel level, std::string_view topic, const char* format, ...) {
-  std::va_list args;
-  va_start(args, format);
-  log_v(level, topic, format, args);
-  va_end(args);
-}
-
 void log_info(std::string_view topic, const char* format, ...) {
   std::va_list args;
   va_start(args, format);

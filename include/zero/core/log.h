@@ -52,9 +52,7 @@ void log_to_stderr(const LogRecord& record);
 void log(LogLevel level, std::string_view topic, std::string_view text);
 
 namespace detail {
-// log() of a printf format.
-void log_printf(LogLevel level, std::string_view topic, const char* format, ...)
-    __attribute__((format(printf, 3, 4)));
+// log() of a printf format, at level info or warning.
 void log_info(std::string_view topic, const char* format, ...) __attribute__((format(printf, 2, 3)));
 void log_warning(std::string_view topic, const char* format, ...) __attribute__((format(printf, 2, 3)));
 }  // namespace detail
