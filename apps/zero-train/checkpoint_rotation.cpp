@@ -37,7 +37,7 @@ Rotation rotate_checkpoints(const std::filesystem::path& dir, std::int64_t newes
   Rotation r;
   for (const std::string& tag : tags_to_remove(ckpt::list_tags(dir), newest_step, keep)) {
     std::error_code ec;
-    ckpt::remove_tree(dir / tag, ec);
+    ckpt::remove_tag(dir, tag, ec);
     if (ec) {
       if (r.error.empty()) r.error = "removing " + (dir / tag).string() + " failed (" + ec.message() + ")";
       continue;

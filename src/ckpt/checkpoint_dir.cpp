@@ -23,9 +23,17 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kPartial = ".partial";
-
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+constexpr const char* kReplaced = ".replaced";  // an earlier save of a tag, moved aside (no RENAME_EXCHANGE)
+constexpr const char* kRemoving = ".removing";  // a tag being removed (hidden first, then deleted)
+
+// Names that are never tags: a save in progress, a save moved aside, one
+// being removed.
+bool internal_name(const std::string& name) {
+  return ends_with(name, kPartial) || ends_with(name, kReplaced) || ends_with(name, kRemoving);
 }
 
 [[noreturn]] void fs_fail(const std::string& what, const fs::path& p, const std::error_code& ec) {
@@ -37,9 +45,9 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 }  // namespace
 
 void check_tag(const std::string& tag) {
-  ZERO_CHECK(is_plain_file_name(tag) && tag != kLatestName && !ends_with(tag, kPartial) && !ends_with(tag, ".replaced"),
+  ZERO_CHECK(is_plain_file_name(tag) && tag != kLatestName && !internal_name(tag),
              "checkpoint tag '", tag, "' is not a plain name: use letters, digits, '.', '_' and '-' (such as "
-             "step-1000), not starting with '.', not 'latest' or ending in .partial");
+             "step-1000), not starting with '.', not 'latest' or ending in .partial, .replaced or .removing");
 }
 
 fs::path partial_path(const fs::path& dir, const std::string& tag) { return dir / (tag + kPartial); }
@@ -64,6 +72,17 @@ void remove_tree(const fs::path& path, std::error_code& ec) {
     return;
   }
   if (::nftw(path.c_str(), remove_one, 16, FTW_DEPTH | FTW_PHYS) != 0) ec = std::error_code(errno, std::generic_category());
+}
+
+void remove_tag(const fs::path& dir, const std::string& tag, std::error_code& ec) {
+  // Hidden first (one rename: list_tags skips the name), then deleted file
+  // by file: a kill mid-way never leaves a tag that lists but cannot load.
+  const fs::path removing = dir / (tag + kRemoving);
+  remove_tree(removing, ec);
+  if (ec) return;
+  fs::rename(dir / tag, removing, ec);
+  if (ec) return;
+  remove_tree(removing, ec);
 }
 
 void fsync_dir(const fs::path& dir) {
@@ -126,17 +145,36 @@ void commit(const fs::path& dir, const std::string& tag, const std::string& mani
     throw Error(detail::str_cat(e.what(), ". The previous checkpoint is untouched"));
   }
   std::error_code ec;
-  const fs::path replaced = dir / (tag + ".replaced");
   const bool existed = fs::exists(final_dir, ec);
   if (existed) {
-    remove_tree(replaced, ec);
-    fs::rename(final_dir, replaced, ec);
-    if (ec) fs_fail("cannot move the earlier checkpoint of the same tag aside", final_dir, ec);
+    // The earlier save of this tag and the new one swap names in one step:
+    // at no moment is the tag missing (a kill between two renames would
+    // leave `latest` naming nothing). The partial name then holds the
+    // earlier save, removed below (or by the next save of the tag).
+    if (::renameat2(AT_FDCWD, partial.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_EXCHANGE) == 0) {
+      fsync_dir(dir);
+      remove_tree(partial, ec);  // best effort: a leftover .partial is harmless
+    } else {
+      const int e = errno;
+      // A file system without the exchange: move the earlier one aside. A
+      // crash between the renames leaves it whole as <tag>.replaced, which
+      // a load names (resolve_tag).
+      if (e != EINVAL && e != ENOSYS && e != ENOTSUP) fs_fail("cannot swap the finished save into place", final_dir,
+                                                              std::error_code(e, std::generic_category()));
+      const fs::path replaced = dir / (tag + kReplaced);
+      remove_tree(replaced, ec);
+      fs::rename(final_dir, replaced, ec);
+      if (ec) fs_fail("cannot move the earlier checkpoint of the same tag aside", final_dir, ec);
+      fs::rename(partial, final_dir, ec);
+      if (ec) fs_fail("cannot rename the finished save into place", final_dir, ec);
+      fsync_dir(dir);
+      remove_tree(replaced, ec);  // best effort: a leftover is harmless
+    }
+  } else {
+    fs::rename(partial, final_dir, ec);
+    if (ec) fs_fail("cannot rename the finished save into place", final_dir, ec);
+    fsync_dir(dir);
   }
-  fs::rename(partial, final_dir, ec);
-  if (ec) fs_fail("cannot rename the finished save into place", final_dir, ec);
-  fsync_dir(dir);
-  if (existed) remove_tree(replaced, ec);  // best effort: a leftover is harmless
   // The checkpoint is in place: a `latest` that cannot follow says so, and
   // what it still names (the write leaves it whole, old or new).
   try {
@@ -208,7 +246,7 @@ std::vector<std::string> list_tags(const fs::path& dir) {
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
     std::error_code e2;
-    if (name == kLatestName || !is_plain_file_name(name) || ends_with(name, kPartial) || ends_with(name, ".replaced") ||
+    if (name == kLatestName || !is_plain_file_name(name) || internal_name(name) ||
         !fs::exists(it->path() / kManifestName, e2)) {
       continue;
     }
@@ -259,6 +297,14 @@ std::string resolve_tag(const fs::path& dir, const std::string& tag, const TagWo
   const fs::path manifest = dir / t / kManifestName;
   if (!fs::exists(manifest, ec)) {
     const bool partial = fs::exists(partial_path(dir, t), ec);
+    // A save of a tag that existed, stopped between moving the earlier one
+    // aside and renaming the new one in (a file system without
+    // RENAME_EXCHANGE): the earlier one is whole.
+    const fs::path replaced = dir / (t + kReplaced);
+    ZERO_CHECK(!fs::exists(replaced / kManifestName, ec), "no checkpoint '", t, "' in ", dir.string(),
+               ": a save of it stopped while replacing it, and the earlier '", t, "' is whole in ", replaced.string(),
+               ": rename that folder to ", (dir / t).string(), " to load it (mv ", replaced.string(), " ",
+               (dir / t).string(), ")");
     ZERO_CHECK(false, "no checkpoint '", t, "' in ", dir.string(), " (", manifest.string(), " is missing",
                partial ? ": its save did not finish, only " + t + ".partial exists" : "",
                tag == kLatestName ? ", though 'latest' names it" : "", "); ", holds());

@@ -3,10 +3,15 @@
 // resolve_tag says when `latest` or a tag is missing, or when it is given a
 // tag's own folder; and the safetensors writer leaving no temporary behind
 // when a write fails (a file-size limit) or it is dropped before commit();
-// the one-job-per-folder lock.
+// the one-job-per-folder lock; a tag saved again or removed is never
+// missing or half there at any moment (a failing rename() stands in for a
+// kill between two renames).
+#include <dlfcn.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -23,6 +28,35 @@
 
 namespace ck = zero::ckpt;
 namespace fs = std::filesystem;
+
+// rename(2) as this process sees it (std::filesystem::rename calls it): while
+// g_fail_renames_from is set, a rename whose source ends with it fails (EIO)
+// as a process killed just before it would never do it.
+static const char* g_fail_renames_from = nullptr;
+extern "C" int rename(const char* from, const char* to) {
+  using Fn = int (*)(const char*, const char*);
+  static const Fn real = reinterpret_cast<Fn>(::dlsym(RTLD_NEXT, "rename"));
+  if (g_fail_renames_from) {
+    const std::string f = from, suffix = g_fail_renames_from;
+    if (f.size() >= suffix.size() && f.compare(f.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      errno = EIO;
+      return -1;
+    }
+  }
+  return real(from, to);
+}
+// unlink(2) likewise: while g_fail_unlinks_in is set, removing a file whose
+// path holds it fails (EIO), as a removal killed half-way leaves the rest.
+static const char* g_fail_unlinks_in = nullptr;
+extern "C" int unlink(const char* path) {
+  using Fn = int (*)(const char*);
+  static const Fn real = reinterpret_cast<Fn>(::dlsym(RTLD_NEXT, "unlink"));
+  if (g_fail_unlinks_in && std::string(path).find(g_fail_unlinks_in) != std::string::npos) {
+    errno = EIO;
+    return -1;
+  }
+  return real(path);
+}
 
 namespace {
 
@@ -98,6 +132,82 @@ TEST(CheckpointDir, EmptyFolderSaysWhatToDo) {
   const std::string e = error_of(d.path, "latest", {"--resume", "start without --resume"});
   EXPECT_TRUE(has(e, "holds no finished checkpoint (only unfinished saves: step-4.partial): start without --resume"))
       << e;
+}
+
+std::string manifest_of(const fs::path& dir, const std::string& tag) {
+  return ck::read_text(dir / ck::resolve_tag(dir, tag) / ck::kManifestName);
+}
+
+TEST(CheckpointDir, ATagSavedAgainIsNeverMissing) {
+  TempDir d;
+  ck::prepare_partial(d.path, "step-8");
+  ck::commit(d.path, "step-8", "{\"first\":1}");
+  EXPECT_EQ(manifest_of(d.path, "latest"), "{\"first\":1}");
+  // Saved again: the new save takes the name, and a failure at the point
+  // where the new save would be renamed in (a kill there) leaves the
+  // earlier one loadable under its name.
+  ck::prepare_partial(d.path, "step-8");
+  g_fail_renames_from = ".partial";
+  std::string failed;
+  try {
+    ck::commit(d.path, "step-8", "{\"second\":2}");
+  } catch (const zero::Error& e) {
+    failed = e.what();
+  }
+  g_fail_renames_from = nullptr;
+  const std::string now = manifest_of(d.path, "latest");
+  EXPECT_TRUE(now == "{\"second\":2}" || (now == "{\"first\":1}" && !failed.empty())) << now << " / " << failed;
+  EXPECT_EQ(ck::list_tags(d.path), std::vector<std::string>{"step-8"});
+  // Whichever way it went, the next save of the tag is whole and leaves no
+  // folder of the swap behind.
+  ck::prepare_partial(d.path, "step-8");
+  ck::commit(d.path, "step-8", "{\"third\":3}");
+  EXPECT_EQ(manifest_of(d.path, "latest"), "{\"third\":3}");
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(d.path)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"latest", "step-8"}));
+}
+
+TEST(CheckpointDir, AnEarlierSaveMovedAsideIsNamedWithTheCommandThatRestoresIt) {
+  // What a kill between the two renames leaves on a file system without
+  // RENAME_EXCHANGE: latest names step-8, the earlier save is step-8.replaced.
+  TempDir d;
+  committed(d.path, "step-4");
+  committed(d.path, "step-8.replaced");
+  fs::create_directories(d.path / "step-8.partial");
+  std::ofstream(d.path / ck::kLatestName) << "step-8\n";
+  EXPECT_EQ(ck::list_tags(d.path), std::vector<std::string>{"step-4"});
+  const std::string e = error_of(d.path, "latest", {"--resume", ""});
+  EXPECT_TRUE(has(e, "the earlier 'step-8' is whole in " + (d.path / "step-8.replaced").string())) << e;
+  EXPECT_TRUE(has(e, "mv " + (d.path / "step-8.replaced").string() + " " + (d.path / "step-8").string())) << e;
+}
+
+TEST(CheckpointDir, ARemovedTagIsHiddenBeforeItsFilesGo) {
+  TempDir d;
+  committed(d.path, "step-2");
+  committed(d.path, "step-4");
+  std::ofstream(d.path / "step-2" / "rank-00000-of-00001.bin") << "x";
+  std::error_code ec;
+  ck::remove_tag(d.path, "step-2", ec);
+  EXPECT_FALSE(ec) << ec.message();
+  EXPECT_FALSE(fs::exists(d.path / "step-2"));
+  EXPECT_FALSE(fs::exists(d.path / "step-2.removing"));
+  // A removal that stops half-way (no file of it can go): what is left is
+  // not a tag, and the next removal of the name clears it.
+  committed(d.path, "step-3");
+  std::ofstream(d.path / "step-3" / "rank-00000-of-00001.bin") << "x";
+  g_fail_unlinks_in = "step-3";
+  ck::remove_tag(d.path, "step-3", ec);
+  g_fail_unlinks_in = nullptr;
+  EXPECT_TRUE(ec);
+  EXPECT_EQ(ck::list_tags(d.path), std::vector<std::string>{"step-4"});
+  EXPECT_TRUE(has(error_of(d.path, "step-3.removing"), "not a plain name")) << error_of(d.path, "step-3.removing");
+  committed(d.path, "step-3");
+  ck::remove_tag(d.path, "step-3", ec);
+  EXPECT_FALSE(ec) << ec.message();
+  EXPECT_EQ(ck::list_tags(d.path), std::vector<std::string>{"step-4"});
+  EXPECT_FALSE(fs::exists(d.path / "step-3.removing"));
 }
 
 TEST(CheckpointDir, ATagsOwnFolderNamesItsParentAndTag) {

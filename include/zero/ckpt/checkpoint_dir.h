@@ -8,7 +8,9 @@
 //
 // A crash at any moment leaves every committed tag and `latest` loadable: a
 // half-written save is only ever a .partial folder, removed by the next save
-// of that tag.
+// of that tag. A tag saved again swaps with its new save in one
+// renameat2(RENAME_EXCHANGE); a tag removed is renamed to <tag>.removing
+// before its files go.
 #pragma once
 
 #include <filesystem>
@@ -60,6 +62,9 @@ std::string read_text(const std::filesystem::path& path, std::size_t max_bytes =
 // Writes `text` to path atomically (tmp, fsync, rename, fsync the folder).
 void write_text_atomic(const std::filesystem::path& path, const std::string& text);
 void fsync_dir(const std::filesystem::path& dir);
+// Removes checkpoint `tag` of dir: renamed to <tag>.removing (no longer
+// listed), then deleted. ec holds the first failure.
+void remove_tag(const std::filesystem::path& dir, const std::string& tag, std::error_code& ec);
 // Removes `path` and everything below it (no error when it does not exist).
 // Not std::filesystem::remove_all: LibTorch's libtorch.so exports its own
 // copy of that symbol, which the dynamic linker may bind instead, and which
