@@ -58,4 +58,10 @@ inline CLI::Validator non_empty(const std::string& what) {
       "");
 }
 
+// The same for a required option or argument, which cannot be left out.
+inline CLI::Validator non_empty_required(const std::string& what) {
+  return CLI::Validator([what](std::string& in) -> std::string { return in.empty() ? "is empty: give " + what : ""; },
+                        "");
+}
+
 }  // namespace zero::tools

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/interrupt_cleanup.h"
 #include "common/run_record.h"
 #include "zero/ckpt/checkpoint_dir.h"
 #include "zero/ckpt/safetensors.h"
@@ -47,6 +48,31 @@ std::map<std::string, Mapping> gpt_names(std::int64_t n_layer) {
   return m;
 }
 
+// The shape each parameter of a zero::models::Gpt of this width, vocabulary
+// and context has (src/models/gpt.cpp): a checkpoint whose shapes differ
+// would export a model transformers refuses, or another model.
+std::vector<std::int64_t> gpt_shape(const std::string& name, std::int64_t vocab, std::int64_t ctx, std::int64_t c) {
+  auto ends = [&](const char* suffix) {
+    const std::string s = suffix;
+    return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
+  };
+  if (name == "wte.weight") return {vocab, c};
+  if (name == "wpe.weight") return {ctx, c};
+  if (ends("attn.qkv.weight")) return {3 * c, c};
+  if (ends("attn.qkv.bias")) return {3 * c};
+  if (ends("attn.proj.weight")) return {c, c};
+  if (ends(".fc.weight")) return {4 * c, c};
+  if (ends(".fc.bias")) return {4 * c};
+  if (ends(".proj.weight")) return {c, 4 * c};  // the MLP's (attn.proj is above)
+  return {c};                                   // LayerNorms' weights and biases, attn.proj.bias, proj.bias
+}
+
+std::string shape_text(const std::vector<std::int64_t>& s) {
+  std::string t = "[";
+  for (std::size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
+  return t + "]";
+}
+
 // The heads: the checkpoint's record (zero-train saves client_state.gpt), or
 // --n-head where there is none. A --n-head that contradicts the record would
 // export another model (the same weights split into other heads).
@@ -65,14 +91,19 @@ std::int64_t heads_to_export(const ckpt::OpenCheckpoint& c, std::int64_t n_head)
   return n_head;
 }
 
-// The export's folder: created if it is not there (and removed again on a
-// failure when it was created here and is still empty); files written as
-// temporaries beside their final names, removed on a failure.
+// The export's folder: created if it is not there, with the folders above
+// it that were not (removed again on a failure or an interrupt while empty);
+// files written as temporaries beside their final names, removed likewise.
 class OutFolder {
  public:
-  explicit OutFolder(const std::filesystem::path& dir) : dir_(dir) {
+  OutFolder(const std::filesystem::path& dir, InterruptCleanup& cleanup) : dir_(dir), cleanup_(cleanup) {
     std::error_code ec;
-    created_ = !std::filesystem::exists(dir_, ec);
+    for (std::filesystem::path p = std::filesystem::absolute(dir_, ec); !p.empty() && !std::filesystem::exists(p, ec);
+         p = p.parent_path()) {
+      created_.insert(created_.begin(), p);  // the top first
+      if (p == p.parent_path()) break;
+    }
+    for (const auto& p : created_) cleanup_.add_folder(p);
     std::filesystem::create_directories(dir_, ec);
     ZERO_CHECK(!ec, "cannot create ", dir_.string(), ": ", ec.message(), "; choose another --out");
   }
@@ -80,15 +111,21 @@ class OutFolder {
     if (done_) return;
     for (const auto& p : temporaries_) ::unlink(p.c_str());
     std::error_code ec;
-    if (created_) std::filesystem::remove(dir_, ec);  // only removes an empty folder
+    for (auto it = created_.rbegin(); it != created_.rend(); ++it) std::filesystem::remove(*it, ec);  // only if empty
   }
   OutFolder(const OutFolder&) = delete;
   OutFolder& operator=(const OutFolder&) = delete;
 
-  // `text` into <name>.tmp, fsync'd; returns its path (renamed by the caller).
-  std::filesystem::path write_synced(const std::string& name, const std::string& text) {
+  // A temporary of this export: removed on a failure or an interrupt.
+  std::filesystem::path temporary(const std::string& name) {
     const std::filesystem::path tmp = dir_ / (name + ".tmp");
     temporaries_.push_back(tmp);
+    cleanup_.add_file(tmp);
+    return tmp;
+  }
+  // `text` into <name>.tmp, fsync'd; returns its path (renamed by the caller).
+  std::filesystem::path write_synced(const std::string& name, const std::string& text) {
+    const std::filesystem::path tmp = temporary(name);
     const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     const int e = errno;
     ZERO_CHECK(fd >= 0, "cannot create ", tmp.string(), ": ", std::strerror(e), "; choose another --out");
@@ -114,13 +151,15 @@ class OutFolder {
 
  private:
   std::filesystem::path dir_;
-  std::vector<std::filesystem::path> temporaries_;
-  bool created_ = false, done_ = false;
+  InterruptCleanup& cleanup_;
+  std::vector<std::filesystem::path> temporaries_, created_;
+  bool done_ = false;
 };
 
 }  // namespace
 
-std::size_t export_gpt_to_hf(const ckpt::OpenCheckpoint& c, const std::filesystem::path& out_dir, std::int64_t n_head) {
+std::size_t export_gpt_to_hf(const ckpt::OpenCheckpoint& c, const std::filesystem::path& out_dir, std::int64_t n_head,
+                             InterruptCleanup& cleanup) {
   const ckpt::Manifest& man = c.manifest;
   std::map<std::string, std::size_t> index;
   for (std::size_t i = 0; i < man.params.size(); ++i) index[man.params[i].name] = i;
@@ -134,6 +173,9 @@ std::size_t export_gpt_to_hf(const ckpt::OpenCheckpoint& c, const std::filesyste
   std::int64_t n_layer = 0;
   while (index.count("h" + std::to_string(n_layer) + ".ln1.weight")) ++n_layer;
   n_head = heads_to_export(c, n_head);
+  ZERO_CHECK(wte.size() == 2 && wpe.size() == 2, "checkpoint ", c.folder.string(), " is not a zero::models::Gpt's: wte ",
+             shape_text(wte), " and wpe ", shape_text(wpe), " are not [vocab, width] and [context, width] "
+             "(export-hf exports that model only; use consolidate for any model)");
   const std::int64_t n_embd = wte[1];
   ZERO_CHECK(n_embd % n_head == 0, "--n-head ", n_head, " does not divide the width ", n_embd);
   const std::map<std::string, Mapping> names = gpt_names(n_layer);
@@ -141,13 +183,24 @@ std::size_t export_gpt_to_hf(const ckpt::OpenCheckpoint& c, const std::filesyste
              " parameters, a GPT of ", n_layer, " blocks has ", names.size(),
              ": it is not a zero::models::Gpt's (export-hf exports that model only)");
 
-  OutFolder out(out_dir);
+  for (const auto& p : man.params) {
+    if (!names.count(p.name)) continue;  // (named below)
+    const std::vector<std::int64_t> want = gpt_shape(p.name, wte[0], wpe[0], n_embd);
+    ZERO_CHECK(p.shape == want, "checkpoint ", c.folder.string(), " is not a zero::models::Gpt's: '", p.name,
+               "' has the shape ", shape_text(p.shape), ", a GPT of width ", n_embd, " has ", shape_text(want),
+               " (export-hf exports that model only; use consolidate for any model)");
+  }
+
+  OutFolder out(out_dir, cleanup);
   nlohmann::ordered_json cfg = {
       {"architectures", {"GPT2LMHeadModel"}}, {"model_type", "gpt2"}, {"vocab_size", wte[0]},
       {"n_positions", wpe[0]}, {"n_ctx", wpe[0]}, {"n_embd", n_embd}, {"n_layer", n_layer}, {"n_head", n_head},
       {"n_inner", nullptr}, {"activation_function", "gelu_new"}, {"layer_norm_epsilon", 1e-5},
       {"resid_pdrop", 0.0}, {"embd_pdrop", 0.0}, {"attn_pdrop", 0.0}, {"initializer_range", 0.02},
-      {"scale_attn_weights", true}, {"tie_word_embeddings", true}, {"bos_token_id", 10}, {"eos_token_id", 10},
+      {"scale_attn_weights", true}, {"tie_word_embeddings", true},
+      // Bytes, no special token: generation runs to max_new_tokens (a
+      // newline as the end would stop it at the first line).
+      {"bos_token_id", nullptr}, {"eos_token_id", nullptr},
       {"torch_dtype", "float32"}};
 
   std::vector<ckpt::SafetensorsEntry> entries;
@@ -160,6 +213,7 @@ std::size_t export_gpt_to_hf(const ckpt::OpenCheckpoint& c, const std::filesyste
     entries.push_back({it->second.hf, "F32", shape, man.params[i].numel * 4});
     order.push_back(i);
   }
+  out.temporary("model.safetensors");  // (the writer's: model.safetensors.tmp)
   ckpt::SafetensorsWriter w(out_dir / "model.safetensors", entries, {{"format", "pt"}});
   for (std::size_t k = 0; k < order.size(); ++k) {
     const std::size_t i = order[k];
@@ -178,12 +232,18 @@ std::size_t export_gpt_to_hf(const ckpt::OpenCheckpoint& c, const std::filesyste
   // export's: a failure up to here leaves that export as it was.
   w.sync();
   const std::filesystem::path config_tmp = out.write_synced("config.json", cfg.dump(2) + "\n");
-  w.commit();
-  std::error_code ec;
-  std::filesystem::rename(config_tmp, out_dir / "config.json", ec);
-  ZERO_CHECK(!ec, "cannot rename ", config_tmp.string(), " to ", (out_dir / "config.json").string(), ": ",
-             ec.message(), "; model.safetensors is the new one, config.json the earlier export's: export again");
-  out.done();
+  {
+    // The two renames: an interrupt (Ctrl-C, kill) waits until both are
+    // done, so that the weights and the config are never of two exports.
+    const InterruptCleanup::Hold hold;
+    w.commit();
+    std::error_code ec;
+    std::filesystem::rename(config_tmp, out_dir / "config.json", ec);
+    ZERO_CHECK(!ec, "cannot rename ", config_tmp.string(), " to ", (out_dir / "config.json").string(), ": ",
+               ec.message(), "; model.safetensors is the new one, config.json the earlier export's: export again");
+    out.done();
+    cleanup.forget_all();
+  }
   return entries.size();
 }
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <filesystem>
 
+#include "common/interrupt_cleanup.h"
 #include "zero/ckpt/consolidate.h"
 
 namespace zero::tools {
@@ -15,7 +16,11 @@ namespace zero::tools {
 // the GPT's dimensions there); another value must agree with that record.
 // Both files are written as temporaries in out_dir, fsync'd, and only then
 // renamed over an earlier export's: a failure leaves that export as it was
-// (and no temporaries). Returns the number of tensors written.
-std::size_t export_gpt_to_hf(const ckpt::OpenCheckpoint& c, const std::filesystem::path& out_dir, std::int64_t n_head);
+// (and no temporaries, nor folders it created); an interrupt likewise
+// (through `cleanup`), and one during the two renames waits for both. Every
+// parameter's shape is checked against the GPT's before anything is
+// written. Returns the number of tensors written.
+std::size_t export_gpt_to_hf(const ckpt::OpenCheckpoint& c, const std::filesystem::path& out_dir, std::int64_t n_head,
+                             InterruptCleanup& cleanup);
 
 }  // namespace zero::tools

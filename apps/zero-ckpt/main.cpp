@@ -20,6 +20,7 @@
 #include <CLI/CLI.hpp>
 
 #include "common/cli_range.h"
+#include "common/interrupt_cleanup.h"
 #include "gpt_hf_export.h"
 #include "zero/ckpt/checkpoint_dir.h"
 #include "zero/ckpt/consolidate.h"
@@ -161,7 +162,7 @@ int main(int argc, char** argv) {
   auto add_checkpoint_options = [&](CLI::App* command) {
     command->add_option("dir", dir, "the checkpoint folder (--save-dir), or one tag's folder in it")
         ->required()
-        ->check(tools::non_empty("a checkpoint folder"));
+        ->check(tools::non_empty_required("a checkpoint folder"));
     command->add_option("--tag", tag, "the checkpoint's tag")
         ->capture_default_str()
         ->check(tools::non_empty("a tag (latest: the newest)"));
@@ -176,7 +177,7 @@ int main(int argc, char** argv) {
   add_checkpoint_options(con);
   con->add_option("--out", out, "the .safetensors file to write (via a .tmp beside it, removed on a failure)")
       ->required()
-      ->check(tools::non_empty("a file to write"));
+      ->check(tools::non_empty_required("a file to write"));
   con->add_flag("--no-verify", no_verify, "skip the checksum pass over the files");
   auto* hf = app.add_subcommand("export-hf",
                                 "a zero::models::Gpt checkpoint as a Hugging Face GPT-2 folder (config.json, "
@@ -185,7 +186,7 @@ int main(int argc, char** argv) {
   hf->add_option("--out", out, "the folder to write (an earlier export there is replaced only once the new one is "
                  "complete; other files stay)")
       ->required()
-      ->check(tools::non_empty("a folder to write"));
+      ->check(tools::non_empty_required("a folder to write"));
   hf->add_option("--n-head", n_head,
                  "attention heads, for a checkpoint that does not record them (zero-train's do; a value that "
                  "contradicts the record is an error)")
@@ -205,20 +206,27 @@ int main(int argc, char** argv) {
     const bool tag_given = app.get_subcommands().front()->get_option("--tag")->count() > 0;
     const ckpt::OpenCheckpoint c = open_given(dir, tag, tag_given);
     if (*ins) return inspect(c, verify);
-    // Never into the checkpoint folder itself: --out over a shard, `latest`
-    // or a tag's folder would destroy the checkpoint being read.
+    // Never into the checkpoint being read: --out over a shard or the tag's
+    // folder would destroy it. Where the tag lives in a folder of
+    // checkpoints (one with `latest`), not into that folder either (its
+    // other tags and `latest`); a tag folder copied alone somewhere (a
+    // download) protects only itself.
     {
       namespace fs = std::filesystem;
-      const fs::path save_dir = fs::weakly_canonical(c.folder).parent_path();
+      const fs::path tag_dir = fs::weakly_canonical(c.folder), save_dir = tag_dir.parent_path();
       const fs::path target = fs::weakly_canonical(fs::absolute(out));
-      const bool inside = std::mismatch(save_dir.begin(), save_dir.end(), target.begin(), target.end()).first ==
-                          save_dir.end();
-      ZERO_CHECK(!inside, "--out ", out, " is inside the checkpoint folder ", save_dir.string(),
-                 " (its shards, tags and `latest` live there): write the export somewhere else");
+      auto under = [&](const fs::path& top) {
+        return std::mismatch(top.begin(), top.end(), target.begin(), target.end()).first == top.end();
+      };
+      std::error_code ec;
+      const bool save_folder = fs::exists(save_dir / ckpt::kLatestName, ec);
+      const fs::path& guarded = save_folder ? save_dir : tag_dir;
+      ZERO_CHECK(!under(guarded), "--out ", out, " is inside the checkpoint ", save_folder ? "folder " : "",
+                 guarded.string(), save_folder ? " (its shards, tags and `latest` live there)" : " (its shards)",
+                 ": write the export somewhere else");
       // What is there already must be what is written: the export renames
       // its temporary over it, which would replace a device (/dev/null) or
       // a pipe with a regular file.
-      std::error_code ec;
       const fs::file_type there = fs::status(out, ec).type();
       const fs::file_type wanted = *con ? fs::file_type::regular : fs::file_type::directory;
       if (there != fs::file_type::not_found && there != fs::file_type::none && there != wanted) {
@@ -235,10 +243,15 @@ int main(int argc, char** argv) {
                    "the export holds the trained parameters and the buffers only\n", c.folder.c_str());
     }
     std::size_t n = 0;
+    // A Ctrl-C or kill from here on leaves no temporary (nor a folder the
+    // export created) behind.
+    tools::InterruptCleanup cleanup;
     if (*con) {
+      cleanup.add_file(out + ".tmp");  // (the writer's temporary)
       n = ckpt::consolidate(c, out);
+      cleanup.forget_all();
     } else {
-      n = tools::export_gpt_to_hf(c, out, n_head);
+      n = tools::export_gpt_to_hf(c, out, n_head, cleanup);
     }
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::fprintf(stderr, "%s: %zu tensors, %llu parameters from %s in %.2f s%s\n", out.c_str(), n,

@@ -6,7 +6,10 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <new>
+
+#include "zero/core/log.h"
 
 namespace zero::ckpt::detail {
 
@@ -14,6 +17,18 @@ IoMode io_mode() {
   const char* env = std::getenv("ZERO_CKPT_IO");
   if (env && std::strcmp(env, "direct") == 0) return IoMode::kDirect;
   if (env && std::strcmp(env, "buffered") == 0) return IoMode::kBuffered;
+  if (env && *env) {
+    // A typo would otherwise measure the default while the user thinks it
+    // is another way: said once per process.
+    static std::once_flag said;
+    std::call_once(said, [env] {
+      zero::detail::log_warning(log_topic::checkpoint,
+                          "ZERO_CKPT_IO=%s is not 'direct' or 'buffered' (lower case): ignored, checkpoint files are "
+                          "written with O_DIRECT and read through the page cache (the default); set one of the two or "
+                          "unset it",
+                          env);
+    });
+  }
   return IoMode::kDefault;
 }
 bool direct_writes() { return io_mode() != IoMode::kBuffered; }

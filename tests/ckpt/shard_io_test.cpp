@@ -20,6 +20,7 @@
 #include "zero/ckpt/crc32c.h"
 #include "zero/ckpt/shard_io.h"
 #include "zero/core/error.h"
+#include "zero/core/log.h"
 
 namespace ck = zero::ckpt;
 namespace fs = std::filesystem;
@@ -247,6 +248,23 @@ TEST_P(ShardIo, AFullDiskIsAnError) {
               std::string::npos) << e.what();
   }
   setrlimit(RLIMIT_FSIZE, &old);
+}
+
+// A value that is neither mode (a typo, another case) is said once, with
+// the two values, and the default used: the files are the same.
+TEST(ShardIoMode, AnUnknownValueIsSaidOnceAndTheDefaultUsed) {
+  std::vector<std::string> said;
+  const zero::LogSink before = zero::set_log_sink([&](const zero::LogRecord& r) {
+    if (r.level == zero::LogLevel::warning) said.emplace_back(r.text);
+  });
+  setenv("ZERO_CKPT_IO", "Buffered", 1);
+  TempDir dir(fs::temp_directory_path());
+  round_trip(dir.path, {random_bytes(100000, 5)}, 4096);
+  round_trip(dir.path, {random_bytes(5000, 6)}, 4096);
+  unsetenv("ZERO_CKPT_IO");
+  zero::set_log_sink(before);
+  ASSERT_EQ(said.size(), 1u);
+  EXPECT_NE(said[0].find("ZERO_CKPT_IO=Buffered is not 'direct' or 'buffered'"), std::string::npos) << said[0];
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, ShardIo, ::testing::Values("", "direct", "buffered"),

@@ -17,6 +17,10 @@
 #  - a complete run with --save-every leaves its last step saved; with
 #    --save-dir alone it says that only signals save;
 #  - an export's --out that is a device, a pipe or the wrong kind is refused;
+#    one beside a tag folder copied alone is written, one into it refused;
+#    a required argument given as "" is not told it may be left out;
+#  - a failed export into new folders leaves none of them; a checkpoint
+#    whose shapes are not the GPT's is refused before anything is written;
 #  - a resume with another optimizer is refused in zero-train's words.
 # usage: ckpt_cli_test.sh ZERO_TRAIN ZERO_CKPT CORPUS WORK
 set -u
@@ -212,6 +216,14 @@ for out in "$ck/step-4/rank-00000-of-00001.bin" "$ck/latest" "$ck/step-2"; do
   expect_fail "$work/into.log" "is inside the checkpoint folder" "$ckpt" consolidate "$ck" --out "$out"
 done
 "$ckpt" inspect "$ck" --verify >"$work/after_into.log" 2>&1 || { cat "$work/after_into.log"; fail "a refused --out damaged the checkpoint"; }
+# A tag's folder copied alone (a download, no `latest` beside it) protects itself only: an export beside it is
+# written, one into it refused.
+mkdir -p "$work/dl" && cp -r "$ck/step-4" "$work/dl/step-4"
+"$ckpt" export-hf "$work/dl/step-4" --out "$work/dl/hf" >"$work/dl.log" 2>&1 \
+  || { cat "$work/dl.log"; fail "an export beside a lone tag folder was refused"; }
+[ -f "$work/dl/hf/config.json" ] || fail "the export beside a lone tag folder wrote no config.json"
+expect_fail "$work/dl_into.log" "is inside the checkpoint .*dl/step-4 \(its shards\)" \
+  "$ckpt" consolidate "$work/dl/step-4" --out "$work/dl/step-4/m.safetensors"
 # An unfinished save's own folder is named as such, with the tags there.
 cp -r "$ck/step-2" "$work/ck_partial" && mkdir -p "$work/ck_partial_dir" && mv "$work/ck_partial" "$work/ck_partial_dir/step-6.partial"
 cp -r "$ck/step-4" "$work/ck_partial_dir/step-4"
@@ -241,6 +253,9 @@ grep -q "^step 1" "$work/savedir.log" && fail "a --save-dir below a file was fou
 for args in "consolidate $ck --out" "export-hf $ck --out" "inspect $ck --tag" "inspect"; do
   "$ckpt" $args "" >"$work/empty.log" 2>&1; rc=$?
   [ $rc -eq 2 ] && grep -q ": is empty: give " "$work/empty.log" || { cat "$work/empty.log"; fail "zero-ckpt $args '': exit $rc"; }
+  # ... and a required one is not told it may be left out.
+  [ "$args" != "inspect $ck --tag" ] && grep -q "leave the option out" "$work/empty.log" \
+    && { cat "$work/empty.log"; fail "zero-ckpt $args '': a required argument was told it may be left out"; }
 done
 "$train" --steps 1e3 >"$work/usage.log" 2>&1; rc=$?
 [ $rc -eq 2 ] || { cat "$work/usage.log"; fail "zero-train usage error: exit $rc, expected 2"; }
@@ -268,8 +283,32 @@ expect_fail "$work/hf_full.log" "model.safetensors.tmp: File too large; free spa
   limited "$ckpt" export-hf "$ck" --out "$work/hf"
 [ "$(cd "$work/hf" && md5sum config.json model.safetensors)" = "$before" ] || fail "a failed export-hf changed the earlier export"
 [ -z "$(ls "$work/hf" | grep -v '^config.json$\|^model.safetensors$')" ] || fail "a failed export-hf left $(ls "$work/hf")"
-expect_fail "$work/hf_new.log" "File too large" limited "$ckpt" export-hf "$ck" --out "$work/hf_new"
-[ -e "$work/hf_new" ] && fail "a failed export-hf into a new folder left the folder"
+expect_fail "$work/hf_new.log" "File too large" limited "$ckpt" export-hf "$ck" --out "$work/hf_new/a/b"
+[ -e "$work/hf_new" ] && fail "a failed export-hf into a new folder left the folders it made"
+# A checkpoint whose shapes are not the GPT's (a manifest edited, its checksum recomputed) is refused before anything
+# is written.
+cp -r "$ck" "$work/ck_shape"
+python3 - "$work/ck_shape/step-4/manifest.json" <<'PY'
+import json, sys
+def crc32c(data):
+    c = 0xFFFFFFFF
+    for x in data:
+        c ^= x
+        for _ in range(8):
+            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+    return c ^ 0xFFFFFFFF
+p = sys.argv[1]
+m = json.load(open(p))
+for q in m["params"]:
+    if q["name"] == "h0.ln1.weight":
+        q["shape"] = [8, 8]  # (the same 64 elements)
+m.pop("manifest_crc32c")
+m["manifest_crc32c"] = "%08x" % crc32c(json.dumps(m, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode())
+json.dump(m, open(p, "w"))
+PY
+expect_fail "$work/shape.log" "'h0.ln1.weight' has the shape \\[8, 8\\], a GPT of width 64 has \\[64\\]" \
+  "$ckpt" export-hf "$work/ck_shape" --out "$work/hf_shape"
+[ -e "$work/hf_shape" ] && fail "a refused export-hf left its --out folder"
 expect_fail "$work/con_full.log" "File too large" limited "$ckpt" consolidate "$ck" --out "$work/m.safetensors"
 [ -z "$(ls "$work" | grep safetensors)" ] || fail "a failed consolidate left $(ls "$work" | grep safetensors)"
 

@@ -21,6 +21,14 @@ with torch.no_grad():
     theirs = model(torch.from_numpy(tokens)).logits.numpy()
 diff = float(np.abs(theirs - ours).max())
 scale = float(np.abs(ours).max())
+# Bytes have no end token: generation runs to max_new_tokens (an eos of
+# newline stopped it at the first line break).
+assert model.config.eos_token_id is None and model.config.bos_token_id is None, \
+    f"the export names special tokens: bos {model.config.bos_token_id}, eos {model.config.eos_token_id}"
+line_break = torch.tensor([[10]])
+with torch.no_grad():
+    made = model.generate(line_break, max_new_tokens=12, do_sample=False, pad_token_id=0)
+assert made.shape[1] == 13, f"generate() stopped after {made.shape[1] - 1} of 12 new tokens"
 print(f"hf_export_check: max |logit difference| {diff:.3e} (largest logit {scale:.3f}); {len(state)} tensors")
 if not diff <= 1e-4 * max(1.0, scale):
     print("FAIL: transformers' GPT2LMHeadModel does not give zerocpp's logits")
