@@ -1344,13 +1344,26 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
     comm->barrier()->wait();
     return train::kStoppedBySignalStatus;
   }
-  // The sample: unless a stop signal came (agreed: the forwards are
-  // collective at stage 3); after it, the signals kill as they normally do.
-  if (o.sample > 0 && stopped_by.empty()) {
-    const train::SignalVerdict before_sample = agree_signals();
-    if (before_sample.stop) note_stop(before_sample.stop_names, last_step, "the sample is skipped");
+  // The ranks' last agreement, after everything above (a signal while the
+  // summary, plot or report were written): a stop skips the sample (whose
+  // forwards are collective at stage 3), and a stop or a save asked for
+  // saves the last step where it is not yet. After it, the signals end the
+  // process as they normally do; one that came between the agreement and
+  // the handlers' removal is raised again now.
+  if (stopped_by.empty()) {
+    const train::SignalVerdict last = agree_signals();
+    if (last.stop) note_stop(last.stop_names, last_step, o.sample > 0 ? "the sample is skipped" : "the run ends here");
+    if ((last.stop || last.save) && !o.save_dir.empty() && saving_step != last_step) {
+      save_at(last_step, /*async=*/false, " (asked for by " + (last.stop ? last.stop_names : last.save_names) + ")");
+    } else if (last.save && root && o.save_dir.empty()) {
+      std::fprintf(stderr, "zero-train: warning: %s asks for a checkpoint, but this run has no --save-dir to save it "
+                           "to\n", last.save_names.c_str());
+    }
   }
-  signals.restore();
+  if (const std::string unsaved = signals.restore_and_raise_late(); !unsaved.empty()) {
+    std::fprintf(stderr, "zero-train: %s after the last step's checkpoint point: the run is complete, nothing more is "
+                         "saved\n", unsaved.c_str());
+  }
   // The metrics went missing in part: the training finished (and saved), so
   // the sample still comes, but the run ends with an error that says so.
   const bool out_failed = root && !files.failure().empty();

@@ -67,6 +67,20 @@ void StopSignals::restore() {
   g_installed.store(false);
 }
 
+std::string StopSignals::restore_and_raise_late() {
+  restore();
+  std::string save;
+  for (std::size_t i = 0; i < kSlots; ++i) {
+    if (g_counts[i].exchange(0) == 0) continue;
+    if (kSignals[i] == SIGUSR1) {
+      save = kNames[i];
+    } else {
+      ::raise(kSignals[i]);
+    }
+  }
+  return save;
+}
+
 std::array<float, StopSignals::kCount> StopSignals::take_counts() {
   std::array<float, kSlots> out{};
   for (std::size_t i = 0; i < kSlots; ++i) out[i] = static_cast<float>(g_counts[i].exchange(0));

@@ -45,6 +45,12 @@ class StopSignals {
   // The earlier handlers back now (idempotent): from here the signals end
   // the process as they would without zero-train's handlers.
   void restore();
+  // restore(), then what arrived since the last take_counts() (after the
+  // ranks' last agreement, before the handlers went) acts as it would have
+  // a moment later: a stop signal is raised again (the process ends as
+  // its default action says); a SIGUSR1 is returned by name ("" when none)
+  // for the caller to say that nothing more is saved.
+  std::string restore_and_raise_late();
 
  private:
   bool installed_ = true;

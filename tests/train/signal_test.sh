@@ -4,7 +4,8 @@
 # mpirun) and SIGTERM stop the run after the step in progress with a
 # checkpoint, a report and exit status 75, also when the signal reaches one
 # rank only; the run resumed from that checkpoint has the losses of a run
-# that was never stopped; a second SIGINT ends the process at once.
+# that was never stopped; a stop at the very end (the report being written)
+# still saves the last step; a second SIGINT ends the process at once.
 # usage: signal_test.sh ZERO_TRAIN ZERO_CKPT MPIEXEC CORPUS WORK
 set -u
 train=$1 ckpt=$2 mpiexec=$3 corpus=$4 work=$5
@@ -120,6 +121,25 @@ grep -q -- "---- sample" "$work/late.log" && fail "the sample ran after the stop
 [ "$(cat "$work/ck_late/latest")" = "step-20" ] || fail "the last step was not saved after a late stop signal"
 grep -q '"stopped_by_signal": "SIGUSR2"' "$work/late.json" || fail "the report does not name the late signal"
 echo "a stop during the final evaluation: step-20 saved, sample skipped, exit 0"
+
+# 4b. A stop after everything the run does at its end but the sample (here:
+# while the report is written, into a pipe that nobody reads yet), without
+# --save-every or a sample: still the last step is saved, and the exit is 0.
+out=$work/end
+mkfifo "$work/end.json.partial"
+ZERO_COMM_BACKEND=single "$train" "$corpus" --model gpt2-tiny --config "$work/fp32.json" --steps 20 --eval-every 0 \
+  --sample 0 --out "$out" --save-dir "$work/ck_end" --report "$work/end.json" >"$work/end.log" 2>&1 &
+job=$!
+wait_grep "$work/end.log" "^metrics: "
+sleep 0.5  # (blocked opening the pipe)
+kill -TERM $job
+cat "$work/end.json.partial" >/dev/null
+wait $job; rc=$?
+[ $rc = 0 ] || { tail -20 "$work/end.log"; fail "a stop while the report was written exited $rc, not 0 (training was complete)"; }
+grep -q "checkpoint step-20: saving to .* (asked for by SIGTERM)" "$work/end.log" \
+  || { tail -20 "$work/end.log"; fail "a stop after the end's agreement did not save the last step"; }
+[ "$(cat "$work/ck_end/latest")" = "step-20" ] || fail "a stop at the end left no step-20 checkpoint"
+echo "a stop while the report was written: step-20 saved, exit 0"
 
 # 5. A signal during an evaluation in the middle of the run stops the run at
 # that step, not after the next one.
