@@ -549,6 +549,17 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
       }
     }
   }
+  // ... and one per --out: a second run there (the default runs/latest, a
+  // run started twice) would write into this one's metrics and plot.
+  std::optional<ckpt::SaveDirLock> out_lock;
+  if (root) {
+    std::error_code ec;
+    const bool shared = !o.save_dir.empty() && fs::equivalent(o.out_dir, o.save_dir, ec);
+    if (!shared) {
+      out_lock.emplace(o.out_dir, "--out", "two runs writing one folder mix their metrics.jsonl, loss.dat and plot");
+      if (!out_lock->warning().empty()) std::fprintf(stderr, "zero-train: warning: %s\n", out_lock->warning().c_str());
+    }
+  }
   const std::int64_t saved_step = o.resume.empty() ? 0 : resume_step(o);
   if (root && !o.save_dir.empty()) warn_of_later_checkpoints(o, saved_step);
   if (root && !o.save_dir.empty() && o.save_every == 0) {

@@ -42,7 +42,7 @@ std::string read_holder(int fd) {
 
 }  // namespace
 
-SaveDirLock::SaveDirLock(const std::filesystem::path& dir, const std::string& option) {
+SaveDirLock::SaveDirLock(const std::filesystem::path& dir, const std::string& option, const std::string& clash) {
   const std::string path = (dir / kSaveDirLockName).string();
   // O_NOFOLLOW: never a file someone linked here. 0666 less the umask: a
   // group's shared folder stays lockable by its members. A lock file this
@@ -67,8 +67,7 @@ SaveDirLock::SaveDirLock(const std::filesystem::path& dir, const std::string& op
     fd_ = -1;
     ZERO_CHECK(e != EWOULDBLOCK, option, " ", dir.string(), " is in use by another running job",
                holder.empty() ? std::string() : " (" + holder + ")",
-               ": two jobs saving to one folder replace each other's checkpoints. Give this job a ", option,
-               " of its own, or wait until that job has ended");
+               ": ", clash, ". Give this job another ", option, ", or wait until that job has ended");
     // A filesystem without flock (Lustre without -o flock: ENOSYS; some NFS
     // setups: ENOLCK) trains as it did before the lock existed.
     warning_ = zero::detail::str_cat(option, " ", dir.string(), " is not locked against a second job (flock: ",

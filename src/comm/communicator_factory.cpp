@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "zero/comm/communicator.h"
+#include "zero/comm/launcher_env.h"
 #include "zero/core/error.h"
 
 namespace zero::comm {
@@ -16,6 +17,16 @@ std::string default_backend_name() {
     const std::string_view v(forced);
     ZERO_CHECK(v == "mpi" || v == "single", "ZERO_COMM_BACKEND='", v,
                "' is not a backend: use 'mpi' or 'single' (or unset it to detect the launcher)");
+    // Left in the environment of a launched job, "single" would make each
+    // of its processes a job of its own: N trainings writing the same files.
+    if (v == "single") {
+      if (const auto launched = launcher_world_size(); launched && launched->size > 1) {
+        ZERO_CHECK(false, "ZERO_COMM_BACKEND=single, but the launcher started this process as one of ",
+                   launched->size, " (", launched->variable, "=", launched->size, "): each would run alone, as ",
+                   launched->size, " separate jobs writing the same files. Unset ZERO_COMM_BACKEND (the ",
+                   launched->size, " processes then work together), or start one process without mpirun");
+      }
+    }
     return std::string(v);
   }
   // Each launcher leaves its mark: Open MPI's mpirun, MPICH/Hydra's PMI,

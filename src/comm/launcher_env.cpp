@@ -28,6 +28,13 @@ std::optional<int> first_set(std::initializer_list<const char*> names) {
 
 }  // namespace
 
+std::optional<LauncherSize> launcher_world_size() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}) {
+    if (const std::optional<int> v = first_set({name})) return LauncherSize{*v, name};
+  }
+  return std::nullopt;
+}
+
 std::optional<int> launcher_local_rank() {
   return first_set({"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID", "LOCAL_RANK"});
 }

@@ -304,7 +304,7 @@ TEST(SaveDirLock, OneJobPerFolder) {
                         std::to_string(::getpid()) + " on "),
             std::string::npos)
       << second;
-  EXPECT_NE(second.find("Give this job a --save-dir of its own"), std::string::npos) << second;
+  EXPECT_NE(second.find("Give this job another --save-dir"), std::string::npos) << second;
   EXPECT_TRUE(fs::exists(d.path / ck::kSaveDirLockName));
   EXPECT_NO_THROW(ck::SaveDirLock later(d.path, "--save-dir"));
   const ck::SaveDirLock third(d.path, "--save-dir");

@@ -153,9 +153,26 @@ TEST(MakeCommunicator, LauncherVariablesPickMpi) {
 
 TEST(MakeCommunicator, EnvironmentOverride) {
   ScopedEnv env;
-  env.set("OMPI_COMM_WORLD_SIZE", "2");
+  for (const char* v : kLauncherVars) env.set(v, nullptr);
+  env.set("OMPI_COMM_WORLD_SIZE", "1");
+  env.set("SLURM_PROCID", "0");  // (an sbatch script's own shell)
   env.set("ZERO_COMM_BACKEND", "single");
   EXPECT_EQ(zero::comm::make_communicator()->backend_name(), "single");
+  // One of several processes a launcher started: "single" would make each a
+  // job of its own.
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}) {
+    ScopedEnv launched;
+    launched.set("OMPI_COMM_WORLD_SIZE", nullptr);
+    launched.set(var, "3");
+    try {
+      zero::comm::default_backend_name();
+      ADD_FAILURE() << "ZERO_COMM_BACKEND=single under a launcher of 3 (" << var << ") was accepted";
+    } catch (const zero::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("ZERO_COMM_BACKEND=single, but the launcher started this process as one of "
+                                           "3 (" + std::string(var) + "=3)"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("Unset ZERO_COMM_BACKEND"), std::string::npos) << e.what();
+    }
+  }
   env.set("ZERO_COMM_BACKEND", "nccl");
   try {
     zero::comm::default_backend_name();

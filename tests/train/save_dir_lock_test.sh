@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# One job per --save-dir: while a 2-rank run saves to a folder, a second run
-# given the same folder is refused before it trains, naming the first job's
+# One job per --save-dir (and per --out): while a 2-rank run saves to a
+# folder, a second run given the same folder is refused before it trains, naming the first job's
 # pid and what to do, and the first run's checkpoints are untouched; once the
 # first is killed (kill -9: its lock file stays), the folder is free again.
 # usage: save_dir_lock_test.sh MPIRUN ZERO_TRAIN CORPUS WORK
@@ -24,11 +24,19 @@ holder=$(sed "s/ on .*//" "$work/ck/.lock")
 "$train" "$corpus" "${model[@]}" --steps 4 --save-every 2 --seed 99 --save-dir "$work/ck" --out "$work/out2" \
   >"$work/second.log" 2>&1; rc=$?
 [ $rc -eq 1 ] || { cat "$work/second.log"; fail "the second job on one --save-dir: exit $rc, expected 1"; }
-grep -q "zero-train: error: --save-dir $work/ck is in use by another running job ($holder on .*Give this job a --save-dir of its own" \
+grep -q "zero-train: error: --save-dir $work/ck is in use by another running job ($holder on .*Give this job another --save-dir" \
   "$work/second.log" || { cat "$work/second.log"; fail "the refusal does not name the first job ($holder)"; }
 grep -q "^step " "$work/second.log" && fail "the second job trained before it was refused"
 [ -e "$work/out2/metrics.jsonl" ] && fail "the second job wrote metrics"
 kill -0 $first 2>/dev/null || { cat "$work/first.log"; fail "the first job did not outlive the second's refusal"; }
+# ... and one per --out: a second run given the first's --out (its own --save-dir) is refused before it
+# writes there; the first run's metrics go on, one line per step.
+"$train" "$corpus" "${model[@]}" --steps 4 --seed 99 --out "$work/out1" >"$work/second_out.log" 2>&1; rc=$?
+[ $rc -eq 1 ] || { cat "$work/second_out.log"; fail "the second job on one --out: exit $rc, expected 1"; }
+grep -q "zero-train: error: --out $work/out1 is in use by another running job ($holder on .*mix their metrics.jsonl.*Give this job another --out" \
+  "$work/second_out.log" || { cat "$work/second_out.log"; fail "the --out refusal does not name the first job ($holder)"; }
+[ "$(grep -cE '"step":1[,}]' "$work/out1/metrics.jsonl")" = 1 ] \
+  || fail "the refused second job wrote into the first job's metrics.jsonl"
 
 # The first job dies hard: its lock file stays, and locks nothing.
 pkill -9 -P $first 2>/dev/null

@@ -24,10 +24,13 @@ inline constexpr const char* kSaveDirLockName = ".lock";
 class SaveDirLock {
  public:
   // Locks `dir` (which must exist), or throws zero::Error naming the job that
-  // holds it and `option`, the setting that names the folder. A folder that
-  // cannot be locked for another reason (no room for the file, a
-  // filesystem without flock) is not refused: warning() then says so.
-  SaveDirLock(const std::filesystem::path& dir, const std::string& option);
+  // holds it and `option`, the setting that names the folder, and `clash`,
+  // what two jobs in it would do. A folder that cannot be locked for another
+  // reason (no room for the file, a filesystem without flock) is not
+  // refused: warning() then says so. (zero-train locks its --out the same
+  // way: two runs would write into each other's metrics.)
+  SaveDirLock(const std::filesystem::path& dir, const std::string& option,
+              const std::string& clash = "two jobs saving to one folder replace each other's checkpoints");
   // "" when locked; else why not, one sentence for the caller to print.
   const std::string& warning() const { return warning_; }
   ~SaveDirLock();

@@ -26,5 +26,14 @@ std::optional<int> launcher_local_rank();
 // MPI starts (a usage error said by rank 0 alone).
 std::optional<int> launcher_world_rank();
 std::optional<int> launcher_local_size();
+// The job's size as the launcher that started this process says it:
+// OMPI_COMM_WORLD_SIZE (Open MPI), PMI_SIZE (MPICH/Hydra). Set only in the
+// processes a launcher started (not Slurm's SLURM_NTASKS, which a batch
+// script's own shell has too). Returns the variable's name with it.
+struct LauncherSize {
+  int size = 0;
+  const char* variable = "";
+};
+std::optional<LauncherSize> launcher_world_size();
 
 }  // namespace zero::comm
