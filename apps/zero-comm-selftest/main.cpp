@@ -16,6 +16,8 @@
 // Exit code: 0 when every check passed on every rank, 1 otherwise, 2 on a
 // usage error.
 #include <algorithm>
+#include <array>
+#include <cerrno>
 #include <chrono>
 #include <cinttypes>
 #include <cstdint>
@@ -24,6 +26,7 @@
 #include <cstring>
 #include <exception>
 #include <functional>
+#include <new>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -56,6 +59,7 @@ void print_usage(std::FILE* out) {
 }
 
 std::size_t parse_size(std::string_view text) {
+  const std::string given(text);
   std::size_t multiplier = 1;
   if (!text.empty()) {
     switch (text.back()) {
@@ -78,9 +82,13 @@ std::size_t parse_size(std::string_view text) {
   }
   const std::string digits(text);
   char* end = nullptr;
+  errno = 0;
   const unsigned long long v = std::strtoull(digits.c_str(), &end, 10);
   ZERO_CHECK(!digits.empty() && *end == '\0' && digits[0] != '-',
              "--size expects a number of elements such as 1000 or 4M, got '", text, "'");
+  // (The buffers hold several copies of it: 2^40 elements is 4 TiB each.)
+  constexpr unsigned long long kMostElements = 1ULL << 40;
+  ZERO_CHECK(errno != ERANGE && v <= kMostElements / multiplier, "--size ", given, " is more elements than a host holds (at most 2^40 = ", kMostElements, "): give a smaller --size");
   return static_cast<std::size_t>(v) * multiplier;
 }
 
@@ -301,6 +309,27 @@ int run(const Args& args) {
         "zero-comm-selftest: backend %s, world size %d, %zu elements per op, %d iterations\n",
         comm->backend_name().c_str(), n, args.size, args.iters);
   }
+  // Every rank must test the same sizes: ranks given another --size or
+  // --iters would issue collectives that do not match (Open MPI 4.1 then
+  // crashes in a double free and the others wait forever).
+  {
+    const auto chunks = [](std::uint64_t v) {  // (20 bits each: exact in a float)
+      return std::array<float, 3>{float(v & 0xFFFFF), float((v >> 20) & 0xFFFFF), float(v >> 40)};
+    };
+    const auto sz = chunks(args.size), it = chunks(static_cast<std::uint64_t>(args.iters));
+    std::array<float, 12> x{};
+    for (int i = 0; i < 3; ++i) {
+      x[i] = sz[i];
+      x[3 + i] = -sz[i];
+      x[6 + i] = it[i];
+      x[9 + i] = -it[i];
+    }
+    comm->all_reduce(x.data(), x.size(), DType::kFloat32, {ReduceOp::kMax})->wait();
+    bool same = true;
+    for (int i = 0; i < 3; ++i) same = same && x[i] == -x[3 + i] && x[6 + i] == -x[9 + i];
+    ZERO_CHECK(same, "the ranks were given different --size or --iters (rank ", rank, ": --size ", args.size,
+               " --iters ", args.iters, "): give every rank the same arguments");
+  }
   std::uint64_t failures = 0;
   std::vector<Buffer> storage;
   for (CollectiveKind kind : {CollectiveKind::kAllReduce, CollectiveKind::kReduceScatter,
@@ -373,6 +402,10 @@ int main(int argc, char** argv) {
   }
   try {
     return run(args);
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "zero-comm-selftest: out of memory for the test buffers of --size %zu elements (%zu bytes "
+                 "each in fp32): give a smaller --size\n", args.size, args.size * 4);
+    return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "zero-comm-selftest: %s\n", e.what());
     return 1;

@@ -751,11 +751,15 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
       const std::int64_t per_rank = snap.tier_current[static_cast<int>(memory::Tier::kHost)] + held + buckets +
                                     activations;
       const std::int64_t local = comm::launcher_local_size().value_or(1);
-      float short_here = per_rank * local > *host_available ? 1.0f : 0.0f;
-      comm::AllReduceOptions any;
-      any.op = comm::ReduceOp::kMax;
-      comm->all_reduce(&short_here, 1, DType::kFloat32, any)->wait();
-      ZERO_CHECK(per_rank * local <= *host_available || short_here == 0.0f, "host memory: a micro-batch of ", micro,
+      // The lowest rank that is short (the world size when none is): it
+      // says by how much, the others name it (one error line for the job).
+      // (The max of the negated ranks is the lowest.)
+      float first_short = -static_cast<float>(per_rank * local > *host_available ? comm->rank() : comm->world_size());
+      comm::AllReduceOptions lowest;
+      lowest.op = comm::ReduceOp::kMax;
+      comm->all_reduce(&first_short, 1, DType::kFloat32, lowest)->wait();
+      first_short = -first_short;
+      ZERO_CHECK(per_rank * local <= *host_available || first_short >= static_cast<float>(comm->world_size()), "host memory: a micro-batch of ", micro,
                  " x ", o.seq_len, " tokens needs about ", memory::format_bytes(activations), " of activations",
                  gc.checkpoint_activations ? " (checkpointed)" : "", " and ", memory::format_bytes(buckets),
                  " of gradient buckets beside the ", memory::format_bytes(per_rank - activations - buckets),
@@ -765,8 +769,12 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
                  "): lower train_micro_batch_size_per_gpu (and raise gradient_accumulation_steps), shorten "
                  "--seq-len, ", gc.checkpoint_activations ? "" : "use --checkpoint-activations, ",
                  "or run fewer ranks per node");
-      ZERO_CHECK(short_here == 0.0f, "host memory: another rank found its node's host memory too small for a "
-                 "micro-batch (its message says by how much)");
+      if (first_short < static_cast<float>(comm->world_size())) {
+        const int r = static_cast<int>(first_short);
+        throw comm::ForAnotherRank<Error>(zero::detail::str_cat("host memory: rank ", r, " found its node's host memory "
+                                                          "too small for a micro-batch (its message says by how much)"),
+                                          r);
+      }
     }
     ZERO_CHECK(cfg.device_memory_limit <= 0 || held + buckets + activations <= cfg.device_memory_limit, "a micro-batch of ", micro, " x ", o.seq_len,
                " tokens needs about ", memory::format_bytes(activations), " of activations",

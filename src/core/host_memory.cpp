@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <vector>
 
@@ -50,7 +51,14 @@ std::optional<std::int64_t> env_limit() {
   }
   ZERO_CHECK(used == s.size() && n > 0, "ZERO_HOST_MEMORY_LIMIT='", s,
              "' is not a byte count: give bytes, or a number with K, M, G or T (powers of 1024), e.g. 64G");
-  return static_cast<std::int64_t>(n * static_cast<long double>(scale));
+  const long double bytes = n * static_cast<long double>(scale);
+  ZERO_CHECK(bytes >= 1.0L, "ZERO_HOST_MEMORY_LIMIT='", s, "' is less than one byte: give bytes, or a number with K, "
+             "M, G or T (powers of 1024), e.g. 64G");
+  // As large as anything (inf, 1e30): no limit of its own, the host's and
+  // the cgroup's still hold (the least of them counts).
+  constexpr long double kMost = static_cast<long double>(std::numeric_limits<std::int64_t>::max());
+  if (!(bytes < kMost)) return std::numeric_limits<std::int64_t>::max();
+  return static_cast<std::int64_t>(bytes);
 }
 
 // The first number in a file ("max" and the like: nullopt).

@@ -31,6 +31,7 @@
 #include "setup_agreement.h"
 #include "released_use.h"
 #include "param_hypers.h"
+#include "zero/comm/comm_errors.h"
 #include "zero/comm/launcher_env.h"
 #include "zero/core/error.h"
 #include "zero/core/host_memory.h"
@@ -88,7 +89,8 @@ void check_host_memory(const MemoryPlan& plan, const config::Config& config, boo
   const int local = comm::launcher_local_size().value_or(1);
   const std::optional<std::int64_t> available = host_memory_available();
   const bool short_here = available && per_rank * local > *available;
-  if (!detail::any_rank(comm, device, short_here)) return;
+  const int first_short = detail::first_rank(comm, device, short_here);
+  if (first_short < 0) return;
   // The fixes that lower this need, as configured.
   const config::ZeroOptimizationConfig& z = config.zero_optimization;
   std::vector<std::string> fixes;
@@ -110,8 +112,11 @@ void check_host_memory(const MemoryPlan& plan, const config::Config& config, boo
              " bytes per rank (", local, " rank(s) on this node: ", memory::format_bytes(per_rank * local),
              ", before activations) but ", memory::format_bytes(*available), " is available (", host_memory_source(),
              "). To fit: ", detail::join_first(fixes, fixes.size(), "; "), ".");
-  ZERO_CHECK(false, "host memory: another rank found its node's host memory too small for the engine's buffers "
-             "(its message says by how much); nothing was allocated");
+  // The others: the job's one error line is that rank's (fail_job).
+  throw comm::ForAnotherRank<Error>(
+      detail::str_cat("host memory: rank ", first_short, " found its node's host memory too small for the engine's "
+                      "buffers (its message says by how much); nothing was allocated"),
+      first_short);
 }
 
 // ", offload cpu", with the device share when offload_optimizer.ratio < 1.

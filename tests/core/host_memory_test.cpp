@@ -12,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include "zero/core/error.h"
 #include "zero/core/host_memory.h"
 
 namespace zero {
@@ -140,6 +141,24 @@ TEST(HostMemory, NeverMoreThanMemAvailableOrTheVariable) {
   ::setenv("ZERO_HOST_MEMORY_LIMIT", "1M", 1);
   EXPECT_EQ(*host_memory_available(), std::int64_t{1} << 20);
   EXPECT_EQ(host_memory_source(), "ZERO_HOST_MEMORY_LIMIT");
+  // Past what 64 bits count (inf, 1e19, 1e10T): no limit of its own, the
+  // host's holds (it wrapped to a negative count before).
+  for (const char* huge : {"inf", "1e19", "1e10T", "9223372036854775808"}) {
+    ::setenv("ZERO_HOST_MEMORY_LIMIT", huge, 1);
+    ASSERT_TRUE(host_memory_available().has_value()) << huge;
+    EXPECT_GT(*host_memory_available(), 0) << huge;
+    EXPECT_LE(*host_memory_available(), available + (std::int64_t{256} << 20)) << huge;
+    EXPECT_NE(host_memory_source(), "ZERO_HOST_MEMORY_LIMIT") << huge;
+  }
+  // Less than a byte is no budget at all: said (it was 0 bytes).
+  ::setenv("ZERO_HOST_MEMORY_LIMIT", "0.5", 1);
+  try {
+    (void)host_memory_available();
+    ADD_FAILURE() << "ZERO_HOST_MEMORY_LIMIT=0.5 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("ZERO_HOST_MEMORY_LIMIT='0.5' is less than one byte"), std::string::npos)
+        << e.what();
+  }
   ::unsetenv("ZERO_HOST_MEMORY_LIMIT");
 }
 

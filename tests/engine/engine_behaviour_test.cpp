@@ -23,6 +23,7 @@
 #include "../support/resident_peak.h"
 #include "shared_temp_dir.h"
 #include "train_loop.h"
+#include "zero/comm/comm_errors.h"
 #include "zero/comm/communicator.h"
 #include "zero/config/config.h"
 #include "zero/core/error.h"
@@ -2960,6 +2961,30 @@ TEST(Budget, HostTooSmallIsRefusedBeforeAllocating) {
         << e.what();
   }
   ::unsetenv("ZERO_HOST_MEMORY_LIMIT");
+
+  // Ranks short (rank 1 and up, here): they say by how much (the same
+  // message: one line, fail_job groups them); the others name the first of
+  // them, marked as raised for it, and print nothing.
+  if (comm.world_size() > 1) {
+    if (comm.rank() >= 1) ::setenv("ZERO_HOST_MEMORY_LIMIT", "4K", 1);
+    try {
+      auto model = make_model(ModelKind::kMlp);
+      Engine engine(model, cfg, comm);
+      ADD_FAILURE() << "rank 1 short of host memory did not fail the job";
+    } catch (const ::zero::Error& e) {
+      const auto* marked = dynamic_cast<const comm::RaisedForAnotherRank*>(&e);
+      if (comm.rank() >= 1) {
+        EXPECT_EQ(marked, nullptr) << e.what();
+        EXPECT_NE(std::string(e.what()).find("4.0 KiB is available"), std::string::npos) << e.what();
+      } else {
+        ASSERT_NE(marked, nullptr) << "rank " << comm.rank() << ": " << e.what();
+        EXPECT_EQ(marked->failed_rank(), 1);
+        EXPECT_NE(std::string(e.what()).find("host memory: rank 1 found its node's host memory too small"),
+                  std::string::npos) << e.what();
+      }
+    }
+    ::unsetenv("ZERO_HOST_MEMORY_LIMIT");
+  }
 }
 
 }  // namespace
