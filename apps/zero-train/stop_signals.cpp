@@ -11,8 +11,8 @@ namespace zero::train {
 namespace {
 
 constexpr std::size_t kSlots = StopSignals::kCount;
-constexpr int kSignals[kSlots] = {SIGTERM, SIGINT, SIGUSR2, SIGUSR1};
-constexpr const char* kNames[kSlots] = {"SIGTERM", "SIGINT", "SIGUSR2", "SIGUSR1"};
+constexpr int kSignals[kSlots] = {SIGTERM, SIGINT, SIGUSR2, SIGUSR1, SIGHUP};
+constexpr const char* kNames[kSlots] = {"SIGTERM", "SIGINT", "SIGUSR2", "SIGUSR1", "SIGHUP"};
 
 // Written by the handler, read by take_counts(): lock-free atomics are safe
 // to touch from a signal handler.
@@ -20,6 +20,7 @@ std::atomic<int> g_counts[kSlots];
 std::atomic<bool> g_stop_seen{false};
 static_assert(std::atomic<int>::is_always_lock_free && std::atomic<bool>::is_always_lock_free);
 struct sigaction g_previous[kSlots];
+bool g_handled[kSlots];  // SIGHUP stays ignored where it was (nohup)
 std::atomic<bool> g_installed{false};
 
 std::size_t slot_of(int sig) {
@@ -32,7 +33,7 @@ std::size_t slot_of(int sig) {
 extern "C" void on_signal(int sig) {
   const std::size_t slot = slot_of(sig);
   if (slot >= kSlots) return;
-  if (sig == SIGTERM || sig == SIGINT) {
+  if (sig == SIGTERM || sig == SIGINT || sig == SIGHUP) {
     // The second one: the user (or the scheduler) will not wait.
     if (g_stop_seen.exchange(true)) {
       ::signal(sig, SIG_DFL);
@@ -55,7 +56,12 @@ StopSignals::StopSignals() {
   // Reads and writes interrupted by the signal go on (the swap file's, the
   // checkpoint's): the handler only counts.
   sa.sa_flags = SA_RESTART;
-  for (std::size_t i = 0; i < kSlots; ++i) ::sigaction(kSignals[i], &sa, &g_previous[i]);
+  for (std::size_t i = 0; i < kSlots; ++i) {
+    ::sigaction(kSignals[i], nullptr, &g_previous[i]);
+    // Started under nohup (SIGHUP ignored): a closed terminal does not stop it.
+    g_handled[i] = !(kSignals[i] == SIGHUP && g_previous[i].sa_handler == SIG_IGN);
+    if (g_handled[i]) ::sigaction(kSignals[i], &sa, nullptr);
+  }
 }
 
 StopSignals::~StopSignals() { restore(); }
@@ -63,7 +69,9 @@ StopSignals::~StopSignals() { restore(); }
 void StopSignals::restore() {
   if (!installed_) return;
   installed_ = false;
-  for (std::size_t i = 0; i < kSlots; ++i) ::sigaction(kSignals[i], &g_previous[i], nullptr);
+  for (std::size_t i = 0; i < kSlots; ++i) {
+    if (g_handled[i]) ::sigaction(kSignals[i], &g_previous[i], nullptr);
+  }
   g_installed.store(false);
 }
 

@@ -2,12 +2,14 @@
 // saves where it stands and stops, instead of losing the steps since its last
 // checkpoint.
 //
-//   SIGTERM, SIGINT, SIGUSR2  finish the step in progress, save a checkpoint
-//                             (with --save-dir), write the report, exit 75
+//   SIGTERM, SIGINT, SIGUSR2, finish the step in progress, save a checkpoint
+//   SIGHUP                    (with --save-dir), write the report, exit 75
+//                             (SIGHUP: a closed terminal; left ignored where
+//                             it was, under nohup)
 //   SIGUSR1                   save a checkpoint after the step in progress,
 //                             and train on
 //
-// A second SIGTERM or SIGINT ends the process at once (a save being written
+// A second SIGTERM, SIGINT or SIGHUP ends the process at once (a save being written
 // is then left uncommitted: `latest` keeps naming the earlier checkpoint).
 //
 // A signal may reach one rank only (a `kill` of one process): every step the
@@ -31,8 +33,8 @@ constexpr int kStoppedBySignalStatus = 75;
 // destruction.
 class StopSignals {
  public:
-  // SIGTERM, SIGINT, SIGUSR2, SIGUSR1: the order of take_counts().
-  static constexpr std::size_t kCount = 4;
+  // SIGTERM, SIGINT, SIGUSR2, SIGUSR1, SIGHUP: the order of take_counts().
+  static constexpr std::size_t kCount = 5;
 
   StopSignals();
   ~StopSignals();

@@ -528,6 +528,7 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
       io.io_threads = config_.aio.thread_count;
       io.block_bytes = static_cast<std::size_t>(config_.aio.block_size);
       io.setting = "offload_param.nvme_path";
+      io.contents = "this rank's partition of the parameters";
       const std::filesystem::path file = std::filesystem::path(z.offload_param.nvme_path) /
                                          ("zerocpp-params-rank" + std::to_string(m.plan.shard_rank) + ".swap");
       detail::agree(comm_, m.ctx.device, detail::error_of([&] { P.open_swap(file, io, m.ctx, ledger_); }),
@@ -624,15 +625,34 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
     }
     if (m.rank == 0 && nvme) {
       // Each piece's state is rounded up to 4096 bytes in the file: small
-      // pieces (a small sub_group_size) waste drive space.
+      // pieces waste drive space. A piece is an eighth of a rank's chunk of
+      // a bucket, at most sub_group_size: the advice names the one that
+      // bounds them.
       const PlannedBuffer& master = m.plan[Buffer::kMaster];
       if (master.bytes() - master.valid_bytes() > master.valid_bytes() / 4) {
+        bool sub_group_bounds = false, buckets_full = false;
+        for (const Bucket& b : m.plan.layout.buckets()) {
+          sub_group_bounds = sub_group_bounds || step_piece_elements(b, pi.sub_group_elements) <
+                                                     step_piece_elements(b, std::numeric_limits<std::size_t>::max());
+          buckets_full = buckets_full || b.numel >= static_cast<std::size_t>(z.reduce_bucket_size);
+        }
+        char why[256];
+        if (sub_group_bounds) {
+          std::snprintf(why, sizeof why, "zero_optimization.sub_group_size %lld is small): raise it",
+                        static_cast<long long>(z.sub_group_size));
+        } else if (buckets_full) {
+          std::snprintf(why, sizeof why, "a piece is an eighth of a rank's chunk of a bucket, and "
+                        "zero_optimization.reduce_bucket_size %lld is small): raise reduce_bucket_size",
+                        static_cast<long long>(z.reduce_bucket_size));
+        } else {
+          std::snprintf(why, sizeof why, "the model is small: a piece is an eighth of a rank's chunk of its "
+                        "buckets): nothing to change; larger models round less");
+        }
         detail::log_info(log_topic::engine,
-                         "note: %s of the NVMe swap file's %s is rounding of the optimizer pieces to "
-                         "4096 bytes (zero_optimization.sub_group_size %lld is small): raise it for less drive space",
+                         "note: %s of the NVMe swap file's %s is rounding of the optimizer pieces to 4096 bytes (%s "
+                         "for less drive space",
                          memory::format_bytes((master.bytes() - master.valid_bytes()) * (1 + pi.moments)).c_str(),
-                         memory::format_bytes(master.bytes() * (1 + pi.moments)).c_str(),
-                         static_cast<long long>(z.sub_group_size));
+                         memory::format_bytes(master.bytes() * (1 + pi.moments)).c_str(), why);
       }
     }
     if (m.rank == 0 && m.units) {

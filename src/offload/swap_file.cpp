@@ -208,7 +208,8 @@ void SwapFile::transfer(const Block& b) const {
     if (n < 0 && errno == EINTR) continue;
     ZERO_CHECK(n > 0, "NVMe swap file '", path_.string(), "': ", b.write ? "writing " : "reading ", b.bytes,
                " bytes at offset ", b.offset, " failed: ", n == 0 ? std::string("the file ends early") : errno_text(errno),
-               ". The optimizer state there is lost: check the drive (dmesg), then resume from the last checkpoint");
+               ". What the file holds there (", o_.contents, ") is lost: check the drive (dmesg), then resume from the "
+               "last checkpoint");
     done += static_cast<std::size_t>(n);
   }
 }

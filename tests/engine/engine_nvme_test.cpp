@@ -21,6 +21,7 @@
 #include "shared_temp_dir.h"
 #include "train_loop.h"
 #include "zero/comm/communicator.h"
+#include "zero/core/log.h"
 #include "zero/engine/engine.h"
 #include "zero/zero/memory_estimate.h"
 
@@ -277,6 +278,46 @@ TEST(NvmeOffloadErrors, BadFoldersAreNamed) {
     expect_error(make(c, comm.world_size(), "nvme", dir), "in use by another");
   }
   comm.barrier()->wait();
+  if (comm.rank() == 0) rm_tree(dir);
+}
+
+// The note on the swap file's rounding (each piece's state rounded up to
+// 4096 bytes) names what bounds the pieces: sub_group_size where it cuts
+// them, else reduce_bucket_size (a piece is an eighth of a rank's chunk of a
+// bucket), else the model's own size (nothing to change).
+TEST(NvmeOffloadNotes, TheRoundingNoteNamesWhatBoundsThePieces) {
+  comm::Communicator& comm = world_comm();
+  const fs::path dir = job_dir(comm, "notes");
+  auto note_of = [&](std::int64_t sub_group, std::int64_t bucket) {
+    NvmeCase c{"notes", ModelKind::kMlp, 2};
+    c.sub_group = sub_group;
+    config::Config cfg = make(c, comm.world_size(), "nvme", dir);
+    cfg.zero_optimization.reduce_bucket_size = bucket;
+    std::string note;
+    const LogSink before = set_log_sink([&](const LogRecord& r) {
+      if (std::string_view(r.text).find("rounding of the optimizer pieces") != std::string_view::npos) {
+        note = std::string(r.text);
+      }
+    });
+    {
+      auto model = make_model(c.kind);
+      Engine engine(model, cfg, comm);
+    }
+    set_log_sink(before);
+    comm.barrier()->wait();
+    return note;
+  };
+  const std::string by_sub_group = note_of(100, 500000000), by_bucket = note_of(1000000000, 256),
+                    by_model = note_of(1000000000, 500000000);
+  if (comm.rank() == 0) {
+    EXPECT_NE(by_sub_group.find("zero_optimization.sub_group_size 100 is small): raise it"), std::string::npos)
+        << by_sub_group;
+    EXPECT_NE(by_bucket.find("zero_optimization.reduce_bucket_size 256 is small): raise reduce_bucket_size"),
+              std::string::npos) << by_bucket;
+    EXPECT_EQ(by_bucket.find("sub_group_size"), std::string::npos) << by_bucket;
+    EXPECT_NE(by_model.find("the model is small"), std::string::npos) << by_model;
+    EXPECT_EQ(by_model.find("raise"), std::string::npos) << by_model;
+  }
   if (comm.rank() == 0) rm_tree(dir);
 }
 

@@ -91,6 +91,37 @@ TEST(SwapFile, WhatIsWrittenReadsBackAcrossThreadsAndBlocks) {
   fs::remove_all(dir);
 }
 
+// A read the drive cannot answer (here: the unlinked file cut short through
+// /proc/self/fd, as a failing drive returns less) names the file and what
+// it holds: the optimizer state by default, the parameters where the owner
+// says so.
+TEST(SwapFile, AFailedReadNamesWhatTheFileHolds) {
+  const fs::path dir = temp_dir("failed_read");
+  for (const char* contents : {"", "this rank's partition of the parameters"}) {
+    SwapFile::Options o;
+    if (*contents) o.contents = contents;
+    SwapFile f(dir / "state.swap", 4 * SwapFile::kAlign, o);
+    AlignedBuffer buf(SwapFile::kAlign);
+    std::memset(buf.data, 7, SwapFile::kAlign);
+    f.wait(f.write(0, buf.data, SwapFile::kAlign));
+    int cut = 0;
+    for (const auto& e : fs::directory_iterator("/proc/self/fd")) {
+      std::error_code ec;
+      const std::string target = fs::read_symlink(e.path(), ec).string();
+      if (!ec && target.find("state.swap") != std::string::npos && target.find(".lock") == std::string::npos) {
+        cut += ::ftruncate(std::stoi(e.path().filename().string()), 0) == 0;
+      }
+    }
+    ASSERT_EQ(cut, 1) << "the swap file's descriptor";
+    const std::string e = error_of([&] { f.wait(f.read(2 * SwapFile::kAlign, buf.data, SwapFile::kAlign)); });
+    EXPECT_NE(e.find("state.swap': reading 4096 bytes at offset 8192 failed: the file ends early"), std::string::npos)
+        << e;
+    EXPECT_NE(e.find(std::string("What the file holds there (") + (*contents ? contents : "the optimizer state") +
+                     ") is lost"), std::string::npos) << e;
+  }
+  fs::remove_all(dir);
+}
+
 // Ranges at any offset and of any length, written one after another (some
 // continuing the last one, some crossing many blocks, some inside one) through
 // one or two buffers smaller than many of them: the file ends as the copy in

@@ -5,7 +5,8 @@
 # checkpoint, a report and exit status 75, also when the signal reaches one
 # rank only; the run resumed from that checkpoint has the losses of a run
 # that was never stopped; a stop at the very end (the report being written)
-# still saves the last step; a second SIGINT ends the process at once.
+# still saves the last step; SIGHUP stops as SIGTERM does (unless ignored
+# by nohup); a second SIGINT ends the process at once.
 # usage: signal_test.sh ZERO_TRAIN ZERO_CKPT MPIEXEC CORPUS WORK
 set -u
 train=$1 ckpt=$2 mpiexec=$3 corpus=$4 work=$5
@@ -170,6 +171,25 @@ grep -q "nothing is saved" "$work/nosave.log" || fail "SIGTERM without --save-di
 # The end says why there is no validation loss: the stop, not --eval-every 0.
 grep -q "no validation loss: no evaluation ran (stopped by SIGTERM before the first, at step 300)" "$work/nosave.log" \
   || { tail -5 "$work/nosave.log"; fail "the end does not say the stop came before the first evaluation"; }
+# SIGHUP (a closed terminal) stops with a checkpoint like SIGTERM; started
+# with it ignored (nohup), it is left ignored and the run goes on to its end.
+ZERO_COMM_BACKEND=single "$train" "${args[@]}" --out "$work/hup" --save-dir "$work/ck_hup" >"$work/hup.log" 2>&1 &
+job=$!
+wait_lines "$work/hup/metrics.jsonl" 5
+kill -HUP $job
+wait $job; rc=$?
+[ $rc = 75 ] || { tail -5 "$work/hup.log"; fail "SIGHUP: exit $rc, not 75"; }
+k=$(lines "$work/hup/metrics.jsonl")
+[ "$(cat "$work/ck_hup/latest")" = "step-$k" ] || fail "SIGHUP did not save step-$k"
+( trap '' HUP; exec env ZERO_COMM_BACKEND=single "$train" "$corpus" --model gpt2-tiny --config "$work/fp32.json" \
+  --eval-every 0 --steps 30 --sample 0 --out "$work/nohup" ) >"$work/nohup.log" 2>&1 &
+job=$!
+wait_lines "$work/nohup/metrics.jsonl" 5
+kill -HUP $job
+wait $job; rc=$?
+[ $rc = 0 ] && [ "$(lines "$work/nohup/metrics.jsonl")" = 30 ] \
+  || { tail -5 "$work/nohup.log"; fail "SIGHUP under nohup: exit $rc after $(lines "$work/nohup/metrics.jsonl") steps"; }
+echo "SIGHUP stopped at step $k with a checkpoint; under nohup it was ignored"
 ZERO_COMM_BACKEND=single "$train" "${args[@]}" --out "$work/twice" >"$work/twice.log" 2>&1 &
 job=$!
 wait_lines "$work/twice/metrics.jsonl" 5

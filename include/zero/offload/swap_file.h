@@ -41,6 +41,7 @@ class SwapFile {
     int io_threads = 1;                   // aio.thread_count
     std::size_t block_bytes = 1u << 20;   // aio.block_size: one pread/pwrite at most this long
     std::string setting = "offload_optimizer.nvme_path";  // the config key that names the folder (in errors)
+    std::string contents = "the optimizer state";          // what the file holds (in errors)
   };
   // Makes `path` (its folder must exist and be writable) of `bytes` bytes.
   // Throws zero::Error naming the path and the fix when it cannot.
