@@ -22,6 +22,10 @@
 //              completes the swapped gathers (only their tags differ); with
 //              --unit-sizes differ it cannot
 //   nan        makes its loss NaN (its gradients follow)
+//   backward-throw  (stage 3, three units in a chain) its backward throws
+//              between the last unit and the first, while the others go on
+//              into the first unit's gather: the job must end with that
+//              rank's error within seconds, not the others' timeout
 //   host-oom   (one process) limits its address space to what it maps now
 //              plus 100 MiB before it builds the engine of a 16.8M-parameter
 //              model (whose Adam state alone is 128 MiB): the engine must
@@ -48,6 +52,7 @@
 #include <ATen/ops/full.h>
 #include <ATen/ops/mse_loss.h>
 #include <ATen/ops/randn.h>
+#include <torch/csrc/autograd/custom_function.h>
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/linear.h>
@@ -198,6 +203,57 @@ int unit_order(const Options& o, zero::comm::Communicator& comm) {
   return 0;
 }
 
+// Identity forward; a backward that throws where `armed`.
+struct ThrowInBackward : torch::autograd::Function<ThrowInBackward> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, bool armed) {
+    ctx->saved_data["armed"] = armed;
+    return x.clone();
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list g) {
+    if (ctx->saved_data["armed"].toBool()) throw zero::Error("fault_driver: this rank's backward failed (planted)");
+    return {g[0], at::Tensor()};
+  }
+};
+
+int backward_throw(const Options& o, zero::comm::Communicator& comm) {
+  const zero::config::Config cfg = zero::config::parse_config(
+      "{\"train_micro_batch_size_per_gpu\": 4, \"comm_timeout\": " + std::to_string(o.timeout) +
+          ", \"zero_optimization\": {\"stage\": 3, \"stage3_param_persistence_threshold\": 0, "
+          "\"reduce_bucket_size\": 200}}",
+      comm.world_size(), "fault_driver");
+  struct Net : torch::nn::Module {
+    torch::nn::Linear u1{16, 16}, u2{16, 16}, u3{16, 16};
+    Net() {
+      register_module("u1", u1);
+      register_module("u2", u2);
+      register_module("u3", u3);
+      zero::mark_unit(*u1);
+      zero::mark_unit(*u2);
+      zero::mark_unit(*u3);
+    }
+    at::Tensor forward(const at::Tensor& x, bool armed) {
+      at::Tensor h = zero::unit(*u1, x, [&](const at::Tensor& v) { return u1->forward(v); });
+      h = ThrowInBackward::apply(h, armed);
+      h = zero::unit(*u2, h, [&](const at::Tensor& v) { return u2->forward(v); });
+      return zero::unit(*u3, h, [&](const at::Tensor& v) { return u3->forward(v); });
+    }
+  };
+  torch::manual_seed(7);
+  auto model = std::make_shared<Net>();
+  zero::Engine engine(model, cfg, comm);
+  torch::manual_seed(100 + comm.rank());
+  for (long step = 1; step <= o.steps; ++step) {
+    const bool armed = comm.rank() == o.rank && step == o.step;
+    const at::Tensor loss = at::mse_loss(model->forward(at::randn({4, 16}), armed), at::randn({4, 16}));
+    engine.backward(loss);
+    engine.step();
+  }
+  if (comm.rank() == 0) std::printf("trained %ld steps\n", o.steps);
+  comm.barrier()->wait();
+  return 0;
+}
+
 int run(const Options& o, std::unique_ptr<zero::comm::Communicator>& comm_out) {
   comm_out = zero::comm::make_communicator();
   zero::comm::Communicator& comm = *comm_out;
@@ -208,6 +264,7 @@ int run(const Options& o, std::unique_ptr<zero::comm::Communicator>& comm_out) {
   const zero::config::Config cfg = zero::config::parse_config(json, comm.world_size(), "fault_driver");
   torch::manual_seed(7);
   if (o.inject == "unit-order") return unit_order(o, comm);
+  if (o.inject == "backward-throw") return backward_throw(o, comm);
   if (o.inject == "gather-oom" || o.inject == "gather-oom-retry") return gather_oom(comm, o.inject == "gather-oom-retry");
   const bool oom = o.inject == "host-oom";
   auto model = oom ? std::make_shared<torch::nn::SequentialImpl>(torch::nn::Linear(4096, 4096))

@@ -7,7 +7,7 @@ set -u
 MPIEXEC=$1
 DRIVER=$2
 shift 2
-CASES=${*:-"none stop kill sleep mismatch count_mismatch kind_mismatch unit_order_same unit_order_differ nan_skip nan_stop"}
+CASES=${*:-"none stop kill sleep mismatch count_mismatch kind_mismatch unit_order_same unit_order_differ nan_skip nan_stop backward_throw"}
 TIMEOUT=5  # comm_timeout of the driver, seconds
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 failures=0
@@ -121,6 +121,13 @@ for c in $CASES; do
     nan_stop)
       run nan_stop error 60 -- --inject nan --rank 2 --step 3 --steps 5 --timeout $TIMEOUT --policy stop --stop-after 1
       expect_line "error on rank 0 of 4: step 3: the gradient norm was not finite \(NaN or inf\) in 1 consecutive step" "the step that stopped the run" ;;
+    backward_throw)
+      # Stage 3: one rank's backward fails between its units while the
+      # others go on into the next unit's gather: its own error, at once
+      # (well inside comm_timeout), not the others' timeout.
+      run backward_throw error $((TIMEOUT + 25)) -- --inject backward-throw --rank 2 --step 2 --steps 4 --timeout 60
+      expect_line "error on rank 2 of 4: fault_driver: this rank's backward failed \(planted\)" "the failing rank's own error"
+      if grep -q "did not complete within" "$work/$case.log"; then fail "the others timed out instead"; fi ;;
     *)
       echo "unknown case $c"; exit 2 ;;
   esac
