@@ -12,7 +12,7 @@ namespace zero::tools {
 namespace {
 
 constexpr int kSignals[3] = {SIGINT, SIGTERM, SIGHUP};
-constexpr int kSlots = 16;
+constexpr int kSlots = 64;
 constexpr std::size_t kPathBytes = 4096;
 
 // Written by the thread that adds, read by the handler: a slot is filled
@@ -59,11 +59,19 @@ InterruptCleanup::InterruptCleanup() {
   sa.sa_handler = on_interrupt;
   sigemptyset(&sa.sa_mask);
   for (int s : kSignals) sigaddset(&sa.sa_mask, s);  // one cleanup at a time
-  for (int i = 0; i < 3; ++i) ::sigaction(kSignals[i], &sa, &old_[i]);
+  for (int i = 0; i < 3; ++i) {
+    // A signal ignored where the tool started (nohup, a script's `&`) stays
+    // ignored: it must not end the process now.
+    ::sigaction(kSignals[i], nullptr, &old_[i]);
+    handled_[i] = old_[i].sa_handler != SIG_IGN;
+    if (handled_[i]) ::sigaction(kSignals[i], &sa, nullptr);
+  }
 }
 
 InterruptCleanup::~InterruptCleanup() {
-  for (int i = 0; i < 3; ++i) ::sigaction(kSignals[i], &old_[i], nullptr);
+  for (int i = 0; i < 3; ++i) {
+    if (handled_[i]) ::sigaction(kSignals[i], &old_[i], nullptr);
+  }
   g_count.store(0);
   g_installed.store(false);
 }

@@ -8,9 +8,14 @@
 // on the disk by a Ctrl-C. A SIGKILL cannot be caught; the next run to the
 // same output replaces the temporaries.
 //
+// A signal that was ignored when the InterruptCleanup was made (nohup, a
+// script's `cmd &`) stays ignored.
+//
 // InterruptCleanup::Hold holds those signals back while it lives (a rename
 // pair that must not be split by one); a signal that came meanwhile acts
-// when the Hold ends.
+// when the Hold ends. It blocks them for the calling thread only: the
+// renames it guards must run on the thread that handles the signals (the
+// tools' main thread; their I/O threads block none).
 #pragma once
 
 #include <signal.h>
@@ -26,8 +31,8 @@ class InterruptCleanup {
   InterruptCleanup(const InterruptCleanup&) = delete;
   InterruptCleanup& operator=(const InterruptCleanup&) = delete;
 
-  // Given before the file or folder is created; a path too long to hold is
-  // not removed (it stays, as without this).
+  // Given before the file or folder is created; a path too long to hold, or
+  // past the 64th, is not removed (it stays, as without this).
   void add_file(const std::filesystem::path& p);
   void add_folder(const std::filesystem::path& p);
   // Everything is in place: an interrupt from now on removes nothing.
@@ -46,6 +51,7 @@ class InterruptCleanup {
 
  private:
   struct sigaction old_[3];
+  bool handled_[3] = {false, false, false};
 };
 
 }  // namespace zero::tools

@@ -208,9 +208,9 @@ int main(int argc, char** argv) {
     if (*ins) return inspect(c, verify);
     // Never into the checkpoint being read: --out over a shard or the tag's
     // folder would destroy it. Where the tag lives in a folder of
-    // checkpoints (one with `latest`), not into that folder either (its
-    // other tags and `latest`); a tag folder copied alone somewhere (a
-    // download) protects only itself.
+    // checkpoints (one with `latest`, a lock file or other tags), not into
+    // that folder either (its other tags and `latest`); a tag folder copied
+    // alone somewhere (a download) protects only itself.
     {
       namespace fs = std::filesystem;
       const fs::path tag_dir = fs::weakly_canonical(c.folder), save_dir = tag_dir.parent_path();
@@ -219,7 +219,10 @@ int main(int argc, char** argv) {
         return std::mismatch(top.begin(), top.end(), target.begin(), target.end()).first == top.end();
       };
       std::error_code ec;
-      const bool save_folder = fs::exists(save_dir / ckpt::kLatestName, ec);
+      // (A save folder whose `latest` could not be written still holds tags,
+      // or zero-train's lock file.)
+      const bool save_folder = fs::exists(save_dir / ckpt::kLatestName, ec) || fs::exists(save_dir / ".lock", ec) ||
+                               ckpt::list_tags(save_dir).size() > 1;
       const fs::path& guarded = save_folder ? save_dir : tag_dir;
       ZERO_CHECK(!under(guarded), "--out ", out, " is inside the checkpoint ", save_folder ? "folder " : "",
                  guarded.string(), save_folder ? " (its shards, tags and `latest` live there)" : " (its shards)",

@@ -35,6 +35,7 @@ std::vector<std::string> tags_to_remove(const std::vector<std::string>& tags, st
 
 Rotation rotate_checkpoints(const std::filesystem::path& dir, std::int64_t newest_step, std::int64_t keep) {
   Rotation r;
+  ckpt::sweep_removals(dir);  // (what a removal killed half-way left)
   for (const std::string& tag : tags_to_remove(ckpt::list_tags(dir), newest_step, keep)) {
     std::error_code ec;
     ckpt::remove_tag(dir, tag, ec);

@@ -759,7 +759,7 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
       lowest.op = comm::ReduceOp::kMax;
       comm->all_reduce(&first_short, 1, DType::kFloat32, lowest)->wait();
       first_short = -first_short;
-      ZERO_CHECK(per_rank * local <= *host_available || first_short >= static_cast<float>(comm->world_size()), "host memory: a micro-batch of ", micro,
+      ZERO_CHECK(first_short != static_cast<float>(comm->rank()), "host memory: a micro-batch of ", micro,
                  " x ", o.seq_len, " tokens needs about ", memory::format_bytes(activations), " of activations",
                  gc.checkpoint_activations ? " (checkpointed)" : "", " and ", memory::format_bytes(buckets),
                  " of gradient buckets beside the ", memory::format_bytes(per_rank - activations - buckets),
@@ -1379,7 +1379,11 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
                            "to\n", last.save_names.c_str());
     }
   }
-  if (const std::string unsaved = signals.restore_and_raise_late(); !unsaved.empty()) {
+  // (A save asked for and done, or a stop agreed: a late copy of the same
+  // request is dropped.)
+  const bool saved_last = saving_step == last_step;
+  if (const std::string unsaved = signals.restore_and_raise_late(!stopped_by.empty());
+      !unsaved.empty() && root && !saved_last) {
     std::fprintf(stderr, "zero-train: %s after the last step's checkpoint point: the run is complete, nothing more is "
                          "saved\n", unsaved.c_str());
   }

@@ -75,14 +75,14 @@ void StopSignals::restore() {
   g_installed.store(false);
 }
 
-std::string StopSignals::restore_and_raise_late() {
+std::string StopSignals::restore_and_raise_late(bool stop_agreed) {
   restore();
   std::string save;
   for (std::size_t i = 0; i < kSlots; ++i) {
     if (g_counts[i].exchange(0) == 0) continue;
     if (kSignals[i] == SIGUSR1) {
       save = kNames[i];
-    } else {
+    } else if (!stop_agreed) {
       ::raise(kSignals[i]);
     }
   }

@@ -50,9 +50,12 @@ class StopSignals {
   // restore(), then what arrived since the last take_counts() (after the
   // ranks' last agreement, before the handlers went) acts as it would have
   // a moment later: a stop signal is raised again (the process ends as
-  // its default action says); a SIGUSR1 is returned by name ("" when none)
-  // for the caller to say that nothing more is saved.
-  std::string restore_and_raise_late();
+  // its default action says), unless `stop_agreed` (the ranks stopped
+  // already: a signal mpirun forwarded to every rank reaches some before
+  // their last agreement and others after it, and is one request, done);
+  // a SIGUSR1 is returned by name ("" when none) for the caller to say
+  // that nothing more is saved.
+  std::string restore_and_raise_late(bool stop_agreed);
 
  private:
   bool installed_ = true;

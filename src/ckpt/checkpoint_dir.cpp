@@ -74,6 +74,18 @@ void remove_tree(const fs::path& path, std::error_code& ec) {
   if (::nftw(path.c_str(), remove_one, 16, FTW_DEPTH | FTW_PHYS) != 0) ec = std::error_code(errno, std::generic_category());
 }
 
+void sweep_removals(const fs::path& dir) {
+  std::error_code ec;
+  std::vector<fs::path> left;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    if (ends_with(it->path().filename().string(), kRemoving)) left.push_back(it->path());
+  }
+  for (const fs::path& p : left) {
+    std::error_code e2;
+    remove_tree(p, e2);
+  }
+}
+
 void remove_tag(const fs::path& dir, const std::string& tag, std::error_code& ec) {
   // Hidden first (one rename: list_tags skips the name), then deleted file
   // by file: a kill mid-way never leaves a tag that lists but cannot load.
@@ -146,6 +158,7 @@ void commit(const fs::path& dir, const std::string& tag, const std::string& mani
   }
   std::error_code ec;
   const bool existed = fs::exists(final_dir, ec);
+  const fs::path replaced = dir / (tag + kReplaced);
   if (existed) {
     // The earlier save of this tag and the new one swap names in one step:
     // at no moment is the tag missing (a kill between two renames would
@@ -155,26 +168,34 @@ void commit(const fs::path& dir, const std::string& tag, const std::string& mani
       fsync_dir(dir);
       remove_tree(partial, ec);  // best effort: a leftover .partial is harmless
     } else {
-      const int e = errno;
-      // A file system without the exchange: move the earlier one aside. A
-      // crash between the renames leaves it whole as <tag>.replaced, which
-      // a load names (resolve_tag).
-      if (e != EINVAL && e != ENOSYS && e != ENOTSUP) fs_fail("cannot swap the finished save into place", final_dir,
-                                                              std::error_code(e, std::generic_category()));
-      const fs::path replaced = dir / (tag + kReplaced);
+      // No exchange here (a file system without it, a sandbox that refuses
+      // renameat2): move the earlier one aside. A crash between the renames
+      // leaves it whole as <tag>.replaced, which a load names (resolve_tag).
       remove_tree(replaced, ec);
       fs::rename(final_dir, replaced, ec);
       if (ec) fs_fail("cannot move the earlier checkpoint of the same tag aside", final_dir, ec);
       fs::rename(partial, final_dir, ec);
-      if (ec) fs_fail("cannot rename the finished save into place", final_dir, ec);
+      if (ec) {
+        std::error_code back;
+        fs::rename(replaced, final_dir, back);  // the earlier one under its name again
+        if (back) {
+          throw Error(zero::detail::str_cat("cannot rename the finished save into place ", final_dir.string(), ": ",
+                                            ec.message(), "; the earlier '", tag, "' is whole in ",
+                                            replaced.string(), ": rename it back (mv ", replaced.string(), " ",
+                                            final_dir.string(), ")"));
+        }
+        fs_fail("cannot rename the finished save into place", final_dir, ec);
+      }
       fsync_dir(dir);
-      remove_tree(replaced, ec);  // best effort: a leftover is harmless
     }
   } else {
     fs::rename(partial, final_dir, ec);
     if (ec) fs_fail("cannot rename the finished save into place", final_dir, ec);
     fsync_dir(dir);
   }
+  // (A <tag>.replaced of an earlier save that stopped half-way is stale
+  // once the tag is whole again.)
+  remove_tree(replaced, ec);  // best effort: a leftover is harmless
   // The checkpoint is in place: a `latest` that cannot follow says so, and
   // what it still names (the write leaves it whole, old or new).
   try {

@@ -91,6 +91,7 @@ void check_host_memory(const MemoryPlan& plan, const config::Config& config, boo
   const bool short_here = available && per_rank * local > *available;
   const int first_short = detail::first_rank(comm, device, short_here);
   if (first_short < 0) return;
+  const bool says = comm.rank() == first_short;  // the others name it: one line for the job
   // The fixes that lower this need, as configured.
   const config::ZeroOptimizationConfig& z = config.zero_optimization;
   std::vector<std::string> fixes;
@@ -108,7 +109,7 @@ void check_host_memory(const MemoryPlan& plan, const config::Config& config, boo
   if (on_gpu && !config.bf16.enabled && !config.fp16.enabled) {
     fixes.push_back("train in bf16 (smaller host buffers on a GPU)");
   }
-  ZERO_CHECK(!short_here, "host memory: the engine's buffers need ", memory::format_bytes(per_rank), " = ", per_rank,
+  ZERO_CHECK(!says, "host memory: the engine's buffers need ", memory::format_bytes(per_rank), " = ", per_rank,
              " bytes per rank (", local, " rank(s) on this node: ", memory::format_bytes(per_rank * local),
              ", before activations) but ", memory::format_bytes(*available), " is available (", host_memory_source(),
              "). To fit: ", detail::join_first(fixes, fixes.size(), "; "), ".");

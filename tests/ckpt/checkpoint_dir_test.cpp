@@ -33,9 +33,12 @@ namespace fs = std::filesystem;
 // g_fail_renames_from is set, a rename whose source ends with it fails (EIO)
 // as a process killed just before it would never do it.
 static const char* g_fail_renames_from = nullptr;
+static int g_moved_aside = 0;  // renames to a <tag>.replaced
 extern "C" int rename(const char* from, const char* to) {
   using Fn = int (*)(const char*, const char*);
   static const Fn real = reinterpret_cast<Fn>(::dlsym(RTLD_NEXT, "rename"));
+  const std::string t = to;
+  if (t.size() >= 9 && t.compare(t.size() - 9, 9, ".replaced") == 0) ++g_moved_aside;
   if (g_fail_renames_from) {
     const std::string f = from, suffix = g_fail_renames_from;
     if (f.size() >= suffix.size() && f.compare(f.size() - suffix.size(), suffix.size(), suffix) == 0) {
@@ -44,6 +47,18 @@ extern "C" int rename(const char* from, const char* to) {
     }
   }
   return real(from, to);
+}
+// renameat2(2): while g_no_exchange is set, RENAME_EXCHANGE is refused
+// (EINVAL), as on a file system without it.
+static bool g_no_exchange = false;
+extern "C" int renameat2(int olddirfd, const char* from, int newdirfd, const char* to, unsigned int flags) {
+  using Fn = int (*)(int, const char*, int, const char*, unsigned int);
+  static const Fn real = reinterpret_cast<Fn>(::dlsym(RTLD_NEXT, "renameat2"));
+  if (g_no_exchange && (flags & RENAME_EXCHANGE) != 0) {
+    errno = EINVAL;
+    return -1;
+  }
+  return real(olddirfd, from, newdirfd, to, flags);
 }
 // unlink(2) likewise: while g_fail_unlinks_in is set, removing a file whose
 // path holds it fails (EIO), as a removal killed half-way leaves the rest.
@@ -138,7 +153,18 @@ std::string manifest_of(const fs::path& dir, const std::string& tag) {
   return ck::read_text(dir / ck::resolve_tag(dir, tag) / ck::kManifestName);
 }
 
-TEST(CheckpointDir, ATagSavedAgainIsNeverMissing) {
+// With and without RENAME_EXCHANGE (the fallback moves the earlier save
+// aside, and renames it back when the new one cannot follow).
+class ATagSavedAgain : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override {
+    g_no_exchange = !GetParam();
+    g_moved_aside = 0;
+  }
+  void TearDown() override { g_no_exchange = false; }
+};
+
+TEST_P(ATagSavedAgain, IsNeverMissing) {
   TempDir d;
   ck::prepare_partial(d.path, "step-8");
   ck::commit(d.path, "step-8", "{\"first\":1}");
@@ -167,7 +193,24 @@ TEST(CheckpointDir, ATagSavedAgainIsNeverMissing) {
   for (const auto& e : fs::directory_iterator(d.path)) names.push_back(e.path().filename().string());
   std::sort(names.begin(), names.end());
   EXPECT_EQ(names, (std::vector<std::string>{"latest", "step-8"}));
+  // Where the exchange works, the earlier save is never moved aside (the
+  // moment between two renames when the tag is missing never comes).
+  if (GetParam()) {
+    EXPECT_EQ(g_moved_aside, 0);
+  }
+  // A <tag>.replaced left by a save that stopped half-way is gone once the
+  // tag is saved whole again.
+  committed(d.path, "step-8.replaced");
+  ck::prepare_partial(d.path, "step-8");
+  ck::commit(d.path, "step-8", "{\"fourth\":4}");
+  EXPECT_FALSE(fs::exists(d.path / "step-8.replaced"));
+  EXPECT_EQ(manifest_of(d.path, "latest"), "{\"fourth\":4}");
 }
+
+INSTANTIATE_TEST_SUITE_P(Exchange, ATagSavedAgain, ::testing::Values(true, false),
+                         [](const ::testing::TestParamInfo<bool>& i) {
+                           return i.param ? std::string("WithExchange") : std::string("WithoutExchange");
+                         });
 
 TEST(CheckpointDir, AnEarlierSaveMovedAsideIsNamedWithTheCommandThatRestoresIt) {
   // What a kill between the two renames leaves on a file system without
@@ -208,6 +251,12 @@ TEST(CheckpointDir, ARemovedTagIsHiddenBeforeItsFilesGo) {
   EXPECT_FALSE(ec) << ec.message();
   EXPECT_EQ(ck::list_tags(d.path), std::vector<std::string>{"step-4"});
   EXPECT_FALSE(fs::exists(d.path / "step-3.removing"));
+  // ... and a leftover of a name never removed again is swept (rotation
+  // does it before it removes).
+  committed(d.path, "step-1.removing");
+  ck::sweep_removals(d.path);
+  EXPECT_FALSE(fs::exists(d.path / "step-1.removing"));
+  EXPECT_EQ(ck::list_tags(d.path), std::vector<std::string>{"step-4"});
 }
 
 TEST(CheckpointDir, ATagsOwnFolderNamesItsParentAndTag) {

@@ -141,6 +141,25 @@ grep -q "checkpoint step-20: saving to .* (asked for by SIGTERM)" "$work/end.log
   || { tail -20 "$work/end.log"; fail "a stop after the end's agreement did not save the last step"; }
 [ "$(cat "$work/ck_end/latest")" = "step-20" ] || fail "a stop at the end left no step-20 checkpoint"
 echo "a stop while the report was written: step-20 saved, exit 0"
+# ... and on 2 ranks, the signal sent to mpirun (forwarded to both: rank 1,
+# which writes no report, is in the last agreement already and counts it
+# after it): one stop, saved once, and no rank killed by the late copy.
+out=$work/end2
+mkfifo "$work/end2.json.partial"
+"$mpiexec" -np 2 --oversubscribe --bind-to none "$train" "$corpus" --model gpt2-tiny --config "$work/fp32.json" \
+  --steps 20 --eval-every 0 --sample 0 --out "$out" --save-dir "$work/ck_end2" --report "$work/end2.json" \
+  >"$work/end2.log" 2>&1 &
+job=$!
+wait_grep "$work/end2.log" "^metrics: "
+sleep 1  # (rank 0 blocked opening the pipe, rank 1 waiting for it in the agreement)
+kill -USR2 $job
+sleep 1
+cat "$work/end2.json.partial" >/dev/null
+wait $job; rc=$?
+[ $rc = 0 ] || { tail -20 "$work/end2.log"; fail "2 ranks, a stop while the report was written: exit $rc, not 0"; }
+[ "$(cat "$work/ck_end2/latest")" = "step-20" ] || fail "2 ranks: a stop at the end left no step-20 checkpoint"
+grep -q "exited on signal" "$work/end2.log" && { tail -20 "$work/end2.log"; fail "a rank was killed by the late copy of the stop"; }
+echo "2 ranks, a stop while the report was written: step-20 saved, exit 0"
 
 # 5. A signal during an evaluation in the middle of the run stops the run at
 # that step, not after the next one.

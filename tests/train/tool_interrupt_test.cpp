@@ -93,4 +93,21 @@ TEST(InterruptCleanup, AnInterruptDuringAHoldActsAfterItOnWhatIsStillRegistered)
   fs::remove_all(d);
 }
 
+TEST(InterruptCleanup, ASignalIgnoredAtTheStartStaysIgnored) {
+  const fs::path d = fresh_dir("nohup");
+  const fs::path tmp = d / "x.tmp";
+  const int status = in_child([&] {
+    ::signal(SIGHUP, SIG_IGN);  // nohup
+    InterruptCleanup cleanup;
+    cleanup.add_file(tmp);
+    std::ofstream(tmp) << "x";
+    ::raise(SIGHUP);
+    ::_exit(7);  // reached: the hangup was ignored
+  });
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_EQ(WEXITSTATUS(status), 7);
+  EXPECT_TRUE(fs::exists(tmp));
+  fs::remove_all(d);
+}
+
 }  // namespace

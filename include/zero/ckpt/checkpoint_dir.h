@@ -65,6 +65,9 @@ void fsync_dir(const std::filesystem::path& dir);
 // Removes checkpoint `tag` of dir: renamed to <tag>.removing (no longer
 // listed), then deleted. ec holds the first failure.
 void remove_tag(const std::filesystem::path& dir, const std::string& tag, std::error_code& ec);
+// Removes what removals stopped half-way left (<tag>.removing folders), best
+// effort: rotation calls it before it removes.
+void sweep_removals(const std::filesystem::path& dir);
 // Removes `path` and everything below it (no error when it does not exist).
 // Not std::filesystem::remove_all: LibTorch's libtorch.so exports its own
 // copy of that symbol, which the dynamic linker may bind instead, and which
