@@ -2908,6 +2908,43 @@ TEST(Budget, HostTooSmallIsRefusedBeforeAllocating) {
     Engine engine(model, cfg, comm);
   } catch (const ::zero::Error& e) {
     const std::string msg = e.what();
+    refused = 1.0f;
+    // Every rank is short: the first (rank 0) says by how much, the others
+    // name it (one line for the job).
+    if (comm.rank() > 0) {
+      const auto* marked = dynamic_cast<const comm::RaisedForAnotherRank*>(&e);
+      ASSERT_NE(marked, nullptr) << msg;
+      EXPECT_EQ(marked->failed_rank(), 0);
+      EXPECT_NE(msg.find("host memory: rank 0 found its node's host memory too small"), std::string::npos) << msg;
+    }
+  }
+  // Rank 0's message, on every rank (the numbers below come from it).
+  std::string msg;
+  {
+    std::int64_t n = 0;
+    std::vector<char> text;
+    if (comm.rank() == 0) {
+      try {
+        auto model = make_model(ModelKind::kMlp);
+        Engine engine(model, cfg, comm);
+      } catch (const ::zero::Error& e) {
+        msg = e.what();
+      }
+    } else {
+      try {
+        auto model = make_model(ModelKind::kMlp);
+        Engine engine(model, cfg, comm);
+      } catch (const ::zero::Error&) {
+      }
+    }
+    n = static_cast<std::int64_t>(msg.size());
+    comm.broadcast(&n, 2, DType::kFloat32, {0})->wait();  // (8 bytes, copied as they are)
+    text.assign(static_cast<std::size_t>(n) + 3, '\0');
+    std::copy(msg.begin(), msg.end(), text.begin());
+    comm.broadcast(text.data(), static_cast<std::size_t>((n + 3) / 4), DType::kFloat32, {0})->wait();
+    msg.assign(text.data(), static_cast<std::size_t>(n));
+  }
+  {
     EXPECT_NE(msg.find("4.0 KiB is available (ZERO_HOST_MEMORY_LIMIT)"), std::string::npos) << msg;
     // The fixes that apply to this job (stage 2, CPU offload, no DPU, on
     // the CPU), and no others.
@@ -2925,7 +2962,6 @@ TEST(Budget, HostTooSmallIsRefusedBeforeAllocating) {
       per_rank = std::stoll(m[1]);
       local = std::stoll(m[2]);
     }
-    refused = 1.0f;
   }
   comm.all_reduce(&refused, 1, DType::kFloat32)->wait();
   EXPECT_EQ(refused, static_cast<float>(comm.world_size()));
