@@ -1450,7 +1450,8 @@ int main(int argc, char** argv) {
   app.add_option("--report", o.report, "write a JSON report (memory per rank, communication, losses, speed); its "
                  "folder must exist (checked before training)")
       ->check(tools::non_empty("a file to write"));
-  app.add_option("--out", o.out_dir, "folder for metrics.jsonl and training.png (created; checked before training)")
+  app.add_option("--out", o.out_dir, "folder for metrics.jsonl and training.png (created; checked before training); locked for the run "
+                 "(<dir>/.lock): a second job given it is refused")
       ->check(tools::non_empty("a folder"))
       ->capture_default_str();
   app.add_option("--device", o.device,
