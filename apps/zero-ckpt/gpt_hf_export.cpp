@@ -52,10 +52,7 @@ std::map<std::string, Mapping> gpt_names(std::int64_t n_layer) {
 // and context has (src/models/gpt.cpp): a checkpoint whose shapes differ
 // would export a model transformers refuses, or another model.
 std::vector<std::int64_t> gpt_shape(const std::string& name, std::int64_t vocab, std::int64_t ctx, std::int64_t c) {
-  auto ends = [&](const char* suffix) {
-    const std::string s = suffix;
-    return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
-  };
+  auto ends = [&](const char* suffix) { return name.ends_with(suffix); };
   if (name == "wte.weight") return {vocab, c};
   if (name == "wpe.weight") return {ctx, c};
   if (ends("attn.qkv.weight")) return {3 * c, c};

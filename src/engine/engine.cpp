@@ -639,19 +639,19 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
         }
         char why[256];
         if (sub_group_bounds) {
-          std::snprintf(why, sizeof why, "zero_optimization.sub_group_size %lld is small): raise it",
+          std::snprintf(why, sizeof why, "zero_optimization.sub_group_size %lld is small): raise it for less drive space",
                         static_cast<long long>(z.sub_group_size));
         } else if (buckets_full) {
           std::snprintf(why, sizeof why, "a piece is an eighth of a rank's chunk of a bucket, and "
-                        "zero_optimization.reduce_bucket_size %lld is small): raise reduce_bucket_size",
+                        "zero_optimization.reduce_bucket_size %lld is small): raise reduce_bucket_size for less "
+                        "drive space",
                         static_cast<long long>(z.reduce_bucket_size));
         } else {
           std::snprintf(why, sizeof why, "the model is small: a piece is an eighth of a rank's chunk of its "
                         "buckets): nothing to change; larger models round less");
         }
         detail::log_info(log_topic::engine,
-                         "note: %s of the NVMe swap file's %s is rounding of the optimizer pieces to 4096 bytes (%s "
-                         "for less drive space",
+                         "note: %s of the NVMe swap file's %s is rounding of the optimizer pieces to 4096 bytes (%s",
                          memory::format_bytes((master.bytes() - master.valid_bytes()) * (1 + pi.moments)).c_str(),
                          memory::format_bytes(master.bytes() * (1 + pi.moments)).c_str(), why);
       }
