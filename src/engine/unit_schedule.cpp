@@ -212,9 +212,15 @@ void UnitSchedule::prefetch_after(std::size_t position) {
         ahead += n;
       }
     } catch (...) {
-      // Fetching ahead is an optimisation: a unit that cannot be fetched
-      // now (out of memory) is left to its own gather, which reports it.
+      // Fetching ahead is an optimisation: alone, a unit that cannot be
+      // fetched now (out of memory, a failed read from NVMe) is left to its
+      // own gather, which reports it or succeeds. With other ranks it is
+      // not: they issued this unit's all-gather, and this rank would issue
+      // its next collectives in its place (MPI pairs them silently). The
+      // error ends the step here, after the unit's started gathers.
+      const bool others_gather = store_.layout().shard_world() > 1;
       abandon(v);
+      if (others_gather) throw;
       break;
     }
     if (t.started > before) t.prefetched = true;

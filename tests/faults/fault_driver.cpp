@@ -26,6 +26,13 @@
 //              between the last unit and the first, while the others go on
 //              into the first unit's gather: the job must end with that
 //              rank's error within seconds, not the others' timeout
+//   nvme-read-fail  (stage 3, parameters on NVMe, six units through two
+//              host buffers, so that each step reads them back) in the
+//              backward of step S, one read of its parameter swap file
+//              fails with EIO (pread is interposed below), where a unit is
+//              fetched ahead: the rank must not go on without the gather
+//              the others issued (a read tried again later would succeed):
+//              the job ends with its I/O error within seconds
 //   host-oom   (one process) limits its address space to what it maps now
 //              plus 100 MiB before it builds the engine of a 16.8M-parameter
 //              model (whose Adam state alone is 128 MiB): the engine must
@@ -39,11 +46,18 @@
 //   gather-oom-retry  the same, but the error is caught, the limit lifted,
 //              and the forward tried again: it must train (the failed
 //              gather left nothing half done)
+#include <dlfcn.h>
 #include <sys/resource.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <filesystem>
 
 #include <csignal>
 #include <fstream>
 #include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <limits>
 #include <string>
@@ -63,6 +77,30 @@
 #include "zero/core/error.h"
 #include "zero/engine/engine.h"
 #include "zero/zero/unit.h"
+
+// The next g_reads_to_fail pread(2)s of the parameter swap file fail with
+// EIO (nvme-read-fail). The engine's swap threads call it; other files read
+// on.
+std::atomic<int> g_reads_to_fail{0};
+
+bool is_param_swap(int fd) {
+  char link[64], target[4096];
+  std::snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+  const ssize_t n = ::readlink(link, target, sizeof target - 1);
+  if (n <= 0) return false;
+  target[n] = '\0';
+  return std::strstr(target, "zerocpp-params-rank") != nullptr;
+}
+
+extern "C" ssize_t pread(int fd, void* buf, size_t count, off_t offset) {
+  using Fn = ssize_t (*)(int, void*, size_t, off_t);
+  static const Fn real = reinterpret_cast<Fn>(::dlsym(RTLD_NEXT, "pread"));
+  if (g_reads_to_fail.load() > 0 && is_param_swap(fd) && g_reads_to_fail.fetch_sub(1) > 0) {
+    errno = EIO;
+    return -1;
+  }
+  return real(fd, buf, count, offset);
+}
 
 namespace {
 
@@ -254,6 +292,48 @@ int backward_throw(const Options& o, zero::comm::Communicator& comm) {
   return 0;
 }
 
+int nvme_read_fail(const Options& o, zero::comm::Communicator& comm) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("zero_fault_nvme_" + std::to_string(::getppid()));
+  std::filesystem::create_directories(dir);
+  const zero::config::Config cfg = zero::config::parse_config(
+      "{\"train_micro_batch_size_per_gpu\": 4, \"comm_timeout\": " + std::to_string(o.timeout) +
+          ", \"zero_optimization\": {\"stage\": 3, \"stage3_param_persistence_threshold\": 0, "
+          "\"reduce_bucket_size\": 200, \"offload_optimizer\": {\"device\": \"cpu\"}, \"offload_param\": {\"device\": \"nvme\", "
+          "\"nvme_path\": \"" + dir.string() + "\", \"buffer_count\": 2}}}",
+      comm.world_size(), "fault_driver");
+  struct Net : torch::nn::Module {
+    std::vector<torch::nn::Linear> units;
+    Net() {
+      for (int i = 0; i < 6; ++i) {
+        units.emplace_back(16, 16);
+        register_module("u" + std::to_string(i), units.back());
+        zero::mark_unit(*units.back());
+      }
+    }
+    at::Tensor forward(at::Tensor h) {
+      for (torch::nn::Linear& u : units) h = zero::unit(*u, h, [&](const at::Tensor& v) { return at::tanh(u->forward(v)); });
+      return h;
+    }
+  };
+  torch::manual_seed(7);
+  auto model = std::make_shared<Net>();
+  zero::Engine engine(model, cfg, comm);
+  torch::manual_seed(100 + comm.rank());
+  for (long step = 1; step <= o.steps; ++step) {
+    const at::Tensor loss = at::mse_loss(model->forward(at::randn({4, 16})), at::randn({4, 16}));
+    if (comm.rank() == o.rank && step == o.step) g_reads_to_fail = 1;
+    engine.backward(loss);
+    engine.step();
+  }
+  ZERO_CHECK(g_reads_to_fail.load() <= 0, "fault_driver: the planted read failure never happened (no read of the "
+             "parameter swap file in step ", o.step, "'s backward)");
+  double sum = 0;
+  for (const at::Tensor& p : engine.gather_master_params()) sum += p.to(at::kDouble).abs().sum().item<double>();
+  if (comm.rank() == 0) std::printf("trained %ld steps, parameters' |sum| %.17g\n", o.steps, sum);
+  comm.barrier()->wait();
+  return 0;
+}
+
 int run(const Options& o, std::unique_ptr<zero::comm::Communicator>& comm_out) {
   comm_out = zero::comm::make_communicator();
   zero::comm::Communicator& comm = *comm_out;
@@ -265,6 +345,7 @@ int run(const Options& o, std::unique_ptr<zero::comm::Communicator>& comm_out) {
   torch::manual_seed(7);
   if (o.inject == "unit-order") return unit_order(o, comm);
   if (o.inject == "backward-throw") return backward_throw(o, comm);
+  if (o.inject == "nvme-read-fail") return nvme_read_fail(o, comm);
   if (o.inject == "gather-oom" || o.inject == "gather-oom-retry") return gather_oom(comm, o.inject == "gather-oom-retry");
   const bool oom = o.inject == "host-oom";
   auto model = oom ? std::make_shared<torch::nn::SequentialImpl>(torch::nn::Linear(4096, 4096))

@@ -7,11 +7,12 @@ set -u
 MPIEXEC=$1
 DRIVER=$2
 shift 2
-CASES=${*:-"none stop kill sleep mismatch count_mismatch kind_mismatch unit_order_same unit_order_differ nan_skip nan_stop backward_throw"}
+CASES=${*:-"none stop kill sleep mismatch count_mismatch kind_mismatch unit_order_same unit_order_differ nan_skip nan_stop backward_throw nvme_read_fail nvme_read_retry"}
 TIMEOUT=5  # comm_timeout of the driver, seconds
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 failures=0
 work=$(mktemp -d)
+export TMPDIR=$work  # (nvme_read_fail: its swap folder)
 tag=faults-$$
 trap 'pkill -CONT -f "$DRIVER --tag $tag" 2>/dev/null; pkill -9 -f "$DRIVER --tag $tag" 2>/dev/null; rm -rf "$work"' EXIT
 
@@ -128,6 +129,30 @@ for c in $CASES; do
       run backward_throw error $((TIMEOUT + 25)) -- --inject backward-throw --rank 2 --step 2 --steps 4 --timeout 60
       expect_line "error on rank 2 of 4: fault_driver: this rank's backward failed \(planted\)" "the failing rank's own error"
       if grep -q "did not complete within" "$work/$case.log"; then fail "the others timed out instead"; fi ;;
+    nvme_read_fail)
+      # Stage 3, parameters on NVMe: one rank's swap-file reads fail from
+      # one backward on. Where the read fails first (a unit fetched ahead),
+      # that rank must not go on without the gather the others issued: its
+      # I/O error ends the job at once, not the others' timeout.
+      run nvme_read_fail error $((TIMEOUT + 25)) -- --inject nvme-read-fail --rank 1 --step 3 --steps 5 --timeout 60
+      expect_line "error on rank 1 of 4: .*NVMe swap file '.*zerocpp-params-rank1.swap': reading [0-9]+ bytes at offset [0-9]+ failed: Input/output error" "the failing rank's read error"
+      if grep -q "did not complete within" "$work/$case.log"; then fail "the others timed out instead"; fi ;;
+    nvme_read_retry)
+      # Alone (no collective), a unit whose read fails while it is fetched
+      # ahead is read again by its own gather: the run trains on, to the
+      # same weights as a run whose reads all succeed.
+      case=nvme_read_retry
+      : >"$work/$case.log"
+      for r in -1 0; do
+        ZERO_COMM_BACKEND=single timeout 60 "$DRIVER" --tag $tag --inject nvme-read-fail --rank $r --step 3 --steps 5 \
+          >"$work/$case.$r.log" 2>&1
+        rc=$?
+        cat "$work/$case.$r.log" >>"$work/$case.log"
+        [ $rc -eq 0 ] || fail "exit status $rc with --rank $r"
+      done
+      clean=$(grep "^trained" "$work/$case.-1.log") failed_once=$(grep "^trained" "$work/$case.0.log")
+      [ -n "$clean" ] && [ "$clean" = "$failed_once" ] || fail "a read that failed once changed the weights: '$clean' vs '$failed_once'"
+      echo "[$case] $failed_once" ;;
     *)
       echo "unknown case $c"; exit 2 ;;
   esac
