@@ -668,7 +668,7 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
     // The communicator's counters are its owner's: the engine counts the
     // difference from here on.
     m.comm_at_step_start = comm_.stats();
-    stats_.loss_scale = m.precision.loss_scale();
+    stats_.loss_scale = stats_.loss_scale_used = m.precision.loss_scale();
     stats_.lr = lr();
     if (m.rank == 0) {
       const std::size_t nb = L.buckets().size();
@@ -949,6 +949,7 @@ bool Engine::step_at_boundary() {
     comm_.all_reduce(v.data_ptr(), 1, DType::kFloat32)->wait();
     sq = v.item<float>();
   }
+  stats_.loss_scale_used = m.precision.loss_scale();
   const detail::StepDecision d = m.precision.decide(sq, static_cast<double>(m.world) / m.grads->predivided());
   auto finish_step_stats = [&] {
     const comm::CommStats now = comm_.stats();

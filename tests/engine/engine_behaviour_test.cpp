@@ -1155,7 +1155,7 @@ TEST(Overflow, Fp16DynamicScaleFollowsHysteresisAcrossRanks) {
     auto model = make_model(ModelKind::kMlp);
     Engine engine(model, cfg, comm);
     ASSERT_EQ(engine.dtype(), at::kHalf);
-    std::vector<float> scales;
+    std::vector<float> scales, used;
     for (int step = 0; step < 6; ++step) {
       GlobalBatch gb = global_batch(ModelKind::kMlp, step);
       const int micro = kGlobalBatch / world;
@@ -1168,9 +1168,13 @@ TEST(Overflow, Fp16DynamicScaleFollowsHysteresisAcrossRanks) {
       EXPECT_EQ(std::isfinite(engine.stats().clipped_grad_norm), step != 2 && step != 3) << "step " << step;
       EXPECT_EQ(std::isfinite(engine.stats().grad_norm), step != 2 && step != 3) << "step " << step;
       scales.push_back(engine.stats().loss_scale);
+      used.push_back(engine.stats().loss_scale_used);
     }
-    // First overflow spends the hysteresis, the second halves 16 -> 8.
+    // First overflow spends the hysteresis, the second halves 16 -> 8:
+    // after the step (the next backward's scale), and the one each step
+    // was scaled by (one step later).
     EXPECT_EQ(scales, (std::vector<float>{16, 16, 16, 8, 8, 8})) << "stage " << stage;
+    EXPECT_EQ(used, (std::vector<float>{16, 16, 16, 16, 8, 8})) << "stage " << stage;
     EXPECT_EQ(engine.stats().skipped, 2);
     EXPECT_EQ(engine.stats().step, 4);
     for (const auto& p : engine.gather_master_params()) EXPECT_TRUE(at::isfinite(p).all().item<bool>());

@@ -104,7 +104,12 @@ struct StepStats {
   std::int64_t step = 0;          // optimizer steps taken (skipped ones excluded)
   std::int64_t skipped = 0;       // steps skipped for non-finite gradients
   std::int64_t consecutive_skipped = 0;  // skipped steps since the last step taken
+  // fp16: the scale the next backward() multiplies the loss by (after the
+  // last step's update: halved after an overflow, doubled after a window);
+  // loss_scale_used: the one the last step's gradients were scaled by
+  // (DeepSpeed's "Attempted loss scale"). 1 without fp16.
   float loss_scale = 1.0f;
+  float loss_scale_used = 1.0f;
   float grad_norm = 0.0f;         // global norm of the averaged gradient, before clipping
   float clipped_grad_norm = 0.0f; // after clipping
   bool last_step_skipped = false;
