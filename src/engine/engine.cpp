@@ -596,6 +596,10 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
       uo.prefetch_elements = static_cast<std::size_t>(z.stage3_prefetch_bucket_size);
       uo.max_live_elements = static_cast<std::size_t>(z.stage3_max_live_parameters);
       m.units = std::make_unique<detail::UnitSchedule>(units, P, comm_, uo);
+      // A unit's gradients go out when its backward is over, also those of
+      // its parameters that got none on this rank (the same point on every
+      // rank: the ranks' collectives stay in one order).
+      m.units->on_backward_done([impl = impl_.get()](int unit) { impl->grads->close_unit(unit); });
     }
 
     // The transient gradient buckets (and at stage 3 the gathered units) are
@@ -769,6 +773,11 @@ Engine::~Engine() {
   release_state();
 }
 
+std::atomic<int>& Engine::Impl::backwards_running() {
+  static std::atomic<int> n{0};
+  return n;
+}
+
 c10::ScalarType Engine::dtype() const { return impl_->precision.dtype(); }
 std::int64_t Engine::num_parameters() const { return static_cast<std::int64_t>(impl_->params->layout().numel()); }
 
@@ -798,7 +807,13 @@ void Engine::backward(const at::Tensor& loss) {
   if (m.units) m.units->begin_backward();
   try {
     m.in_backward = true;
-    m.precision.backward(loss, static_cast<int>(config_.gradient_accumulation_steps));
+    {
+      struct Running {
+        Running() { ++Impl::backwards_running(); }
+        ~Running() { --Impl::backwards_running(); }
+      } running;
+      m.precision.backward(loss, static_cast<int>(config_.gradient_accumulation_steps));
+    }
     m.in_backward = false;
     at::NoGradGuard no_grad;
     m.grads->end_backward();

@@ -3,6 +3,7 @@
 // backward, step) and engine_checkpoint.cpp (save and load).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -22,6 +23,7 @@
 #include "precision.h"
 #include "step_timeline.h"
 #include "unit_schedule.h"
+#include "zero/core/log.h"
 #include "zero/engine/engine.h"
 #include "zero/engine/lr_schedule.h"
 #include "zero/zero/memory_plan.h"
@@ -57,6 +59,13 @@ struct Engine::Impl {
   // Inside engine.backward()'s autograd pass: gradients that arrive
   // otherwise (loss.backward() called directly) are refused, not reduced.
   bool in_backward = false;
+  // engine.backward() passes under way in this process, of any engine.
+  // Gradients that reach this engine's parameters from another engine's
+  // (a GAN's generator loss through its discriminator) are dropped, once
+  // said (foreign_grads_told), as a plain loop's zero_grad() before this
+  // model's next backward drops them.
+  static std::atomic<int>& backwards_running();
+  bool foreign_grads_told = false;
   // offload_optimizer.publish_in_backward, where it applies (CPU offload
   // with the delayed update at stage 1 or 2, one rank): in the backward that
   // ends a window, each piece of the pending update goes into the model once
@@ -104,10 +113,30 @@ struct Engine::Impl {
         // Before any buffer is touched: the gradient is dropped, and the
         // window being accumulated stays as it was.
         p.mutable_grad().reset();
+        if (backwards_running().load() > 0) {  // another engine's
+          if (!impl_->foreign_grads_told && impl_->rank == 0) {
+            impl_->foreign_grads_told = true;
+            detail::log_info(log_topic::engine,
+                             "gradients of this engine's parameters (first '%s') came from another engine's "
+                             "backward (a GAN's generator loss through this model): dropped, as a plain loop's "
+                             "zero_grad() before this model's next backward drops them. To save computing them, "
+                             "set requires_grad false on this model's parameters around that backward (back "
+                             "to true before this engine's next backward)",
+                             name.c_str());
+          }
+          return;
+        }
         ZERO_CHECK(false, "the gradient of parameter '", name,
                    "' came from a backward that was not engine.backward(loss) (loss.backward() called directly?): "
                    "the engine reduces and steps only the gradients of engine.backward(). It is dropped; call "
                    "engine.backward(loss) instead");
+      }
+      if (impl_->grads->closed(index_)) {
+        p.mutable_grad().reset();
+        ZERO_CHECK(false, "the gradient of parameter '", name, "' came after its stage-3 unit's backward had ended "
+                   "(the backward had reached the unit's input, where the unit's gradients are reduced): it is used "
+                   "outside the unit's function as well, earlier in forward. Use it inside the unit only, or make "
+                   "its module a unit of its own (or no unit)");
       }
       ZERO_CHECK(p.grad().layout() == at::kStrided, "parameter '", name,
                  "' has a sparse gradient (torch::nn::Embedding with sparse(true)?): zerocpp reduces and steps "

@@ -51,6 +51,8 @@ void GradPath::begin_backward(bool boundary) {
 }
 
 void GradPath::on_grad(int index, const at::Tensor& grad) { reducer_->on_grad(index, grad); }
+void GradPath::close_unit(int group) { reducer_->close_group(group); }
+bool GradPath::closed(int index) const { return reducer_->closed(index); }
 
 void GradPath::end_backward() {
   reducer_->end_backward();

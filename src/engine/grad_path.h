@@ -59,6 +59,10 @@ class GradPath {
   void begin_backward(bool boundary);
   // Autograd has finished parameter `index`'s gradient.
   void on_grad(int index, const at::Tensor& grad);
+  // Stage 3: unit `group`'s backward is over (GradReducer::close_group).
+  void close_unit(int group);
+  // Whether parameter `index`'s unit was closed before its gradient came.
+  bool closed(int index) const;
   void end_backward();
   // After a backward that threw: waits for what the reducer started, drops
   // the window's gradients (the caller resets the parameters' .grad).

@@ -236,6 +236,12 @@ void UnitSchedule::release(int u) {
   if (--s.refs == 0 && !(recording() && needed_soon(u))) drop(u);
 }
 
+void UnitSchedule::backward_ended(int u, bool ran) {
+  UnitState& s = units_[static_cast<std::size_t>(u)];
+  if (s.backward_calls > 0) --s.backward_calls;
+  if (ran && in_backward_ && s.backward_calls == 0 && backward_done_) backward_done_(u);
+}
+
 bool UnitSchedule::recording() const { return in_backward_ || at::GradMode::is_enabled(); }
 
 // Whether the recording has `u` again within what prefetch would fetch

@@ -28,6 +28,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -74,6 +75,14 @@ class UnitSchedule {
   // Around the engine's backward (its gathers are recorded whatever the
   // grad mode inside autograd's engine).
   void begin_backward() { in_backward_ = true; }
+  // Called inside the engine's backward when the backward of every call of
+  // `unit` has reached the call's input: the unit's parameters get no
+  // further gradient in this backward (autograd accumulates a parameter's
+  // gradient as soon as the backward of its last use has run, before any
+  // node that was ready with it). The gradient path reduces the unit's
+  // buckets then, whether or not each parameter got a gradient on this
+  // rank, so that every rank issues them at the same point.
+  void on_backward_done(std::function<void(int unit)> done) { backward_done_ = std::move(done); }
   // After a backward: every unit released (prefetched ones unused are
   // released too); the step's order recorded.
   void end_backward();
@@ -104,6 +113,8 @@ class UnitSchedule {
     void gather() override { schedule->gather(unit); }
     void release() override { schedule->release(unit); }
     void gather_until_backward_ends() override { schedule->gather_until_backward_ends(unit); }
+    void expect_backward() override { ++schedule->units_[static_cast<std::size_t>(unit)].backward_calls; }
+    void backward_ended(bool ran) override { schedule->backward_ended(unit, ran); }
     bool shares_gathered_memory(const at::Tensor& t) const override {
       return schedule->shares_gathered_memory(unit, t);
     }
@@ -122,7 +133,9 @@ class UnitSchedule {
     std::size_t started = 0, started_elements = 0;
     bool prefetched = false;   // fetched ahead (all or some) and not used yet
     std::vector<ParamStore::PendingGather> pending;  // gathers started and not yet finished
+    int backward_calls = 0;    // calls whose backward has not reached their input yet
   };
+  void backward_ended(int unit, bool ran);
   // Starts the gathers of the unit's buckets not yet started.
   void start(int unit);
   // Starts the all-gather of its next bucket not yet started.
@@ -157,6 +170,7 @@ class UnitSchedule {
   std::vector<int> until_backward_ends_;  // units gathered by gather_until_backward_ends()
   int holds_ = 0;                         // hold_all()s not yet released: one reference on every unit each
   PrefetchCounts counts_;
+  std::function<void(int)> backward_done_;
 };
 
 }  // namespace zero::detail

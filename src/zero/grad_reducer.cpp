@@ -26,6 +26,7 @@ GradReducer::GradReducer(const FlatLayout& layout, comm::Communicator& comm,
       like_(like),
       consume_(std::move(consume)),
       pending_(layout.buckets().size(), 0),
+      closed_(layout.buckets().size(), 0),
       order_(layout.buckets().size()),
       storage_(layout.buckets().size()),
       storage_reg_(layout.buckets().size()) {
@@ -42,6 +43,7 @@ void GradReducer::begin_backward(bool reduce) {
   for (std::size_t b = 0; b < pending_.size(); ++b) {
     pending_[b] = static_cast<int>(layout_.buckets()[b].params.size());
   }
+  std::fill(closed_.begin(), closed_.end(), 0);
   completed_.clear();
 }
 
@@ -85,7 +87,33 @@ void GradReducer::on_grad(int param, const at::Tensor& grad) {
   dst.add_(grad.reshape({-1}));
   int& pending = pending_[static_cast<std::size_t>(slot.bucket)];
   ZERO_INTERNAL_ASSERT(pending > 0, "parameter ", param, " produced two gradients in one backward");
-  if (--pending == 0 && reducing_ && !order_agreed_) completed_.push_back(slot.bucket);
+  if (--pending == 0) complete(slot.bucket);
+  progress();
+}
+
+void GradReducer::complete(int b) {
+  if (reducing_ && !order_agreed_) completed_.push_back(b);
+}
+
+void GradReducer::close_group(int g) {
+  if (!reducing_) return;
+  bool any = false;
+  for (const int b : layout_.group_buckets(g)) {
+    int& pending = pending_[static_cast<std::size_t>(b)];
+    if (pending == 0) continue;
+    pending = 0;
+    closed_[static_cast<std::size_t>(b)] = 1;
+    complete(b);
+    any = true;
+  }
+  if (any) progress();
+}
+
+bool GradReducer::closed(int param) const {
+  return closed_[static_cast<std::size_t>(layout_.params()[static_cast<std::size_t>(param)].bucket)] != 0;
+}
+
+void GradReducer::progress() {
   if (reducing_ && opts_.overlap_comm) {
     poll();
     launch_ready();
@@ -215,6 +243,7 @@ void GradReducer::abort() {
   live_buckets_ = 0;
   reducing_ = false;
   next_launch_ = 0;
+  std::fill(closed_.begin(), closed_.end(), 0);
 }
 
 }  // namespace zero

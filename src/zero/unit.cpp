@@ -36,14 +36,34 @@ std::unordered_map<const torch::nn::Module*, std::weak_ptr<const torch::nn::Modu
 // new engine's handler may reuse); once the engine is gone the module holds
 // its parameters again and the backward is plain LibTorch's. (The graph's
 // backward runs on one thread, as does the engine's destruction.)
+//
+// A backward run with create_graph (a gradient penalty's autograd::grad)
+// makes nodes that read the parameters when the graph they belong to runs
+// backward in turn: the unit then stays gathered until the engine's
+// backward ends. The call's backward is reported ended once, when it first
+// reaches the input (or when the graph is freed).
 struct BackwardState {
-  BackwardState(UnitHandler* h, bool until_end) : handler(h), alive(h->liveness()), until_backward_ends(until_end) {}
-  ~BackwardState() { release(); }
+  BackwardState(UnitHandler* h, bool until_end) : handler(h), alive(h->liveness()), until_backward_ends(until_end) {
+    if (!until_backward_ends) {
+      expected = true;
+      handler->expect_backward();
+    }
+  }
+  ~BackwardState() {
+    release();
+    end(/*ran=*/false);
+  }
+  void end(bool ran) {
+    if (expected && !ended) {
+      ended = true;
+      if (!alive.expired()) handler->backward_ended(ran);
+    }
+  }
   void gather() {
     if (!gathered) {
       gathered = true;
       if (alive.expired()) return;
-      if (until_backward_ends) {
+      if (until_backward_ends || at::GradMode::is_enabled()) {
         released = true;  // the handler releases it
         handler->gather_until_backward_ends();
       } else {
@@ -61,6 +81,7 @@ struct BackwardState {
   std::weak_ptr<const void> alive;
   bool until_backward_ends = false;
   bool gathered = false, released = false;
+  bool expected = false, ended = false;
 };
 
 }  // namespace
@@ -152,6 +173,7 @@ at::Tensor unit(const torch::nn::Module& m, const at::Tensor& x,
     if (in.requires_grad()) {
       in.register_hook([state](const at::Tensor& g) {
         state->release();
+        state->end(/*ran=*/true);
         return g;
       });
     }

@@ -90,6 +90,18 @@ class GradReducer {
   // reduce: whether this backward communicates (kReduceScatter always does).
   void begin_backward(bool reduce);
   void on_grad(int param, const at::Tensor& grad);
+  // Stage 3: the backward of group g (a unit) is over on this rank
+  // (UnitSchedule::on_backward_done), at the same point on every rank: its
+  // buckets are complete now, a parameter that got no gradient here (a
+  // branch or an expert not taken on this rank) counting as zeros, and go
+  // out in the launch order as on_grad()'s do. Without it such a bucket
+  // would wait for end_backward() on this rank only, while the others
+  // reduce it before the next unit's all-gather: the ranks' collectives
+  // would diverge.
+  void close_group(int g);
+  // Whether parameter `param`'s bucket was closed by close_group() before
+  // its gradient came (that gradient cannot be added any more).
+  bool closed(int param) const;
   void end_backward();
   // After a backward that threw: waits for the collectives already started
   // (MPI cannot cancel them; every rank must have started the same ones, as
@@ -104,6 +116,10 @@ class GradReducer {
     comm::WorkPtr work;
   };
   at::Tensor bucket_storage(int b);
+  // Bucket b has all it will get in this backward.
+  void complete(int b);
+  // Launches what is ready (and, without overlap, waits for it).
+  void progress();
   void launch_ready();
   void launch(int b);
   // After the first reducing backward: every rank takes rank 0's order.
@@ -124,6 +140,7 @@ class GradReducer {
   bool reducing_ = false;
   int next_launch_ = 0;        // into order_
   std::vector<int> pending_;  // parameters not yet arrived, per bucket
+  std::vector<char> closed_;  // per bucket: completed by close_group() with parameters missing
   std::vector<int> order_;    // the launch order: bucket numbers
   std::vector<int> completed_;  // buckets as they completed in this backward, until the order is agreed
   bool order_agreed_ = false;

@@ -56,8 +56,16 @@ class UnitHandler {
   // gradient (no gradient path through a frozen stem that data enters).
   virtual bool trains_parameters() const { return true; }
   // A gather() whose release() comes when the whole backward ends (the
-  // backward of a unit whose input cannot carry a gradient).
+  // backward of a unit whose input cannot carry a gradient, or one run with
+  // create_graph: the graph it makes reads the parameters later).
   virtual void gather_until_backward_ends() = 0;
+  // One call of the unit whose backward ends at its input: expect_backward()
+  // when the call is made; backward_ended(true) when that backward has run
+  // (its input's gradient computed), backward_ended(false) when it never
+  // will (the graph was freed first). Once every call's backward has ended,
+  // no parameter of the unit gets a gradient in this backward any more.
+  virtual void expect_backward() {}
+  virtual void backward_ended(bool ran) { (void)ran; }
   // Whether `t` shares the memory the unit's parameters are gathered into
   // (a view of a parameter): release() takes that memory away.
   virtual bool shares_gathered_memory(const at::Tensor& t) const {

@@ -1,0 +1,215 @@
+// Stage 3 under autograd patterns beyond one plain backward per step, each
+// held to stage 0 (which gathers nothing) on the same ranks:
+//  - a parameter of a unit that gets a gradient on some ranks only (a branch
+//    or an expert not taken on a rank: DDP's find_unused_parameters case
+//    inside a unit): the unit's buckets are reduced when its backward is
+//    over, the missing gradient as zeros, at the same point on every rank;
+//  - a double backward through units (a gradient penalty: autograd::grad
+//    with create_graph in forward, then the penalty's backward): the units
+//    stay gathered until the engine's backward ends;
+//  - two engines in one loop (a GAN): the generator's loss runs backward
+//    through the discriminator, whose engine drops those gradients as a
+//    plain loop's zero_grad() would.
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/ops/gelu.h>
+#include <ATen/ops/mse_loss.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/randn.h>
+#include <ATen/ops/zeros.h>
+#include <gtest/gtest.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/nn/modules/linear.h>
+
+#include "train_loop.h"
+#include "zero/engine/engine.h"
+#include "zero/zero/unit.h"
+
+namespace zero::test {
+namespace {
+
+constexpr int kSteps = 4;
+
+config::Config config_for(int stage, int world) {
+  config::Config c = make_config(stage, false, false, world, 4, 1);
+  c.zero_optimization.reduce_bucket_size = 200;  // several buckets per unit
+  c.comm_timeout = 30;  // a divergence fails in seconds, not minutes
+  return c;
+}
+
+void expect_same_params(const std::vector<at::Tensor>& got, const std::vector<at::Tensor>& want,
+                        const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    EXPECT_LE((got[i] - want[i]).abs().max().item<double>(), 1e-5) << what << ": parameter " << i;
+  }
+}
+
+// A unit of two branches: `main` always, `side` only where the caller says.
+struct Branchy : torch::nn::Module {
+  Branchy() {
+    main = register_module("main", torch::nn::Linear(16, 16));
+    side = register_module("side", torch::nn::Linear(16, 16));
+  }
+  torch::nn::Linear main{nullptr}, side{nullptr};
+};
+
+struct BranchyNet : torch::nn::Module {
+  BranchyNet() {
+    for (int i = 0; i < 3; ++i) {
+      blocks.push_back(register_module("b" + std::to_string(i), std::make_shared<Branchy>()));
+      zero::mark_unit(*blocks.back());
+    }
+    head = register_module("head", torch::nn::Linear(16, 4));
+    zero::mark_unit(*head);
+  }
+  // use_side(i): whether block i's side branch runs on this rank now.
+  at::Tensor forward(at::Tensor h, const std::function<bool(int)>& use_side) {
+    for (int i = 0; i < 3; ++i) {
+      Branchy& b = *blocks[static_cast<std::size_t>(i)];
+      const bool side = use_side(i);
+      h = zero::unit(b, h, [&](const at::Tensor& x) {
+        at::Tensor y = b.main->forward(x);
+        if (side) y = y + b.side->forward(x);
+        return at::gelu(y);
+      });
+    }
+    return as_unit(head, h);
+  }
+  std::vector<std::shared_ptr<Branchy>> blocks;
+  torch::nn::Linear head{nullptr};
+};
+
+std::vector<at::Tensor> train_branchy(int stage, comm::Communicator& comm) {
+  torch::manual_seed(11);
+  auto model = std::make_shared<BranchyNet>();
+  Engine engine(model, config_for(stage, comm.world_size()), comm);
+  const int r = comm.rank();
+  for (int step = 0; step < kSteps; ++step) {
+    torch::manual_seed(100 + step * 7 + r);
+    const at::Tensor x = at::randn({4, 16}), y = at::randn({4, 4});
+    // Block 1's side branch is skipped on rank 0 at every other step, block
+    // 2's on the last rank at the others: each rank leaves a different
+    // parameter without a gradient (on one rank: skipped at times).
+    auto use_side = [&](int block) {
+      if (block == 1) return !(r == 0 && step % 2 == 0);
+      if (block == 2) return !(r == comm.world_size() - 1 && step % 2 == 1);
+      return true;
+    };
+    engine.backward(at::mse_loss(model->forward(x, use_side), y));
+    engine.step();
+  }
+  return engine.gather_master_params();
+}
+
+TEST(Stage3Autograd, AUnitParameterUsedOnSomeRanksOnlyTrainsAsStage0) {
+  comm::Communicator& comm = world_comm();
+  const std::vector<at::Tensor> s0 = train_branchy(0, comm);
+  expect_same_params(train_branchy(3, comm), s0, "stage 3");
+}
+
+// A gradient penalty: the input gradient of the output, taken with
+// create_graph in forward, is part of the loss.
+std::vector<at::Tensor> train_penalty(int stage, comm::Communicator& comm) {
+  torch::manual_seed(12);
+  auto model = make_model(ModelKind::kMlp);
+  auto& mlp = static_cast<Mlp&>(*model);
+  Engine engine(model, config_for(stage, comm.world_size()), comm);
+  for (int step = 0; step < kSteps; ++step) {
+    torch::manual_seed(200 + step * 7 + comm.rank());
+    const at::Tensor x = at::randn({4, 16}).requires_grad_(true), y = at::randn({4, 4});
+    const at::Tensor out = mlp.forward(x);
+    const at::Tensor gx = torch::autograd::grad({out.sum()}, {x}, {}, /*retain_graph=*/true, /*create_graph=*/true)[0];
+    engine.backward(at::mse_loss(out, y) + 0.1 * gx.pow(2).sum(1).mean());
+    engine.step();
+  }
+  return engine.gather_master_params();
+}
+
+TEST(Stage3Autograd, AGradientPenaltyThroughUnitsTrainsAsStage0) {
+  comm::Communicator& comm = world_comm();
+  const std::vector<at::Tensor> s0 = train_penalty(0, comm);
+  expect_same_params(train_penalty(3, comm), s0, "stage 3");
+}
+
+// A GAN: D learns real from fake, G learns to fool D; G's loss runs backward
+// through D (D's engine drops those gradients). `freeze`: D's parameters
+// are frozen around G's backward instead, the documented way to skip them.
+struct Critic : torch::nn::Module {
+  Critic() {
+    l1 = register_module("l1", torch::nn::Linear(4, 8));
+    l2 = register_module("l2", torch::nn::Linear(8, 1));
+    zero::mark_unit(*l1);
+    zero::mark_unit(*l2);
+  }
+  at::Tensor forward(const at::Tensor& x) { return as_unit(l2, at::gelu(as_unit(l1, x))); }
+  torch::nn::Linear l1{nullptr}, l2{nullptr};
+};
+struct GanRun {
+  std::vector<at::Tensor> g, d;
+};
+GanRun train_gan(int stage, bool freeze, comm::Communicator& comm) {
+  torch::manual_seed(13);
+  auto g = make_model(ModelKind::kMlp);  // 16 -> 4
+  auto d = std::make_shared<Critic>();
+  auto& gen = static_cast<Mlp&>(*g);
+  Engine eg(g, config_for(stage, comm.world_size()), comm);
+  Engine ed(d, config_for(stage, comm.world_size()), comm);
+  for (int step = 0; step < kSteps; ++step) {
+    torch::manual_seed(300 + step * 7 + comm.rank());
+    const at::Tensor z = at::randn({4, 16}), real = at::randn({4, 4}) + 1.0;
+    at::Tensor fake;
+    {
+      torch::NoGradGuard no_grad;
+      fake = gen.forward(z);
+    }
+    ed.backward(at::mse_loss(d->forward(real), at::ones({4, 1})) + at::mse_loss(d->forward(fake), at::zeros({4, 1})));
+    ed.step();
+    if (freeze) {
+      for (auto& p : d->parameters()) p.set_requires_grad(false);
+    }
+    eg.backward(at::mse_loss(d->forward(gen.forward(z)), at::ones({4, 1})));
+    eg.step();
+    if (freeze) {
+      for (auto& p : d->parameters()) p.set_requires_grad(true);
+    }
+  }
+  return {eg.gather_master_params(), ed.gather_master_params()};
+}
+
+TEST(Stage3Autograd, TwoEnginesInAGanLoopTrainAsWithTheDiscriminatorFrozen) {
+  comm::Communicator& comm = world_comm();
+  for (int stage : {0, 3}) {
+    const GanRun frozen = train_gan(stage, true, comm);
+    const GanRun plain = train_gan(stage, false, comm);
+    expect_same_params(plain.g, frozen.g, "generator, stage " + std::to_string(stage));
+    expect_same_params(plain.d, frozen.d, "discriminator, stage " + std::to_string(stage));
+    if (stage == 3) {
+      const GanRun s0 = train_gan(0, false, comm);
+      expect_same_params(plain.g, s0.g, "generator, stage 3 vs 0");
+      expect_same_params(plain.d, s0.d, "discriminator, stage 3 vs 0");
+    }
+  }
+}
+
+// A gradient that reaches an engine's parameters outside every engine's
+// backward is still refused (loss.backward() called directly).
+TEST(Stage3Autograd, AGradientOutsideEveryEnginesBackwardIsStillRefused) {
+  comm::Communicator& comm = world_comm();
+  auto model = make_model(ModelKind::kMlp);
+  Engine engine(model, config_for(0, comm.world_size()), comm);
+  const at::Tensor loss = at::mse_loss(static_cast<Mlp&>(*model).forward(at::randn({4, 16})), at::randn({4, 4}));
+  try {
+    loss.backward();
+    ADD_FAILURE() << "no error";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("came from a backward that was not engine.backward(loss)"), std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace zero::test
