@@ -848,10 +848,11 @@ void Engine::backward(const at::Tensor& loss) {
       throw;
     } catch (const std::exception& e) {
       detail::rethrow_if_out_of_memory(e, "running backward", ledger_);
-      if (m.units && dynamic_cast<const Error*>(&e) == nullptr) {
-        // Autograd's error about shapes, or the reducer's (a gradient with
-        // no element), when a unit's parameter was used while released:
-        // name it if so.
+      if (m.units && (dynamic_cast<const Error*>(&e) == nullptr ||
+                      dynamic_cast<const Impl::LateUnitGradient*>(&e) != nullptr)) {
+        // Autograd's error about shapes, the reducer's (a gradient with no
+        // element), or a gradient that came after its unit's backward, when
+        // a unit's parameter was used while released: name it if so.
         const std::vector<std::size_t> numels = m.params->numels();
         std::vector<int> hollow;
         try {

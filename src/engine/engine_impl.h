@@ -103,6 +103,12 @@ struct Engine::Impl {
   explicit Impl(const config::Config& config) : precision(config) {}
   using Clock = detail::StepTimeline::Clock;
 
+  // A stage-3 unit's parameter whose gradient came after the unit's
+  // backward had ended: backward() names a use while released instead
+  // where that is the cause.
+  struct LateUnitGradient : Error {
+    using Error::Error;
+  };
   // Fires once per backward for each parameter, after autograd has
   // accumulated its gradient (also for a parameter used twice).
   struct GradHook : torch::autograd::PostAccumulateGradHook {
@@ -133,10 +139,10 @@ struct Engine::Impl {
       }
       if (impl_->grads->closed(index_)) {
         p.mutable_grad().reset();
-        ZERO_CHECK(false, "the gradient of parameter '", name, "' came after its stage-3 unit's backward had ended "
-                   "(the backward had reached the unit's input, where the unit's gradients are reduced): it is used "
-                   "outside the unit's function as well, earlier in forward. Use it inside the unit only, or make "
-                   "its module a unit of its own (or no unit)");
+        throw LateUnitGradient("the gradient of parameter '" + name + "' came after its stage-3 unit's backward had "
+                               "ended (the backward had reached the unit's input, where the unit's gradients are "
+                               "reduced): it is used outside the unit's function as well, earlier in forward. Use it "
+                               "inside the unit only, or make its module a unit of its own (or no unit)");
       }
       ZERO_CHECK(p.grad().layout() == at::kStrided, "parameter '", name,
                  "' has a sparse gradient (torch::nn::Embedding with sparse(true)?): zerocpp reduces and steps "

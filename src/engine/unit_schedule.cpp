@@ -239,7 +239,10 @@ void UnitSchedule::release(int u) {
 void UnitSchedule::backward_ended(int u, bool ran) {
   UnitState& s = units_[static_cast<std::size_t>(u)];
   if (s.backward_calls > 0) --s.backward_calls;
-  if (ran && in_backward_ && s.backward_calls == 0 && backward_done_) backward_done_(u);
+  // Under hold_all() (gather_parameters()) no unit is gathered in backward
+  // and a parameter may be used outside its unit, earlier in forward: its
+  // gradient may come after the unit's backward, and its bucket waits.
+  if (ran && in_backward_ && s.backward_calls == 0 && holds_ == 0 && backward_done_) backward_done_(u);
 }
 
 bool UnitSchedule::recording() const { return in_backward_ || at::GradMode::is_enabled(); }

@@ -81,7 +81,8 @@ class UnitSchedule {
   // gradient as soon as the backward of its last use has run, before any
   // node that was ready with it). The gradient path reduces the unit's
   // buckets then, whether or not each parameter got a gradient on this
-  // rank, so that every rank issues them at the same point.
+  // rank, so that every rank issues them at the same point. (Not under
+  // hold_all(): no all-gather runs in that backward.)
   void on_backward_done(std::function<void(int unit)> done) { backward_done_ = std::move(done); }
   // After a backward: every unit released (prefetched ones unused are
   // released too); the step's order recorded.
