@@ -325,6 +325,7 @@ Manifest parse_manifest(std::string_view text, const std::string& where) {
   m.engine.optimizer_step = static_cast<std::int64_t>(r.count(E, "optimizer_step", "engine"));
   m.engine.skipped = static_cast<std::int64_t>(r.count(E, "skipped", "engine"));
   m.engine.lr = r.number(E, "lr", "engine");
+  if (E.contains("config_lr")) m.engine.config_lr = r.number(E, "config_lr", "engine");
   if (E.contains("betas")) {  // (older checkpoints have none: the config's betas)
     const json& b = E.at("betas");
     // (Any finite pair: a momentum decay can leave the next step's beta1 at
@@ -424,6 +425,7 @@ std::string manifest_to_json(const Manifest& m) {
                  {"loss_scaler", {{"scale", s.scale}, {"hysteresis_left", s.hysteresis_left}, {"iter", s.iter},
                                   {"last_overflow_iter", s.last_overflow_iter}, {"skipped", s.skipped}}}};
   if (m.engine.betas) j["engine"]["betas"] = {m.engine.betas->first, m.engine.betas->second};
+  if (m.engine.config_lr) j["engine"]["config_lr"] = *m.engine.config_lr;
   json files = json::array();
   for (const FileRecord& f : m.files) files.push_back(file_record_to_json(f));
   j["files"] = files;

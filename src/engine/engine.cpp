@@ -817,6 +817,17 @@ void Engine::backward(const at::Tensor& loss) {
     m.in_backward = false;
     at::NoGradGuard no_grad;
     m.grads->end_backward();
+    if (!m.no_gradient_told && m.rank == 0) {
+      if (const int missing = m.grads->first_without_gradient(); missing >= 0) {
+        m.no_gradient_told = true;
+        detail::log_info(log_topic::engine,
+                         "parameter '%s' got no gradient in a backward (the loss did not use it, on rank 0): it "
+                         "counts as a zero gradient, as in DeepSpeed, so Adam's momentum and weight decay still "
+                         "move it, where torch.optim skips a parameter without one. If it should not train, freeze "
+                         "it (requires_grad false) before the engine is built. (Said once.)",
+                         m.params->names()[static_cast<std::size_t>(missing)].c_str());
+      }
+    }
     m.publishing_backward = false;
     if (m.units) m.units->end_backward();
     m.params->confirm_collectives();

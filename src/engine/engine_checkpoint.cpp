@@ -195,6 +195,7 @@ void Engine::save_checkpoint(const std::string& dir, const std::string& tag, con
   man.engine.optimizer_step = m.optimizer_step;
   man.engine.skipped = stats_.skipped;
   man.engine.lr = lr();  // the rate of the next step (the config's scheduler's, or set_lr's)
+  man.engine.config_lr = config_.optimizer.lr;
   if (const std::optional<LrSchedule::Betas> b = m.scheduled_betas()) {
     man.engine.betas = std::pair<double, double>{b->beta1, b->beta2};
   }
@@ -864,6 +865,17 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
   m.backward_done = false;
   lr_ = static_cast<float>(man.engine.lr);
   stats_.lr = lr();  // (the config's scheduler: from the restored optimizer step)
+  // Without a scheduler the rate is part of the training state (DeepSpeed's
+  // optimizer state carries it): said where the config's rate changed since
+  // the save (a rate set by set_lr() is the run's own: not said).
+  std::string lr_note;
+  if (!m.schedule && man.engine.config_lr && static_cast<float>(*man.engine.config_lr) != config_.optimizer.lr &&
+      lr_ != config_.optimizer.lr) {
+    lr_note = zero::detail::str_cat(
+        "the checkpoint's learning rate ", lr_, " stays in force (it is part of the training state, as in "
+        "DeepSpeed): the config's optimizer.params.lr, ", *man.engine.config_lr, " when it was saved, is ",
+        config_.optimizer.lr, " now and is not used; call engine.set_lr() after the load for another rate");
+  }
   // Betas a scheduler set, as the rate: an engine without the scheduler
   // resumes with them, one with it from the restored step.
   m.held_betas.reset();
@@ -913,6 +925,7 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
       zero::log(LogLevel::warning, log_topic::checkpoint_param_settings, "warning: " + settings_note);
     }
     if (!betas_note.empty()) zero::log(LogLevel::warning, log_topic::checkpoint, "warning: " + betas_note);
+    if (!lr_note.empty()) zero::log(LogLevel::warning, log_topic::checkpoint, "warning: " + lr_note);
   }
   return man.client_state;
 }

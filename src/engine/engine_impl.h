@@ -66,6 +66,7 @@ struct Engine::Impl {
   // model's next backward drops them.
   static std::atomic<int>& backwards_running();
   bool foreign_grads_told = false;
+  bool no_gradient_told = false;  // a parameter without a gradient in a backward, said once
   // offload_optimizer.publish_in_backward, where it applies (CPU offload
   // with the delayed update at stage 1 or 2, one rank): in the backward that
   // ends a window, each piece of the pending update goes into the model once

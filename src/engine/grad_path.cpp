@@ -53,6 +53,7 @@ void GradPath::begin_backward(bool boundary) {
 void GradPath::on_grad(int index, const at::Tensor& grad) { reducer_->on_grad(index, grad); }
 void GradPath::close_unit(int group) { reducer_->close_group(group); }
 bool GradPath::closed(int index) const { return reducer_->closed(index); }
+int GradPath::first_without_gradient() const { return reducer_->first_without_gradient(); }
 
 void GradPath::end_backward() {
   reducer_->end_backward();

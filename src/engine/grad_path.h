@@ -63,6 +63,8 @@ class GradPath {
   void close_unit(int group);
   // Whether parameter `index`'s unit was closed before its gradient came.
   bool closed(int index) const;
+  // The first parameter with no gradient in this backward on this rank, or -1.
+  int first_without_gradient() const;
   void end_backward();
   // After a backward that threw: waits for what the reducer started, drops
   // the window's gradients (the caller resets the parameters' .grad).

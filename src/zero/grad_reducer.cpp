@@ -27,6 +27,7 @@ GradReducer::GradReducer(const FlatLayout& layout, comm::Communicator& comm,
       consume_(std::move(consume)),
       pending_(layout.buckets().size(), 0),
       closed_(layout.buckets().size(), 0),
+      arrived_(layout.params().size(), 0),
       order_(layout.buckets().size()),
       storage_(layout.buckets().size()),
       storage_reg_(layout.buckets().size()) {
@@ -44,6 +45,7 @@ void GradReducer::begin_backward(bool reduce) {
     pending_[b] = static_cast<int>(layout_.buckets()[b].params.size());
   }
   std::fill(closed_.begin(), closed_.end(), 0);
+  std::fill(arrived_.begin(), arrived_.end(), 0);
   completed_.clear();
 }
 
@@ -87,6 +89,7 @@ void GradReducer::on_grad(int param, const at::Tensor& grad) {
   dst.add_(grad.reshape({-1}));
   int& pending = pending_[static_cast<std::size_t>(slot.bucket)];
   ZERO_INTERNAL_ASSERT(pending > 0, "parameter ", param, " produced two gradients in one backward");
+  arrived_[static_cast<std::size_t>(param)] = 1;
   if (--pending == 0) complete(slot.bucket);
   progress();
 }
@@ -107,6 +110,11 @@ void GradReducer::close_group(int g) {
     any = true;
   }
   if (any) progress();
+}
+
+int GradReducer::first_without_gradient() const {
+  const auto it = std::find(arrived_.begin(), arrived_.end(), 0);
+  return it == arrived_.end() ? -1 : static_cast<int>(it - arrived_.begin());
 }
 
 bool GradReducer::closed(int param) const {

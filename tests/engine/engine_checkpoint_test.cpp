@@ -20,6 +20,7 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <tuple>
 #include <thread>
@@ -1206,6 +1207,61 @@ TEST(CheckpointSettings, RecordedPerParameterAndADifferenceIsSaid) {
               std::string::npos)
         << added;
     EXPECT_NE(added.find("weight decay 0.01 there, 0 here"), std::string::npos) << added;
+  }
+  comm.barrier()->wait();
+  on_rank0([&] { rm_tree(dir); });
+}
+
+// Without a scheduler the checkpoint's rate stays in force (as DeepSpeed's
+// optimizer state keeps it; the Trainer's own set_lr() made it 0.011): a
+// config whose rate changed since the save is told so once, on rank 0, and
+// set_lr() sets another. The same config says nothing.
+TEST(CheckpointSettings, AnotherConfiguredRateIsSaidToYieldToTheCheckpoints) {
+  comm::Communicator& comm = world_comm();
+  const int world = comm.world_size();
+  const config::Config cfg = make_config(2, false, false, world, kGlobalBatch / world, 1);
+  const fs::path dir = shared_temp_dir(comm, "rate");
+  std::vector<float> losses;
+  float saved_lr = 0;
+  {
+    Trainer t{ModelKind::kMlp, cfg};
+    t.steps(0, 2, losses);
+    t.engine->save_checkpoint(dir.string(), "r");
+    saved_lr = t.engine->lr();
+  }
+  ASSERT_NE(saved_lr, cfg.optimizer.lr);
+  std::ostringstream os;
+  os << saved_lr;
+  const std::string at_save = os.str();
+  auto load_says = [&](float lr) {
+    config::Config other = cfg;
+    other.optimizer.lr = lr;
+    Trainer t{ModelKind::kMlp, other};
+    std::string said;
+    struct Restore {
+      LogSink previous;
+      ~Restore() { set_log_sink(std::move(previous)); }
+    } restore;
+    restore.previous = set_log_sink([&](const LogRecord& r) {
+      if (r.text.find("learning rate") != std::string_view::npos) said += std::string(r.text) + "\n";
+    });
+    t.engine->load_checkpoint(dir.string(), "r");
+    EXPECT_EQ(t.engine->lr(), saved_lr);
+    t.engine->set_lr(lr);
+    EXPECT_EQ(t.engine->lr(), lr);
+    return said;
+  };
+  const std::string same = load_says(cfg.optimizer.lr), other = load_says(2 * cfg.optimizer.lr);
+  EXPECT_TRUE(same.empty()) << same;
+  if (comm.rank() == 0) {
+    EXPECT_NE(other.find("warning: the checkpoint's learning rate " + at_save + " stays in force"), std::string::npos)
+        << other;
+    EXPECT_NE(other.find("optimizer.params.lr, 0.01 when it was saved, is 0.02 now and is not used; call "
+                         "engine.set_lr()"),
+              std::string::npos)
+        << other;
+  } else {
+    EXPECT_TRUE(other.empty()) << other;
   }
   comm.barrier()->wait();
   on_rank0([&] { rm_tree(dir); });

@@ -25,6 +25,7 @@
 #include <torch/nn/modules/linear.h>
 
 #include "train_loop.h"
+#include "zero/core/log.h"
 #include "zero/engine/engine.h"
 #include "zero/zero/unit.h"
 
@@ -108,7 +109,23 @@ std::vector<at::Tensor> train_branchy(int stage, comm::Communicator& comm) {
 TEST(Stage3Autograd, AUnitParameterUsedOnSomeRanksOnlyTrainsAsStage0) {
   comm::Communicator& comm = world_comm();
   const std::vector<at::Tensor> s0 = train_branchy(0, comm);
+  // The parameter without a gradient is named once per engine, on rank 0
+  // (its own: block 1's side branch, skipped there at even steps).
+  std::vector<std::string> said;
+  struct Restore {
+    LogSink previous;
+    ~Restore() { set_log_sink(std::move(previous)); }
+  } restore;
+  restore.previous = set_log_sink([&](const LogRecord& r) {
+    if (r.text.find("got no gradient") != std::string_view::npos) said.emplace_back(r.text);
+  });
   expect_same_params(train_branchy(3, comm), s0, "stage 3");
+  if (comm.rank() == 0) {
+    ASSERT_EQ(said.size(), 1u);
+    EXPECT_EQ(said[0].rfind("parameter 'b1.side.weight' got no gradient in a backward", 0), 0u) << said[0];
+  } else {
+    EXPECT_TRUE(said.empty());
+  }
 }
 
 // A gradient penalty: the input gradient of the output, taken with

@@ -80,6 +80,9 @@ struct EngineRecord {
   std::int64_t optimizer_step = 0;  // the optimizer's own count (bias correction)
   std::int64_t skipped = 0;
   double lr = 0.0;
+  // The config's optimizer.params.lr of the run that saved it (absent in
+  // older checkpoints): a load tells a changed config from set_lr()'s rate.
+  std::optional<double> config_lr;
   // The betas of the next step where a scheduler set them (OneCycle's
   // momentum cycle, or where it left them at set_lr()); absent: the config's.
   std::optional<std::pair<double, double>> betas;

@@ -102,6 +102,9 @@ class GradReducer {
   // Whether parameter `param`'s bucket was closed by close_group() before
   // its gradient came (that gradient cannot be added any more).
   bool closed(int param) const;
+  // The first parameter (layout order) that got no gradient in this
+  // backward on this rank, or -1.
+  int first_without_gradient() const;
   void end_backward();
   // After a backward that threw: waits for the collectives already started
   // (MPI cannot cancel them; every rank must have started the same ones, as
@@ -141,6 +144,7 @@ class GradReducer {
   int next_launch_ = 0;        // into order_
   std::vector<int> pending_;  // parameters not yet arrived, per bucket
   std::vector<char> closed_;  // per bucket: completed by close_group() with parameters missing
+  std::vector<char> arrived_;  // per parameter: its gradient came in this backward
   std::vector<int> order_;    // the launch order: bucket numbers
   std::vector<int> completed_;  // buckets as they completed in this backward, until the order is agreed
   bool order_agreed_ = false;
