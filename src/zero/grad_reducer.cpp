@@ -26,7 +26,6 @@ GradReducer::GradReducer(const FlatLayout& layout, comm::Communicator& comm,
       like_(like),
       consume_(std::move(consume)),
       pending_(layout.buckets().size(), 0),
-      closed_(layout.buckets().size(), 0),
       arrived_(layout.params().size(), 0),
       order_(layout.buckets().size()),
       storage_(layout.buckets().size()),
@@ -44,7 +43,6 @@ void GradReducer::begin_backward(bool reduce) {
   for (std::size_t b = 0; b < pending_.size(); ++b) {
     pending_[b] = static_cast<int>(layout_.buckets()[b].params.size());
   }
-  std::fill(closed_.begin(), closed_.end(), 0);
   std::fill(arrived_.begin(), arrived_.end(), 0);
   completed_.clear();
 }
@@ -105,7 +103,6 @@ void GradReducer::close_group(int g) {
     int& pending = pending_[static_cast<std::size_t>(b)];
     if (pending == 0) continue;
     pending = 0;
-    closed_[static_cast<std::size_t>(b)] = 1;
     complete(b);
     any = true;
   }
@@ -118,7 +115,9 @@ int GradReducer::first_without_gradient() const {
 }
 
 bool GradReducer::closed(int param) const {
-  return closed_[static_cast<std::size_t>(layout_.params()[static_cast<std::size_t>(param)].bucket)] != 0;
+  // Complete without it: only close_group() completes a bucket that way.
+  const std::size_t b = static_cast<std::size_t>(layout_.params()[static_cast<std::size_t>(param)].bucket);
+  return pending_[b] == 0 && arrived_[static_cast<std::size_t>(param)] == 0;
 }
 
 void GradReducer::progress() {
@@ -251,7 +250,6 @@ void GradReducer::abort() {
   live_buckets_ = 0;
   reducing_ = false;
   next_launch_ = 0;
-  std::fill(closed_.begin(), closed_.end(), 0);
 }
 
 }  // namespace zero

@@ -143,7 +143,6 @@ class GradReducer {
   bool reducing_ = false;
   int next_launch_ = 0;        // into order_
   std::vector<int> pending_;  // parameters not yet arrived, per bucket
-  std::vector<char> closed_;  // per bucket: completed by close_group() with parameters missing
   std::vector<char> arrived_;  // per parameter: its gradient came in this backward
   std::vector<int> order_;    // the launch order: bucket numbers
   std::vector<int> completed_;  // buckets as they completed in this backward, until the order is agreed
