@@ -34,6 +34,22 @@ GradReducer::GradReducer(const FlatLayout& layout, comm::Communicator& comm,
   ZERO_INTERNAL_ASSERT(opts_.mode != GradReduceMode::kReduceScatter || (like_.defined() && consume_));
   ZERO_INTERNAL_ASSERT(opts_.max_in_flight >= 1);
   std::iota(order_.begin(), order_.end(), 0);
+  for (const Bucket& b : layout.buckets()) kept_last_ = kept_last_ || b.group >= 0;
+  put_kept_last();
+}
+
+bool GradReducer::kept(int b) const {
+  return kept_last_ && layout_.buckets()[static_cast<std::size_t>(b)].group < 0;
+}
+
+void GradReducer::put_kept_last() {
+  // Stage 3 gathers units during backward, and a kept bucket (a parameter
+  // of no unit) has no point that is the same on every rank: it completes
+  // wherever its last gradient comes, or never on a rank that did not use
+  // it. Launched after every unit's bucket, it goes out once the last
+  // unit's backward is over (or at end_backward()), where no all-gather
+  // follows on any rank.
+  if (kept_last_) std::stable_partition(order_.begin(), order_.end(), [&](int b) { return !kept(b); });
 }
 
 void GradReducer::begin_backward(bool reduce) {
@@ -62,8 +78,13 @@ at::Tensor GradReducer::bucket_storage(int b) {
     // they all live.) Waiting already at max_in_flight live buckets would
     // leave a single reduction overlapping backward: stage 2 measured ~5%
     // slower than stage 1 that way (docs/PERFORMANCE.md).
-    while (live_buckets_ > opts_.max_in_flight && !in_flight_.empty()) finish_oldest();
-    ++live_buckets_;
+    // Kept buckets (stage 3) wait for the units' and are not counted: they
+    // are budgeted apart (memory_plan.cpp), and counting them would make
+    // every unit bucket wait for the reductions before it.
+    if (!kept(b)) {
+      while (live_buckets_ > opts_.max_in_flight && !in_flight_.empty()) finish_oldest();
+      ++live_buckets_;
+    }
     at::Tensor t = at::zeros({static_cast<std::int64_t>(bucket.padded)}, like_.options());
     // The bucket's own bytes, as allocated (a refusal frees it again).
     // Not refused here: a refusal inside backward could hit one rank only
@@ -169,7 +190,7 @@ void GradReducer::finish_oldest() {
                                 static_cast<std::int64_t>(bucket.chunk)));
     s = at::Tensor();
     storage_reg_[static_cast<std::size_t>(f.bucket)].release();
-    --live_buckets_;
+    if (!kept(f.bucket)) --live_buckets_;
   }
 }
 
@@ -219,6 +240,7 @@ void GradReducer::agree_order() {
     seen[static_cast<std::size_t>(b)] = 1;
     order_[i] = b;
   }
+  put_kept_last();
   order_agreed_ = true;
 }
 

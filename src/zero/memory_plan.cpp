@@ -266,10 +266,21 @@ MemoryPlan plan_memory(const PlanInput& in) {
                                  "the flat gradient buffer"));
   }
   if (in.offload || in.stage >= 2) {
+    // The largest kPlanLiveBuckets at once (GradReducer's bound), and at
+    // stage 3 every kept bucket (no unit) besides: they go out after the
+    // units', at the end of backward.
+    bool units = false;
+    for (const Bucket& b : L.buckets()) units = units || b.group >= 0;
     std::vector<std::size_t> sizes;
-    for (const Bucket& b : L.buckets()) sizes.push_back(b.padded);
-    std::sort(sizes.begin(), sizes.end(), std::greater<>());
     std::size_t n = 0;
+    for (const Bucket& b : L.buckets()) {
+      if (units && b.group < 0) {
+        n += b.padded;
+      } else {
+        sizes.push_back(b.padded);
+      }
+    }
+    std::sort(sizes.begin(), sizes.end(), std::greater<>());
     for (std::size_t i = 0; i < sizes.size() && i < static_cast<std::size_t>(kPlanLiveBuckets); ++i) n += sizes[i];
     set(Buffer::kBuckets, make(Tier::kDevice, Kind::kBuckets, Lifetime::kBackward, n, n, es, "gradient buckets"));
   }

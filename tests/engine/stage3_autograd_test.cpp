@@ -4,6 +4,8 @@
 //    or an expert not taken on a rank: DDP's find_unused_parameters case
 //    inside a unit): the unit's buckets are reduced when its backward is
 //    over, the missing gradient as zeros, at the same point on every rank;
+//  - a parameter outside every unit (kept gathered) used on some ranks only:
+//    its bucket goes out after every unit's;
 //  - a double backward through units (a gradient penalty: autograd::grad
 //    with create_graph in forward, then the penalty's backward): the units
 //    stay gathered until the engine's backward ends;
@@ -126,6 +128,52 @@ TEST(Stage3Autograd, AUnitParameterUsedOnSomeRanksOnlyTrainsAsStage0) {
   } else {
     EXPECT_TRUE(said.empty());
   }
+}
+
+// A parameter outside every unit (kept gathered) used on some ranks only:
+// a gate between two units that rank 0 skips at even steps. Its bucket
+// goes out after every unit's (when the last unit's backward is over, or at
+// the end of backward where it is missing), so that it never stands between
+// a unit's all-gather and another rank's; the missing gradient counts as
+// zeros, as at stages 1 and 2.
+struct GatedNet : torch::nn::Module {
+  GatedNet() {
+    for (int i = 0; i < 2; ++i) {
+      blocks.push_back(register_module("b" + std::to_string(i), torch::nn::Linear(16, 16)));
+      zero::mark_unit(*blocks.back());
+    }
+    gate = register_module("gate", torch::nn::Linear(16, 16));  // no unit: kept
+    head = register_module("head", torch::nn::Linear(16, 4));
+    zero::mark_unit(*head);
+  }
+  at::Tensor forward(at::Tensor h, bool use_gate) {
+    h = at::gelu(as_unit(blocks[0], h));
+    if (use_gate) h = h + gate->forward(h);
+    h = at::gelu(as_unit(blocks[1], h));
+    return as_unit(head, h);
+  }
+  std::vector<torch::nn::Linear> blocks;
+  torch::nn::Linear gate{nullptr}, head{nullptr};
+};
+
+std::vector<at::Tensor> train_gated(int stage, comm::Communicator& comm) {
+  torch::manual_seed(12);
+  auto model = std::make_shared<GatedNet>();
+  Engine engine(model, config_for(stage, comm.world_size()), comm);
+  const int r = comm.rank();
+  for (int step = 0; step < kSteps; ++step) {
+    torch::manual_seed(300 + step * 7 + r);
+    const at::Tensor x = at::randn({4, 16}), y = at::randn({4, 4});
+    engine.backward(at::mse_loss(model->forward(x, !(r == 0 && step % 2 == 0)), y));
+    engine.step();
+  }
+  return engine.gather_master_params();
+}
+
+TEST(Stage3Autograd, AKeptParameterUsedOnSomeRanksOnlyTrainsAsStage0) {
+  comm::Communicator& comm = world_comm();
+  const std::vector<at::Tensor> s0 = train_gated(0, comm);
+  expect_same_params(train_gated(3, comm), s0, "stage 3");
 }
 
 // A gradient penalty: the input gradient of the output, taken with

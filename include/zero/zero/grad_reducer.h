@@ -18,6 +18,10 @@
 // iteration in the order gradients arrived, for the same reason.) Parameters
 // used in some steps only (a layer skipped at random) still hold the buckets
 // launched after theirs in the steps they are used late or not at all.
+// At stage 3 (a layout with groups) the buckets of no group (kept gathered)
+// come last in the order, after every unit's: the units' all-gathers
+// interleave with the reductions during backward, and only a unit's buckets
+// have a point that is the same on every rank (close_group()).
 //
 // Three modes:
 //  - kAllReduceFull (stage 0) and kReduceScatterFull (stage 1): buckets are
@@ -128,6 +132,10 @@ class GradReducer {
   // After the first reducing backward: every rank takes rank 0's order.
   // Collective.
   void agree_order();
+  // Stage 3: moves the kept buckets to the end of the launch order.
+  void put_kept_last();
+  // Bucket b holds parameters of no group in a layout with groups.
+  bool kept(int b) const;
   void finish_oldest();
   void poll();
   // The reductions only the device waited for, waited for on the host.
@@ -147,6 +155,7 @@ class GradReducer {
   std::vector<int> order_;    // the launch order: bucket numbers
   std::vector<int> completed_;  // buckets as they completed in this backward, until the order is agreed
   bool order_agreed_ = false;
+  bool kept_last_ = false;  // the layout has groups (stage 3 units)
   std::vector<at::Tensor> storage_;
   std::vector<memory::MemoryLedger::Registration> storage_reg_;
   std::deque<InFlight> in_flight_;
