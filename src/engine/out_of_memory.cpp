@@ -35,7 +35,7 @@ bool is_out_of_memory(const std::exception& e) {
 }
 
 void rethrow_if_out_of_memory(const std::exception& e, std::string_view during,
-                              const memory::MemoryLedger& ledger) {
+                              const memory::MemoryLedger& ledger, std::string_view hint) {
   if (!is_out_of_memory(e)) return;
   const std::string what = e.what();
   const bool pinned = dynamic_cast<const PinnedHostOutOfMemory*>(&e) != nullptr;
@@ -74,7 +74,7 @@ void rethrow_if_out_of_memory(const std::exception& e, std::string_view during,
        << what;
     throw Error(os.str());
   }
-  os << ". zero-estimate says what fits where; to need less: a higher zero_optimization.stage or more ranks, "
+  os << ". zero-estimate says what fits where; to need less: " << hint << (hint.empty() ? "" : ", ") << "a higher zero_optimization.stage or more ranks, "
         "offload_optimizer.device=\"cpu\" (device memory), smaller reduce_bucket_size, a smaller micro-batch, "
         "activation checkpointing. The allocator said: "
      << what.substr(0, what.find('\n'));

@@ -16,7 +16,9 @@ bool is_out_of_memory(const std::exception& e);
 
 // If `e` is an out-of-memory error, throws the zero::Error described above;
 // otherwise returns (the caller rethrows `e`).
+// `hint`: what needs less for this allocation in particular, said first
+// among the ways to need less (empty: none).
 void rethrow_if_out_of_memory(const std::exception& e, std::string_view during,
-                              const memory::MemoryLedger& ledger);
+                              const memory::MemoryLedger& ledger, std::string_view hint = {});
 
 }  // namespace zero::detail

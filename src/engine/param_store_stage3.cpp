@@ -239,7 +239,10 @@ ParamStore::PendingGather ParamStore::start_gather(int bi, comm::Communicator& c
     } catch (const std::exception& e) {
       rethrow_if_out_of_memory(e, "gathering the parameters of a stage-3 unit (" +
                                       memory::format_bytes(static_cast<std::int64_t>(st.nbytes())) + ")",
-                               *ledger_);
+                               *ledger_,
+                               "fewer parameters gathered at once (a smaller zero_optimization."
+                               "stage3_prefetch_bucket_size fetches less ahead, a smaller stage3_max_live_parameters "
+                               "keeps fewer units gathered, smaller units hold less each)");
       throw;
     }
     // Budgeted at construction (the plan's gathered units at their bound):
