@@ -23,6 +23,7 @@ install(TARGETS ${_zero_install_libs} EXPORT zerocppTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/zero DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(FILES ${PROJECT_BINARY_DIR}/include/zero/version.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/zero)
 foreach(_tool zero-train zero-estimate zero-bench zero-ckpt zero-comm-selftest)
   if(TARGET ${_tool})
     # The installed tool keeps the paths of the shared libraries it linked

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <utility>
 
@@ -75,7 +76,10 @@ int main(int argc, char** argv) try {
   options.weight_decay = zero::no_decay_below_2d();
   zero::Engine engine(model, cfg, *comm, std::move(options));
   const std::int64_t micro = cfg.train_micro_batch_size_per_gpu;
-  constexpr int kSteps = 80;
+  // The steps: 80, or the second argument (examples/configs/ are zero-train's
+  // GPT configs: lr 3e-4 after a 100-step warmup, which needs a few hundred).
+  const int kSteps = argc > 2 ? std::stoi(argv[2]) : 80;
+  if (kSteps < 1) throw std::invalid_argument("the number of steps (second argument) must be at least 1");
   float first = 0, last = 0;
   for (int step = 0; step < kSteps; ++step) {
     float window = 0;

@@ -9,6 +9,7 @@
 #include "common/usage_rank.h"
 #include "zero/comm/launcher_env.h"
 #include "zero/core/error.h"
+#include "zero/version.h"
 
 namespace zero::bench {
 
@@ -32,6 +33,7 @@ void require_one_process(const char* command) {
 
 int main(int argc, char** argv) {
   CLI::App app{"zero-bench: zerocpp's benchmarks (each against its own ceiling and a baseline)"};
+  app.set_version_flag("--version", std::string("zero-bench (zerocpp ") + zero::version() + ")");
   app.require_subcommand(1);
   zero::bench::add_adam_command(app);
   zero::bench::add_step_command(app);

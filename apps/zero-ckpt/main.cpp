@@ -26,6 +26,7 @@
 #include "zero/ckpt/consolidate.h"
 #include "zero/core/error.h"
 #include "zero/core/file_kind.h"
+#include "zero/version.h"
 
 using namespace zero;
 
@@ -154,6 +155,7 @@ int inspect(const ckpt::OpenCheckpoint& c, bool verify) {
 
 int main(int argc, char** argv) {
   CLI::App app{"zero-ckpt: inspect, verify and convert zerocpp checkpoints (docs/checkpoints.md)"};
+  app.set_version_flag("--version", std::string("zero-ckpt (zerocpp ") + zero::version() + ")");
   app.require_subcommand(1);
   std::string dir, tag = "latest", out;
   bool verify = false, no_verify = false;

@@ -21,6 +21,7 @@
 #include "zero/models/gpt.h"
 #include "zero/zero/flat_layout.h"
 #include "zero/zero/memory_estimate.h"
+#include "zero/version.h"
 
 using namespace zero;
 
@@ -105,6 +106,7 @@ int main(int argc, char** argv) {
   double offload_ratio = 1.0;
   std::int64_t micro = 1, seq = 0, bucket = 500'000'000, n_layer = 0, n_head = 0, n_embd = 0, block_size = 0;
   CLI::App app{"zero-estimate: memory per rank per tier for a ZeRO configuration, and what fits"};
+  app.set_version_flag("--version", std::string("zero-estimate (zerocpp ") + zero::version() + ")");
   auto* model_opt = app.add_option("--model", model, "GPT preset: gpt2-tiny, gpt2-small-test, gpt2, gpt2-medium, "
                                    "gpt2-large, gpt2-xl")->capture_default_str();
   app.add_option("--params", params_text, "parameter count instead of a model (K, M, B, T = "

@@ -79,6 +79,7 @@
 #include "zero/models/gpt.h"
 #include "zero/zero/flat_layout.h"
 #include "zero/zero/memory_estimate.h"
+#include "zero/version.h"
 
 namespace fs = std::filesystem;
 using namespace zero;
@@ -1410,6 +1411,7 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
 int main(int argc, char** argv) {
   Options o;
   CLI::App app{"zero-train: train a GPT on a text corpus with ZeRO (DeepSpeed-style JSON config)"};
+  app.set_version_flag("--version", std::string("zero-train (zerocpp ") + zero::version() + ")");
   app.add_option("corpus", o.corpus,
                  "text files or folders, read recursively (default: the top-level English files of "
                  "/usr/share/games/fortunes)")

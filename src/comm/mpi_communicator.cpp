@@ -77,21 +77,21 @@ class MpiCommunicator final : public Communicator {
     resources_ = std::make_shared<MpiResources>();
     // Our own communicator, so that our collectives never match a caller's
     // on MPI_COMM_WORLD, and so that errors come back as codes
-    // (MPI_ERRORS_RETURN) instead of aborting: MPI_CHECK turns them into
+    // (MPI_ERRORS_RETURN) instead of aborting: ZERO_MPI_CHECK turns them into
     // zero::Error.
-    MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &resources_->comm));
-    MPI_CHECK(MPI_Comm_set_errhandler(resources_->comm, MPI_ERRORS_RETURN));
-    MPI_CHECK(MPI_Comm_rank(resources_->comm, &rank_));
-    MPI_CHECK(MPI_Comm_size(resources_->comm, &world_size_));
+    ZERO_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &resources_->comm));
+    ZERO_MPI_CHECK(MPI_Comm_set_errhandler(resources_->comm, MPI_ERRORS_RETURN));
+    ZERO_MPI_CHECK(MPI_Comm_rank(resources_->comm, &rank_));
+    ZERO_MPI_CHECK(MPI_Comm_size(resources_->comm, &world_size_));
     for (MPI_Comm& c : resources_->by_kind) {
-      MPI_CHECK(MPI_Comm_dup(resources_->comm, &c));
-      MPI_CHECK(MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN));
+      ZERO_MPI_CHECK(MPI_Comm_dup(resources_->comm, &c));
+      ZERO_MPI_CHECK(MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN));
     }
     MPI_Comm node = MPI_COMM_NULL;
-    MPI_CHECK(
+    ZERO_MPI_CHECK(
         MPI_Comm_split_type(resources_->comm, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
-    MPI_CHECK(MPI_Comm_rank(node, &local_rank_));
-    MPI_CHECK(MPI_Comm_free(&node));
+    ZERO_MPI_CHECK(MPI_Comm_rank(node, &local_rank_));
+    ZERO_MPI_CHECK(MPI_Comm_free(&node));
     if (options_.health_channel && world_size_ > 1) {
       set_health_channel(detail::make_mpi_health_channel(resources_->comm, mutable_flight_recorder()));
     }
@@ -138,7 +138,7 @@ class MpiCommunicator final : public Communicator {
         std::memcpy(raw, at, n * es);
         send = raw;
       }
-      MPI_CHECK(MPI_Iallreduce(send, at, static_cast<int>(n), type, op, comm, request));
+      ZERO_MPI_CHECK(MPI_Iallreduce(send, at, static_cast<int>(n), type, op, comm, request));
     };
     return queued(detail::MpiPieceQueue::kAllReduce, std::move(piece), CollectiveKind::kAllReduce, count, dtype,
                   std::move(scratch));
@@ -174,7 +174,7 @@ class MpiCommunicator final : public Communicator {
         // slot, so move it there once MPI is done.
         void* whole = const_cast<void*>(input);
         piece->issue = [=](std::size_t, MPI_Request* request) {
-          MPI_CHECK(MPI_Ireduce_scatter_block(MPI_IN_PLACE, whole, static_cast<int>(count_per_rank), type, op, comm,
+          ZERO_MPI_CHECK(MPI_Ireduce_scatter_block(MPI_IN_PLACE, whole, static_cast<int>(count_per_rank), type, op, comm,
                                               request));
         };
         if (rank != 0) {
@@ -183,7 +183,7 @@ class MpiCommunicator final : public Communicator {
         }
       } else {
         piece->issue = [=](std::size_t, MPI_Request* request) {
-          MPI_CHECK(MPI_Ireduce_scatter_block(input, output, static_cast<int>(count_per_rank), type, op, comm,
+          ZERO_MPI_CHECK(MPI_Ireduce_scatter_block(input, output, static_cast<int>(count_per_rank), type, op, comm,
                                               request));
         };
       }
@@ -201,7 +201,7 @@ class MpiCommunicator final : public Communicator {
           std::memcpy(raw + static_cast<std::size_t>(r) * n * es,
                       in + (static_cast<std::size_t>(r) * count_per_rank + first) * es, n * es);
         }
-        MPI_CHECK(MPI_Ireduce_scatter_block(raw, out + first * es, static_cast<int>(n), type, op, comm, request));
+        ZERO_MPI_CHECK(MPI_Ireduce_scatter_block(raw, out + first * es, static_cast<int>(n), type, op, comm, request));
       };
     }
     return queued(detail::MpiPieceQueue::kReduceScatter, std::move(piece), CollectiveKind::kReduceScatter,
@@ -222,7 +222,7 @@ class MpiCommunicator final : public Communicator {
       const MPI_Datatype type = detail::mpi_datatype(dtype);
       // In place, MPI takes this rank's contribution from its slot of output,
       // exactly where our contract has it.
-      MPI_CHECK(MPI_Iallgather(in_place ? MPI_IN_PLACE : input, in_place ? 0 : n,
+      ZERO_MPI_CHECK(MPI_Iallgather(in_place ? MPI_IN_PLACE : input, in_place ? 0 : n,
                                in_place ? MPI_DATATYPE_NULL : type, output, n, type,
                                resources_->of(CollectiveKind::kAllGather), &requests.back()));
     }
@@ -237,7 +237,7 @@ class MpiCommunicator final : public Communicator {
     std::vector<MPI_Request> requests;
     for_each_chunk(data, count, dtype, [&](void* chunk, int n) {
       requests.emplace_back(MPI_REQUEST_NULL);
-      MPI_CHECK(MPI_Ibcast(chunk, n, detail::mpi_datatype(dtype), options.root,
+      ZERO_MPI_CHECK(MPI_Ibcast(chunk, n, detail::mpi_datatype(dtype), options.root,
                            resources_->of(CollectiveKind::kBroadcast),
                            &requests.back()));
     });
@@ -246,7 +246,7 @@ class MpiCommunicator final : public Communicator {
 
   WorkPtr do_barrier() override {
     std::vector<MPI_Request> requests(1, MPI_REQUEST_NULL);
-    MPI_CHECK(MPI_Ibarrier(resources_->of(CollectiveKind::kBarrier), &requests.back()));
+    ZERO_MPI_CHECK(MPI_Ibarrier(resources_->of(CollectiveKind::kBarrier), &requests.back()));
     return issued(CollectiveKind::kBarrier, 0, DType::kFloat32, std::move(requests));
   }
 

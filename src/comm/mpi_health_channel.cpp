@@ -34,12 +34,12 @@ struct PendingSend {
 class MpiHealthChannel final : public HealthChannel {
  public:
   MpiHealthChannel(MPI_Comm parent, const FlightRecorder& recorder) : recorder_(recorder) {
-    MPI_CHECK(MPI_Comm_dup(parent, &control_));
-    MPI_CHECK(MPI_Comm_set_errhandler(control_, MPI_ERRORS_RETURN));
-    MPI_CHECK(MPI_Comm_dup(parent, &exchange_));
-    MPI_CHECK(MPI_Comm_set_errhandler(exchange_, MPI_ERRORS_RETURN));
-    MPI_CHECK(MPI_Comm_rank(control_, &rank_));
-    MPI_CHECK(MPI_Comm_size(control_, &world_));
+    ZERO_MPI_CHECK(MPI_Comm_dup(parent, &control_));
+    ZERO_MPI_CHECK(MPI_Comm_set_errhandler(control_, MPI_ERRORS_RETURN));
+    ZERO_MPI_CHECK(MPI_Comm_dup(parent, &exchange_));
+    ZERO_MPI_CHECK(MPI_Comm_set_errhandler(exchange_, MPI_ERRORS_RETURN));
+    ZERO_MPI_CHECK(MPI_Comm_rank(control_, &rank_));
+    ZERO_MPI_CHECK(MPI_Comm_size(control_, &world_));
     stopper_ = add_finalize_stopper([](void* self) { static_cast<MpiHealthChannel*>(self)->stop(); }, this);
     watchdog_ = std::thread([this] { watch(); });
   }
@@ -106,7 +106,7 @@ class MpiHealthChannel final : public HealthChannel {
     std::vector<std::uint64_t> sizes(static_cast<std::size_t>(world_));
     std::uint64_t mine = blob.size();
     MPI_Request r = MPI_REQUEST_NULL;
-    MPI_CHECK(MPI_Iallgather(&mine, 1, MPI_UINT64_T, sizes.data(), 1, MPI_UINT64_T, exchange_, &r));
+    ZERO_MPI_CHECK(MPI_Iallgather(&mine, 1, MPI_UINT64_T, sizes.data(), 1, MPI_UINT64_T, exchange_, &r));
     wait_until(r, deadline, "the ranks' sizes");
     std::vector<int> counts(sizes.size()), displs(sizes.size());
     std::size_t total = 0;
@@ -119,7 +119,7 @@ class MpiHealthChannel final : public HealthChannel {
       ZERO_CHECK(total <= static_cast<std::size_t>(INT32_MAX), "health-channel exchange too large");
     }
     std::string all(total, '\0');
-    MPI_CHECK(MPI_Iallgatherv(blob.data(), static_cast<int>(blob.size()), MPI_BYTE, all.data(),
+    ZERO_MPI_CHECK(MPI_Iallgatherv(blob.data(), static_cast<int>(blob.size()), MPI_BYTE, all.data(),
                               counts.data(), displs.data(), MPI_BYTE, exchange_, &r));
     wait_until(r, deadline, "the ranks' records");
     std::vector<std::string> out;
@@ -209,7 +209,7 @@ class MpiHealthChannel final : public HealthChannel {
   void wait_until(MPI_Request& r, Clock::time_point deadline, const char* what) {
     for (;;) {
       int done = 0;
-      MPI_CHECK(MPI_Test(&r, &done, MPI_STATUS_IGNORE));
+      ZERO_MPI_CHECK(MPI_Test(&r, &done, MPI_STATUS_IGNORE));
       if (done) return;
       if (Clock::now() >= deadline) {
         // Left to MPI: the job is failing.

@@ -51,7 +51,7 @@ class MpiPieceQueue {
 
   struct Op {
     std::size_t pieces = 1;
-    // Issues piece i (0 <= i < pieces) into *request; may throw (MPI_CHECK).
+    // Issues piece i (0 <= i < pieces) into *request; may throw (ZERO_MPI_CHECK).
     std::function<void(std::size_t, MPI_Request*)> issue;
     // After the last piece completed, before the op counts as done.
     std::function<void()> on_complete;

@@ -19,7 +19,7 @@ MPI_Op create_op() {
   MPI_Op op = MPI_OP_NULL;
   // commute = 1: both ops are commutative (and symmetric bit for bit), which
   // lets MPI pick its faster algorithms.
-  MPI_CHECK(MPI_Op_create(&user_op<kOp, kDType>, /*commute=*/1, &op));
+  ZERO_MPI_CHECK(MPI_Op_create(&user_op<kOp, kDType>, /*commute=*/1, &op));
   return op;
 }
 

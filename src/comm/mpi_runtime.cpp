@@ -170,7 +170,7 @@ void ensure_mpi_initialized() {
   if (!initialized) {
     // The engine issues collectives from a communication thread while the
     // main thread computes, hence MPI_THREAD_MULTIPLE.
-    MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided));
+    ZERO_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided));
     std::atexit(finalize_mpi_at_exit);
     ZERO_CHECK(provided >= MPI_THREAD_MULTIPLE, "this MPI library provides only ",
                thread_level_name(provided),
@@ -179,7 +179,7 @@ void ensure_mpi_initialized() {
     install_world_error_filter();
     return;
   }
-  MPI_CHECK(MPI_Query_thread(&provided));
+  ZERO_MPI_CHECK(MPI_Query_thread(&provided));
   ZERO_CHECK(provided >= MPI_THREAD_MULTIPLE, "MPI was initialised with ",
              thread_level_name(provided),
              ", and zerocpp needs MPI_THREAD_MULTIPLE: initialise it with "

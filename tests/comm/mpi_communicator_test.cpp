@@ -675,7 +675,7 @@ TEST(MpiCheck, TurnsAnErrorCodeIntoZeroErrorWithCallAndLocation) {
   MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
   int x = 0;
   try {
-    MPI_CHECK(MPI_Send(&x, -1, MPI_INT, 0, 0, comm));  // a negative count fails locally
+    ZERO_MPI_CHECK(MPI_Send(&x, -1, MPI_INT, 0, 0, comm));  // a negative count fails locally
     FAIL() << "expected an error";
   } catch (const zero::Error& e) {
     const std::string what = e.what();

@@ -986,7 +986,9 @@ TEST(Save, ExcludeFrozenParametersSavesWhatTrainingChanges) {
       const GatheredParameters scope = t.engine->gather_parameters();
       std::size_t k = 0;
       for (const at::Tensor& p : t.model->parameters()) {
-        if (!p.requires_grad()) EXPECT_TRUE(at::equal(p, base[k++])) << "frozen tensor " << k - 1 << " changed";
+        if (!p.requires_grad()) {
+          EXPECT_TRUE(at::equal(p, base[k++])) << "frozen tensor " << k - 1 << " changed";
+        }
       }
     }
     std::vector<float> resumed;

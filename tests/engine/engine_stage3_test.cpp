@@ -869,7 +869,9 @@ TEST(Stage3, ACheckpointedGptWithFrozenLayersTrainsAsStage0) {
     GptRun r;
     {
       Engine engine(model, cfg, comm);
-      if (stage == 3) EXPECT_EQ(frozen.front().numel(), 0) << "partitioned";
+      if (stage == 3) {
+        EXPECT_EQ(frozen.front().numel(), 0) << "partitioned";
+      }
       r = train_gpt(*model, engine, comm, 3);
     }
     for (const at::Tensor& t : frozen) frozen_after->push_back(t.detach().clone());

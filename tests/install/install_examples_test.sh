@@ -23,6 +23,29 @@ for tool in zero-train zero-estimate zero-bench zero-ckpt zero-comm-selftest; do
 done
 # The installed package must not point back into the build tree.
 if grep -rqF -- "$build" "$dir/prefix/lib/cmake/zerocpp"; then fail "the package config refers to the build tree $build"; fi
+# Nor name a library file of this machine in its targets (LibTorch's libc10.so
+# by path would be linked beside a project's own LibTorch): imported targets
+# only, found again by the config.
+if grep -nE '"/|;/' "$dir"/prefix/lib/cmake/zerocpp/zerocppTargets.cmake | grep -v '_IMPORT_PREFIX STREQUAL'; then
+  fail "zerocppTargets.cmake names absolute paths (above)"
+fi
+# The version: the header's, the library's (tools' --version) and the package's agree.
+version=$(sed -n 's/^#define ZERO_VERSION_STRING "\(.*\)"$/\1/p' "$dir/prefix/include/zero/version.h")
+[[ -n $version ]] || fail "zero/version.h has no ZERO_VERSION_STRING"
+grep -qF "set(PACKAGE_VERSION \"$version\")" "$dir/prefix/lib/cmake/zerocpp/zerocppConfigVersion.cmake" \
+  || fail "zerocppConfigVersion.cmake is not version $version"
+for tool in zero-train zero-estimate zero-bench zero-ckpt; do
+  got=$("$dir/prefix/bin/$tool" --version 2>&1) || fail "$tool --version failed: $got"
+  [[ $got == "$tool (zerocpp $version)" ]] || fail "$tool --version says '$got', not version $version"
+done
+# find_package(zerocpp QUIET) where a dependency is missing (Highway: no
+# pkg-config file found) is a package not found, not a failed configure.
+mkdir -p "$dir/optional"
+printf '%s\n' 'cmake_minimum_required(VERSION 3.25)' 'project(optional LANGUAGES CXX)' \
+  'find_package(zerocpp 0.1 QUIET)' 'message(STATUS "zerocpp_FOUND=${zerocpp_FOUND}")' >"$dir/optional/CMakeLists.txt"
+out=$(PKG_CONFIG_LIBDIR=$dir/empty PKG_CONFIG_PATH= cmake -S "$dir/optional" -B "$dir/optional/build" \
+        -DCMAKE_PREFIX_PATH="$dir/prefix" 2>&1) || { echo "$out"; fail "find_package(zerocpp QUIET) without Highway failed the configure"; }
+grep -q "zerocpp_FOUND=0" <<<"$out" || { echo "$out"; fail "find_package(zerocpp QUIET) without Highway did not say not found"; }
 
 gen=()
 command -v ninja >/dev/null && gen=(-G Ninja)

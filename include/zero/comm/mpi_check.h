@@ -1,4 +1,4 @@
-// MPI_CHECK(call): runs an MPI call that returns an error code and, if it is
+// ZERO_MPI_CHECK(call): runs an MPI call that returns an error code and, if it is
 // not MPI_SUCCESS, throws zero::Error with MPI's error string, the call's text
 // and file:line. Only useful on communicators whose error handler is
 // MPI_ERRORS_RETURN (the MPI backend sets it on its own communicator); with
@@ -21,10 +21,10 @@ namespace detail {
 
 }  // namespace zero::comm
 
-#define MPI_CHECK(call)                                                                     \
-  do {                                                                                      \
-    const int zero_mpi_check_rc_ = (call);                                                  \
-    if (__builtin_expect(zero_mpi_check_rc_ != MPI_SUCCESS, 0)) {                           \
-      ::zero::comm::detail::throw_mpi_error(zero_mpi_check_rc_, #call, __FILE__, __LINE__); \
-    }                                                                                       \
+#define ZERO_MPI_CHECK(call)                                                                  \
+  do {                                                                                        \
+    const int zero_mpi_check_rc_ = (call);                                                    \
+    if (__builtin_expect(zero_mpi_check_rc_ != MPI_SUCCESS, 0)) {                             \
+      ::zero::comm::detail::throw_mpi_error(zero_mpi_check_rc_, #call, __FILE__, __LINE__);   \
+    }                                                                                         \
   } while (0)
