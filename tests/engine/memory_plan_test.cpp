@@ -5,7 +5,9 @@
 
 #include "zero/zero/muon_plan.h"
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 #include <cstdlib>
 
 #include <gtest/gtest.h>
@@ -129,6 +131,43 @@ TEST(MuonPlan, TheMemoryPlanCountsTheWorkInTheStep) {
   EXPECT_EQ(p[Buffer::kMuonWork].kind, memory::Kind::kWorkspace);
   const std::int64_t held = p.persistent(memory::Tier::kDevice);
   EXPECT_EQ(p.peak(memory::Tier::kDevice), std::max(without, held + 600 * 4));
+}
+
+// Stage 3: the kept buckets (no unit) go out after every unit's, at the end
+// of backward, so all of them are budgeted beside the units' three largest.
+TEST(MemoryPlan, Stage3BudgetsEveryKeptBucketBesideTheUnitsThreeLargest) {
+  PlanInput in;
+  in.numels = {300, 20, 300, 20, 300, 20, 300, 20, 5000, 64};
+  in.groups = {0, 0, 1, 1, 2, 2, 3, 3, -1, -1};
+  in.world = 2;
+  in.stage = 3;
+  in.bucket_numel = 200;
+  in.element_bytes = 4;
+  const MemoryPlan p = plan_memory(in);
+  std::size_t kept = 0;
+  std::vector<std::size_t> units;
+  for (const Bucket& b : p.layout.buckets()) {
+    if (b.group < 0) {
+      kept += b.padded;
+    } else {
+      units.push_back(b.padded);
+    }
+  }
+  std::sort(units.rbegin(), units.rend());
+  ASSERT_GT(units.size(), static_cast<std::size_t>(kPlanLiveBuckets));
+  ASSERT_GT(kept, units[0]);
+  std::size_t want = kept;
+  for (int i = 0; i < kPlanLiveBuckets; ++i) want += units[static_cast<std::size_t>(i)];
+  ASSERT_TRUE(p[Buffer::kBuckets].present);
+  EXPECT_EQ(p[Buffer::kBuckets].bytes(), static_cast<std::int64_t>(want * 4));
+  // Without units (stage 2) the three largest of all.
+  in.stage = 2;
+  in.groups.clear();
+  const MemoryPlan q = plan_memory(in);
+  std::vector<std::size_t> all;
+  for (const Bucket& b : q.layout.buckets()) all.push_back(b.padded);
+  std::sort(all.rbegin(), all.rend());
+  EXPECT_EQ(q[Buffer::kBuckets].bytes(), static_cast<std::int64_t>((all[0] + all[1] + all[2]) * 4));
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 //  - two engines in one loop (a GAN): the generator's loss runs backward
 //    through the discriminator, whose engine drops those gradients as a
 //    plain loop's zero_grad() would.
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <string>
@@ -29,6 +30,8 @@
 #include "train_loop.h"
 #include "zero/core/log.h"
 #include "zero/engine/engine.h"
+#include "zero/zero/flat_layout.h"
+#include "zero/zero/memory_plan.h"
 #include "zero/zero/unit.h"
 
 namespace zero::test {
@@ -174,6 +177,85 @@ TEST(Stage3Autograd, AKeptParameterUsedOnSomeRanksOnlyTrainsAsStage0) {
   comm::Communicator& comm = world_comm();
   const std::vector<at::Tensor> s0 = train_gated(0, comm);
   expect_same_params(train_gated(3, comm), s0, "stage 3");
+}
+
+// A large parameter of no unit whose gradient comes first in backward (a
+// projection after the last unit): its buckets live until the units' have
+// gone out, beside at most kPlanLiveBuckets of the units' at once, which
+// the memory plan budgets (kept ones plus the units' three largest).
+struct ProjectedNet : torch::nn::Module {
+  ProjectedNet() {
+    for (int i = 0; i < 5; ++i) {
+      blocks.push_back(register_module("b" + std::to_string(i), torch::nn::Linear(16, 16)));
+      zero::mark_unit(*blocks.back());
+    }
+    proj = register_module("proj", torch::nn::Linear(16, 256));  // no unit: kept
+  }
+  at::Tensor forward(at::Tensor h) {
+    for (auto& b : blocks) h = at::gelu(as_unit(b, h));
+    return proj->forward(h);
+  }
+  std::vector<torch::nn::Linear> blocks;
+  torch::nn::Linear proj{nullptr};
+};
+
+TEST(Stage3Autograd, KeptBucketsLiveToTheEndOfBackwardWithinTheirBudget) {
+  comm::Communicator& comm = world_comm();
+  const int world = comm.world_size();
+  torch::manual_seed(13);
+  auto model = std::make_shared<ProjectedNet>();
+  config::Config cfg = config_for(3, world);
+  // The layout the engine makes (sizes before it partitions them): units in
+  // the order marked, proj kept.
+  std::vector<std::size_t> numels;
+  std::vector<int> groups;
+  for (int u = 0; u < 5; ++u) {
+    for (const at::Tensor& p : model->blocks[static_cast<std::size_t>(u)]->parameters()) {
+      numels.push_back(static_cast<std::size_t>(p.numel()));
+      groups.push_back(u);
+    }
+  }
+  for (const at::Tensor& p : model->proj->parameters()) {
+    numels.push_back(static_cast<std::size_t>(p.numel()));
+    groups.push_back(-1);
+  }
+  Engine engine(model, cfg, comm);
+  const FlatLayout layout(numels, bucket_numel_from_config(cfg.zero_optimization.reduce_bucket_size), world, world,
+                          kPlanAlignElements, groups);
+  std::int64_t kept = 0;
+  std::vector<std::int64_t> unit_buckets;
+  for (const Bucket& b : layout.buckets()) {
+    if (b.group < 0) {
+      kept += static_cast<std::int64_t>(b.padded);
+    } else {
+      unit_buckets.push_back(static_cast<std::int64_t>(b.padded));
+    }
+  }
+  std::sort(unit_buckets.rbegin(), unit_buckets.rend());
+  ASSERT_GT(unit_buckets.size(), static_cast<std::size_t>(kPlanLiveBuckets));
+  std::int64_t bound = kept;
+  for (int i = 0; i < kPlanLiveBuckets; ++i) bound += unit_buckets[static_cast<std::size_t>(i)];
+  bound *= 4;  // fp32
+  // The bucket bytes alive whenever a unit's gradient arrives.
+  std::int64_t live = 0;
+  for (auto& b : model->blocks) {
+    for (at::Tensor& p : b->parameters()) {
+      p.register_hook([&](const at::Tensor& g) {
+        live = std::max(live, engine.ledger().snapshot().bytes(memory::Tier::kDevice, memory::Kind::kBuckets));
+        return g;
+      });
+    }
+  }
+  for (int step = 0; step < 3; ++step) {
+    torch::manual_seed(500 + step + comm.rank());
+    engine.backward(at::mse_loss(model->forward(at::randn({4, 16})), at::zeros({4, 256})));
+    engine.step();
+  }
+  const std::int64_t peak = engine.ledger().snapshot().peak[static_cast<int>(memory::Tier::kDevice)]
+                                 [static_cast<int>(memory::Kind::kBuckets)];
+  // proj's buckets were alive beside the units' (kept goes out last).
+  EXPECT_GE(live, kept * 4);
+  EXPECT_LE(peak, bound) << "kept " << kept << " elements, unit buckets " << unit_buckets.size();
 }
 
 // A gradient penalty: the input gradient of the output, taken with
