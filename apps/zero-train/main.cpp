@@ -34,12 +34,14 @@
 #include <ATen/ops/softmax.h>
 #include <ATen/ops/stack.h>
 #include <ATen/ops/zeros.h>
+#include <ATen/Parallel.h>
 #include <CLI/CLI.hpp>
 #include <c10/core/GradMode.h>
 #include <c10/util/Exception.h>
 #include <torch/utils.h>
 
 #include "common/cli_range.h"
+#include "zero/core/cpu_cores.h"
 #include "zero/core/log.h"
 #include "common/run_record.h"
 #include "common/printable_text.h"
@@ -49,6 +51,7 @@
 #include "init_weights.h"
 #include "loss_history.h"
 #include "progress.h"
+#include "torch_threads.h"
 #include "rank_agreement.h"
 #include "run_files.h"
 #include "stop_signals.h"
@@ -126,6 +129,7 @@ struct Options {
   bool warmup_given = false, min_lr_ratio_given = false, checkpoint_activations = false;
   std::uint64_t seed = 1234;
   bool seed_given = false;  // --seed on the command line
+  int threads = 0;          // LibTorch's intra-op threads per rank (0: chosen, torch_threads.h)
   std::vector<std::string> corpus;
 };
 
@@ -535,6 +539,16 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
   comm_out = comm::make_communicator();
   comm::Communicator* comm = comm_out.get();
   const bool root = comm->rank() == 0;
+  {
+    const train::ThreadChoice t = train::choose_torch_threads(o.threads, std::getenv("OMP_NUM_THREADS"),
+                                                             usable_cores(), comm::launcher_local_size().value_or(1));
+    at::set_num_threads(t.threads);
+    if (root) {
+      if (!t.warning.empty()) std::fprintf(stderr, "zero-train: warning: %s\n", t.warning.c_str());
+      std::fprintf(stderr, "threads: %d LibTorch thread%s per rank (%s; --threads N sets it)\n", t.threads,
+                   t.threads == 1 ? "" : "s", t.why.c_str());
+    }
+  }
   prepare_outputs(o, root);
   // One job per --save-dir, for the whole run (ckpt/save_dir_lock.h): a
   // second one would replace this one's tags. (A folder that cannot be
@@ -1498,6 +1512,11 @@ int main(int argc, char** argv) {
                  "which parameters take the config's weight decay: matrices (the weights and the embedding; "
                  "biases and LayerNorm gains none, as GPT-2 and nanoGPT train) or all")
       ->check(CLI::IsMember({"matrices", "all"}))
+      ->capture_default_str();
+  app.add_option("--threads", o.threads,
+                 "LibTorch's threads per rank (0: OMP_NUM_THREADS if set, else the cores this process may run on "
+                 "over the ranks on this node)")
+      ->check(CLI::Range(0, 4096))
       ->capture_default_str();
   app.add_flag("--checkpoint-activations", o.checkpoint_activations,
                "checkpoint activations per block (recompute in backward); also on when the config sets "

@@ -33,6 +33,7 @@
 #include "param_hypers.h"
 #include "zero/comm/comm_errors.h"
 #include "zero/comm/launcher_env.h"
+#include "zero/core/cpu_cores.h"
 #include "zero/core/error.h"
 #include "zero/core/host_memory.h"
 #include "zero/core/text_list.h"
@@ -309,15 +310,15 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
                " rank(s) but the communicator has ", m.world,
                ": parse the config with the communicator's size, config::load_config(path, comm.world_size())");
     config_.world_size = m.world;
-    // More CPU optimizer threads than the machine has cores only contend for
-    // them (and 10^5 of them exhaust its memory): at most the core count.
-    if (int& threads = config_.zero_optimization.offload_optimizer.cpu_threads;
-        static_cast<unsigned>(threads) > std::max(1u, std::thread::hardware_concurrency())) {
-      const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    // More CPU optimizer threads than this process may run on only contend
+    // for its cores (and 10^5 of them exhaust its memory): at most that many.
+    if (int& threads = config_.zero_optimization.offload_optimizer.cpu_threads; threads > usable_cores()) {
+      const int cores = usable_cores();
       if (m.rank == 0) {
         detail::log_warning(log_topic::config,
-                            "config warning: offload_optimizer.cpu_threads %d is more than this machine's "
-                            "%d cores: the CPU optimizer uses %d threads (0 chooses for you)", threads, cores, cores);
+                            "config warning: offload_optimizer.cpu_threads %d is more than the %d cores this "
+                            "process may run on (its CPU affinity): the CPU optimizer uses %d threads (0 chooses "
+                            "for you: its share of them among the ranks on this node)", threads, cores, cores);
       }
       threads = cores;
     }
@@ -676,16 +677,23 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
     stats_.lr = lr();
     if (m.rank == 0) {
       const std::size_t nb = L.buckets().size();
+      // The optimizer's threads where its step runs on the host.
+      const int threads = m.optimizer->pool().num_threads();
+      const std::string cpu_threads = m.offload || !m.ctx.on_accelerator()
+                                          ? ", " + std::to_string(threads) + " CPU optimizer thread" +
+                                                (threads == 1 ? "" : "s")
+                                          : "";
       detail::log_info(log_topic::engine,
                        "stage %d, %s on %s, %d rank%s, %zu parameters in %zu bucket%s (%zu frozen%s), "
-                       "optimizer %s%s%s%s",
+                       "optimizer %s%s%s%s%s",
                        m.stage, c10::toString(dtype), device.str().c_str(), m.world, m.world == 1 ? "" : "s",
                        L.numel(), nb, nb == 1 ? "" : "s", static_cast<std::size_t>(P.frozen_count()),
                        P.frozen_bytes() > 0 ? (", " + memory::format_bytes(P.frozen_bytes()) + " on every rank").c_str()
                                             : "",
                        config_.optimizer.type.c_str(),
                        m.offload ? offload_text(m.plan).c_str() : "", offload_param_text(m.plan).c_str(),
-                       dpu ? (", delayed update after " + std::to_string(m.delayed->warmup()) + " steps").c_str() : "");
+                       dpu ? (", delayed update after " + std::to_string(m.delayed->warmup()) + " steps").c_str() : "",
+                       cpu_threads.c_str());
     }
     if (m.rank == 0 && m.stage == 3 && P.frozen_partitioned() > 0) {
       detail::log_info(log_topic::engine,

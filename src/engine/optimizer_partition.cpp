@@ -5,7 +5,6 @@
 #include <exception>
 #include <filesystem>
 #include <limits>
-#include <thread>
 #include <utility>
 
 #include <ATen/ops/cat.h>
@@ -15,6 +14,8 @@
 #include <c10/core/DeviceGuard.h>
 
 #include "planned_tensor.h"
+#include "zero/comm/launcher_env.h"
+#include "zero/core/cpu_cores.h"
 #include "zero/core/error.h"
 #include "zero/optim/cpu_adam.h"
 #include "zero/zero/torch_dtype.h"
@@ -41,12 +42,16 @@ OptimizerPartition::OptimizerPartition(const config::Config& config, const Memor
                " but no device ", opt_.type, " is linked into this program: link zero_cuda (the zerocpp "
                "target does), or offload the optimizer, all of it (offload_optimizer.device=\"cpu\", ratio 1).");
   }
-  // On a GPU the CPU step leaves one core to the thread that feeds the GPU
-  // (a fully busy CPU slowed the GPU's steps by up to 40% on the H100
-  // machine, docs/PERFORMANCE.md); offload_optimizer.cpu_threads overrides.
+  // By default this rank's share of the cores it may run on (its affinity
+  // mask over the ranks on this node: ranks that each took every core
+  // would contend for them in the steps they run together). On a GPU the
+  // CPU step leaves one core of it to the thread that feeds the GPU (a fully
+  // busy CPU slowed the GPU's steps by up to 40% on the H100 machine,
+  // docs/PERFORMANCE.md); offload_optimizer.cpu_threads overrides.
   int threads = config.zero_optimization.offload_optimizer.cpu_threads;
-  if (threads == 0 && o_.offload && ctx_.on_accelerator()) {
-    threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) - 1);
+  if (threads == 0) {
+    threads = cores_per_local_rank(comm::launcher_local_size().value_or(1));
+    if (o_.offload && ctx_.on_accelerator()) threads = std::max(1, threads - 1);
   }
   pool_ = std::make_unique<optim::ThreadPool>(threads);
   if (!o_.hypers.empty()) runs_ = PartitionRuns(layout_, plan.shard_rank, o_.hypers.of_param);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "zero/core/cpu_cores.h"
 #include "zero/core/error.h"
 
 namespace zero::optim {
@@ -25,7 +26,7 @@ ThreadPool::ThreadPool(int num_threads) {
   ZERO_CHECK(num_threads >= 0, "ThreadPool: num_threads must be >= 0 (0 = all cores), got ",
              num_threads);
   if (num_threads == 0) {
-    num_threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+    num_threads = usable_cores();
   }
   num_threads_ = num_threads;
   workers_.reserve(static_cast<std::size_t>(num_threads_ - 1));

@@ -2826,7 +2826,7 @@ TEST(Config, CpuThreadsAboveTheCoresAreTheCoreCount) {
   const std::string err = testing::internal::GetCapturedStderr();
   EXPECT_TRUE(mlp_step(engine, *model, comm, 0));
   if (comm.rank() == 0) {
-    EXPECT_NE(err.find("offload_optimizer.cpu_threads 4096 is more than this machine's"), std::string::npos) << err;
+    EXPECT_NE(err.find("offload_optimizer.cpu_threads 4096 is more than the"), std::string::npos) << err;
   } else {
     EXPECT_EQ(err.find("cpu_threads"), std::string::npos) << err;
   }

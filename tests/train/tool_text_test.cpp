@@ -9,6 +9,7 @@
 #include "common/printable_text.h"
 #include "common/run_record.h"
 #include "zero-train/eta.h"
+#include "zero-train/torch_threads.h"
 #include "zero/core/error.h"
 
 namespace {
@@ -43,6 +44,27 @@ TEST(Eta, RateFromTheFirstObservedStep) {
   EXPECT_DOUBLE_EQ(r.seconds_left(100), 0.0);
   EXPECT_EQ(zero::train::elapsed_and_eta(148.0, r.seconds_left(100)), " elapsed 2m28s eta 0s");
   EXPECT_EQ(zero::train::elapsed_and_eta(30.0, -1.0), " elapsed 30s");
+}
+
+// zero-train's LibTorch threads: --threads, else OMP_NUM_THREADS, else the
+// rank's share of its cores (never LibTorch's every core for every rank).
+TEST(TorchThreads, FlagThenEnvironmentThenTheRanksShareOfTheCores) {
+  using zero::train::choose_torch_threads;
+  EXPECT_EQ(choose_torch_threads(3, "5", 16, 8).threads, 3);
+  EXPECT_EQ(choose_torch_threads(3, "5", 16, 8).why, "--threads");
+  EXPECT_EQ(choose_torch_threads(0, "5", 16, 8).threads, 5);
+  EXPECT_EQ(choose_torch_threads(0, "5", 16, 8).why, "OMP_NUM_THREADS");
+  EXPECT_EQ(choose_torch_threads(0, nullptr, 16, 8).threads, 2);
+  EXPECT_EQ(choose_torch_threads(0, nullptr, 16, 8).why, "16 cores this process may run on / 8 ranks on this node");
+  EXPECT_EQ(choose_torch_threads(0, nullptr, 2, 1).threads, 2);
+  EXPECT_EQ(choose_torch_threads(0, nullptr, 2, 4).threads, 1);  // oversubscribed: one each
+  EXPECT_EQ(choose_torch_threads(0, nullptr, 15, 2).threads, 7);
+  EXPECT_TRUE(choose_torch_threads(0, nullptr, 2, 1).warning.empty());
+  for (const char* bad : {"0", "-1", "abc", "", "2x", " 2"}) {
+    const zero::train::ThreadChoice c = choose_torch_threads(0, bad, 4, 2);
+    EXPECT_EQ(c.threads, 2) << bad;
+    EXPECT_NE(c.warning.find("is not a number of threads"), std::string::npos) << bad;
+  }
 }
 
 TEST(Printable, KeepsUtf8AndEscapesControlsAndNonUtf8) {

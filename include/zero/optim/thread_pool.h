@@ -29,7 +29,7 @@ class ThreadPool {
  public:
   // num_threads counts the calling thread, which takes part in every
   // parallel_for: a pool of T threads starts T - 1 workers. 0 means
-  // std::thread::hardware_concurrency().
+  // usable_cores() (zero/core/cpu_cores.h: the process's affinity mask).
   explicit ThreadPool(int num_threads = 0);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
