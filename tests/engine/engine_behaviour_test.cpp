@@ -25,8 +25,11 @@
 #include "train_loop.h"
 #include "zero/comm/comm_errors.h"
 #include "zero/comm/communicator.h"
+#include "zero/comm/launcher_env.h"
 #include "zero/config/config.h"
+#include "zero/core/cpu_cores.h"
 #include "zero/core/error.h"
+#include "zero/core/log.h"
 #include "zero/zero/flat_layout.h"
 #include "zero/zero/memory_estimate.h"
 #include "zero/zero/memory_plan.h"
@@ -2829,6 +2832,36 @@ TEST(Config, CpuThreadsAboveTheCoresAreTheCoreCount) {
     EXPECT_NE(err.find("offload_optimizer.cpu_threads 4096 is more than the"), std::string::npos) << err;
   } else {
     EXPECT_EQ(err.find("cpu_threads"), std::string::npos) << err;
+  }
+}
+
+// cpu_threads 0: this rank's share of the cores it may run on among the
+// ranks on this node (ranks that each took every core contended for them),
+// said in the engine's start line.
+TEST(Config, CpuThreadsZeroIsTheRanksShareOfItsCores) {
+  comm::Communicator& comm = world_comm();
+  config::Config cfg = make_config(2, true, false, comm.world_size(), kGlobalBatch / comm.world_size(), 1);
+  cfg.zero_optimization.offload_optimizer.cpu_threads = 0;
+  auto model = make_model(ModelKind::kMlp);
+  std::vector<std::string> said;
+  struct Restore {
+    LogSink previous;
+    ~Restore() { set_log_sink(std::move(previous)); }
+  } restore;
+  restore.previous = set_log_sink([&](const LogRecord& r) { said.emplace_back(r.text); });
+  Engine engine(model, cfg, comm);
+  EXPECT_TRUE(mlp_step(engine, *model, comm, 0));
+  const int local = comm::launcher_local_size().value_or(1);
+  const int want = std::max(1, usable_cores() / local);
+  if (comm.rank() == 0) {
+    const std::string tail = ", " + std::to_string(want) + " CPU optimizer thread" + (want == 1 ? "" : "s");
+    bool found = false;
+    for (const std::string& line : said) {
+      found = found || (line.rfind("stage 2,", 0) == 0 && line.size() >= tail.size() &&
+                        line.compare(line.size() - tail.size(), tail.size(), tail) == 0);
+    }
+    EXPECT_TRUE(found) << "no start line ending '" << tail << "' (local ranks " << local << ", cores "
+                       << usable_cores() << ")";
   }
 }
 
