@@ -22,6 +22,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <new>
 #include <optional>
@@ -188,8 +189,13 @@ at::Tensor make_batch(const std::vector<std::uint8_t>& data, const std::vector<s
 // the weights, the corpus, the seed and the global batch alone: not on the
 // ranks, nor on how the global batch is cut into micro-batches (a resume on
 // another world size evaluates the same sequences).
-double evaluate(models::Gpt& model, comm::Communicator& comm, const data::Corpus& corpus,
-                const Options& o, std::int64_t micro, std::int64_t accumulation, const c10::Device& device) {
+// stop_agreed(): after each global batch, whether the ranks agreed to stop
+// (a collective, on every rank alike): a stop signal then abandons the
+// evaluation (nullopt), which holds no state, instead of keeping a
+// scheduler that gives 30 s waiting for the rest of it.
+std::optional<double> evaluate(models::Gpt& model, comm::Communicator& comm, const data::Corpus& corpus,
+                               const Options& o, std::int64_t micro, std::int64_t accumulation,
+                               const c10::Device& device, const std::function<bool()>& stop_agreed) {
   at::NoGradGuard no_grad;
   data::BatchSampler sampler(static_cast<std::int64_t>(corpus.validation.size()), o.seq_len, micro, accumulation,
                              comm.world_size(), comm.rank(), o.seed + 1);
@@ -199,6 +205,7 @@ double evaluate(models::Gpt& model, comm::Communicator& comm, const data::Corpus
       at::Tensor batch = make_batch(corpus.validation, sampler.offsets(b, j), o.seq_len).to(device);
       sum += model.loss(batch.narrow(1, 0, o.seq_len), batch.narrow(1, 1, o.seq_len)).item<float>();
     }
+    if (stop_agreed()) return std::nullopt;
   }
   comm.all_reduce(&sum, 1, DType::kFloat32)->wait();
   return sum / static_cast<double>(o.eval_batches * accumulation * comm.world_size());
@@ -540,13 +547,20 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
   comm::Communicator* comm = comm_out.get();
   const bool root = comm->rank() == 0;
   {
-    const train::ThreadChoice t = train::choose_torch_threads(o.threads, std::getenv("OMP_NUM_THREADS"),
-                                                             usable_cores(), comm::launcher_local_size().value_or(1));
+    train::ThreadChoice t = train::choose_torch_threads(o.threads, std::getenv("OMP_NUM_THREADS"), usable_cores(),
+                                                       comm::launcher_local_size().value_or(1));
+    if (t.threads > usable_cores()) {
+      // More only contend for the cores (and spin: docs/train.md, "Threads").
+      t.warning += (t.warning.empty() ? "" : "; ") + t.why + " " + std::to_string(t.threads) +
+                   " is more than the " + std::to_string(usable_cores()) +
+                   " cores this process may run on: LibTorch uses " + std::to_string(usable_cores());
+      t.threads = usable_cores();
+    }
     at::set_num_threads(t.threads);
     if (root) {
       if (!t.warning.empty()) std::fprintf(stderr, "zero-train: warning: %s\n", t.warning.c_str());
-      std::fprintf(stderr, "threads: %d LibTorch thread%s per rank (%s; --threads N sets it)\n", t.threads,
-                   t.threads == 1 ? "" : "s", t.why.c_str());
+      std::fprintf(stderr, "threads: %d LibTorch thread%s per rank (%s%s)\n", t.threads, t.threads == 1 ? "" : "s",
+                   t.why.c_str(), t.why == "--threads" ? "" : "; --threads N sets it");
     }
   }
   prepare_outputs(o, root);
@@ -803,9 +817,10 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
   }
   if (root) {
     std::fprintf(stderr,
-                 "model: %s, %lld layers x %lld wide, %lld heads, context %lld: %.2fM parameters%s\n"
+                 "model: %s, %lld layer%s x %lld wide, %lld head%s, context %lld: %.2fM parameters%s\n"
                  "corpus: %zu train + %zu validation bytes from %lld file(s) (%lld binary skipped%s); unigram entropy %.3f nats\n",
-                 o.model.c_str(), (long long)gc.n_layer, (long long)gc.n_embd, (long long)gc.n_head,
+                 o.model.c_str(), (long long)gc.n_layer, gc.n_layer == 1 ? "" : "s", (long long)gc.n_embd,
+                 (long long)gc.n_head, gc.n_head == 1 ? "" : "s",
                  (long long)gc.block_size, engine.num_parameters() / 1e6,
                  !gc.checkpoint_activations ? "" : gc.checkpoint_on_cpu ? ", activations checkpointed per block on the host"
                                                                         : ", activations checkpointed per block",
@@ -835,6 +850,16 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
                                                        "--warmup 0 --min-lr-ratio 1 keeps the lr constant, as "
                                                        "DeepSpeed would)";
     std::fprintf(stderr, "lr: %s%s\n", schedule.describe().c_str(), source);
+    // A warm-up as long as the run never reaches the peak rate (and the
+    // first step runs at the warm-up's start, 0 by default): said, not refused
+    // (a short test run of a long schedule is legitimate).
+    const std::int64_t warm = std::max<std::int64_t>(2, sched.warmup_num_steps);  // DeepSpeed's least: 2
+    if (cfg.scheduler.type.empty() && sched.warmup_num_steps > 0 && warm >= o.steps) {
+      std::fprintf(stderr, "warning: the warm-up (%lld steps) is not shorter than the run (--steps %lld): the peak lr "
+                           "%g is never reached%s; shorten --warmup or raise --steps\n",
+                   static_cast<long long>(warm), static_cast<long long>(o.steps),
+                   static_cast<double>(cfg.optimizer.lr), o.steps == 1 ? " and the one step runs at lr 0" : "");
+    }
   }
   data::BatchSampler sampler(static_cast<std::int64_t>(corpus.train.size()), o.seq_len, micro, accum,
                              comm->world_size(), comm->rank(), o.seed);
@@ -1182,14 +1207,23 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
     bool evaluated = false;
     // (A run that stops for a signal saves first: the time it has is short.)
     if (o.eval_every > 0 && !signal.stop && ((step + 1) % o.eval_every == 0 || step + 1 == o.steps)) {
-      val = evaluate(*model, *comm, corpus, o, micro, accum, td.device);
-      last_val = val;
-      last_val_step = step + 1;
-      history.add_validation(step + 1, val);
-      // A signal that came during the evaluation is acted on at this step,
-      // not after the next one (an extra all-reduce, in steps that evaluate).
-      signal.merge(agree_signals());
-      evaluated = true;
+      // A signal that comes during the evaluation is acted on at this step,
+      // not after the next one: the ranks agree after each of its global
+      // batches (4 floats), and a stop abandons the rest of it.
+      const std::optional<double> v = evaluate(*model, *comm, corpus, o, micro, accum, td.device, [&] {
+        signal.merge(agree_signals());
+        return signal.stop;
+      });
+      if (v) {
+        val = *v;
+        last_val = val;
+        last_val_step = step + 1;
+        history.add_validation(step + 1, val);
+        evaluated = true;
+      } else if (root) {
+        std::fprintf(stderr, "\nzero-train: %s during the evaluation after step %lld: the evaluation is abandoned\n",
+                     signal.stop_names.c_str(), static_cast<long long>(step + 1));
+      }
     }
     const auto snap = engine.ledger().snapshot();
     train::ProgressLine p;
@@ -1466,7 +1500,8 @@ int main(int argc, char** argv) {
   app.add_option("--report", o.report, "write a JSON report (memory per rank, communication, losses, speed); its "
                  "folder must exist (checked before training)")
       ->check(tools::non_empty("a file to write"));
-  app.add_option("--out", o.out_dir, "folder for metrics.jsonl and training.png (created; checked before training); locked for the run "
+  app.add_option("--out", o.out_dir, "folder for metrics.jsonl, loss.dat, val.dat, plot.gp, training.png and the flight "
+                 "recorder (created; checked before training); locked for the run "
                  "(<dir>/.lock): a second job given it is refused")
       ->check(tools::non_empty("a folder"))
       ->capture_default_str();
@@ -1516,12 +1551,13 @@ int main(int argc, char** argv) {
   app.add_option("--threads", o.threads,
                  "LibTorch's threads per rank (0: OMP_NUM_THREADS if set, else the cores this process may run on "
                  "over the ranks on this node)")
-      ->check(CLI::Range(0, 4096))
+      ->check(at_least<int>(0))
       ->capture_default_str();
   app.add_flag("--checkpoint-activations", o.checkpoint_activations,
                "checkpoint activations per block (recompute in backward); also on when the config sets "
                "activation_checkpointing.cpu_checkpointing, which keeps the checkpoints on the host");
-  app.footer("Signals: SIGTERM, SIGINT or SIGUSR2 stop the run after the step in progress, with a checkpoint in "
+  app.footer("Signals: SIGTERM, SIGINT, SIGUSR2 or SIGHUP stop the run after the step in progress (an evaluation is "
+             "abandoned), with a checkpoint in "
              "--save-dir, and exit with status 75 (resume with --resume latest); SIGUSR1 saves a checkpoint and "
              "trains on. Under mpirun, send SIGUSR2/SIGUSR1 to mpirun (it forwards them). docs/train.md, \"Signals\".");
   const bool says = tools::says_usage_errors();
@@ -1555,10 +1591,17 @@ int main(int argc, char** argv) {
   // that do not split the width, is a usage error (exit 2, as in
   // zero-estimate), said before MPI starts.
   try {
-    gpt_config(o);
+    const models::GptConfig gc = gpt_config(o);
+    ZERO_CHECK(o.seq_len <= gc.block_size, "--seq-len ", o.seq_len, " is longer than the model's block_size ",
+               gc.block_size, ": use --seq-len <= ", gc.block_size, " or --block-size ", o.seq_len);
   } catch (const Error& e) {
     if (says) std::fprintf(stderr, "zero-train: error: %s\n", e.what());
     return 2;
+  }
+  if (o.keep_last > 0 && o.save_every == 0 && says) {
+    std::fprintf(stderr, "zero-train: warning: --keep-last %lld without --save-every: only the checkpoints a signal "
+                         "asks for are saved, and --keep-last keeps the newest of those\n",
+                 static_cast<long long>(o.keep_last));
   }
   o.warmup_given = warmup->count() > 0;
   o.min_lr_ratio_given = min_lr->count() > 0;

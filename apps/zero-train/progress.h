@@ -1,6 +1,6 @@
 // Progress output of zero-train: a one-line bar redrawn in place on a
-// terminal, plain lines every `every` steps otherwise (logs, CI); both end
-// with the time the run took and the time it has left.
+// terminal (fitted to its width), plain lines every `every` steps otherwise
+// (logs, CI); both end with the time the run took and the time it has left.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +17,13 @@ struct ProgressLine {
   std::int64_t device_bytes = 0, host_bytes = 0;
   double elapsed_s = 0;  // since the run's first step began
 };
+
+// The line redrawn on a terminal of `columns` columns: at most columns - 1
+// characters (a longer one wraps, and \r redraws only its last row). Where
+// the whole line does not fit, its parts give way in this order: the bytes
+// held, TFLOP/s, lr/scale/skipped, the bar, tokens/s, the times; the step,
+// the loss and the validation loss stay (then cut at the edge).
+std::string terminal_line(const ProgressLine& p, const std::string& time, int columns);
 
 class Progress {
  public:

@@ -20,7 +20,7 @@ std::atomic<int> g_counts[kSlots];
 std::atomic<bool> g_stop_seen{false};
 static_assert(std::atomic<int>::is_always_lock_free && std::atomic<bool>::is_always_lock_free);
 struct sigaction g_previous[kSlots];
-bool g_handled[kSlots];  // SIGHUP stays ignored where it was (nohup)
+bool g_handled[kSlots];  // SIGHUP and SIGINT stay ignored where they were (nohup, a background job)
 std::atomic<bool> g_installed{false};
 
 std::size_t slot_of(int sig) {
@@ -58,8 +58,13 @@ StopSignals::StopSignals() {
   sa.sa_flags = SA_RESTART;
   for (std::size_t i = 0; i < kSlots; ++i) {
     ::sigaction(kSignals[i], nullptr, &g_previous[i]);
-    // Started under nohup (SIGHUP ignored): a closed terminal does not stop it.
-    g_handled[i] = !(kSignals[i] == SIGHUP && g_previous[i].sa_handler == SIG_IGN);
+    // Started under nohup (SIGHUP ignored): a closed terminal does not stop
+    // it. Started in the background by a script (`zero-train ... &`: the
+    // shell ignores SIGINT for it): a Ctrl-C meant for the foreground does
+    // not either, at any moment (before, one that came before this point
+    // was ignored and one after it stopped the run).
+    const int sig = kSignals[i];
+    g_handled[i] = !((sig == SIGHUP || sig == SIGINT) && g_previous[i].sa_handler == SIG_IGN);
     if (g_handled[i]) ::sigaction(kSignals[i], &sa, nullptr);
   }
 }

@@ -5,7 +5,8 @@
 //   SIGTERM, SIGINT, SIGUSR2, finish the step in progress, save a checkpoint
 //   SIGHUP                    (with --save-dir), write the report, exit 75
 //                             (SIGHUP: a closed terminal; left ignored where
-//                             it was, under nohup)
+//                             it was, under nohup; SIGINT too, for a job a
+//                             script started in the background)
 //   SIGUSR1                   save a checkpoint after the step in progress,
 //                             and train on
 //

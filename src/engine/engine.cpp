@@ -805,6 +805,10 @@ void Engine::backward(const at::Tensor& loss) {
   ZERO_CHECK(!m.backward_done, "engine.backward() called twice without engine.step() in between: each micro-batch "
              "is one backward() and then one step() (step() counts the accumulation window and steps at its end); "
              "to combine two losses of one micro-batch, backward() their sum");
+  if (!m.pending_lr_note.empty()) {
+    zero::log(LogLevel::warning, log_topic::checkpoint, "warning: " + m.pending_lr_note);
+    m.pending_lr_note.clear();
+  }
   m.trace_compute("forward");
   // publish_in_backward: the backward that ends a window, while an update
   // is pending, takes each piece in as soon as it may (no save may still be
@@ -1118,6 +1122,7 @@ void Engine::set_lr(float lr) {
   // As in DeepSpeed, where OneCycle wrote the betas into the optimizer.
   m.held_betas = m.scheduled_betas();
   m.schedule.reset();
+  m.pending_lr_note.clear();  // the caller chose the rate
   lr_ = lr;
 }
 

@@ -874,7 +874,8 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
     lr_note = zero::detail::str_cat(
         "the checkpoint's learning rate ", lr_, " stays in force (it is part of the training state, as in "
         "DeepSpeed): the config's optimizer.params.lr, ", *man.engine.config_lr, " when it was saved, is ",
-        config_.optimizer.lr, " now and is not used; call engine.set_lr() after the load for another rate");
+        config_.optimizer.lr, " now and is not used; call engine.set_lr() after the load for another rate "
+        "(this is said at the first backward() after a load with no set_lr() before it)");
   }
   // Betas a scheduler set, as the rate: an engine without the scheduler
   // resumes with them, one with it from the restored step.
@@ -925,8 +926,8 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
       zero::log(LogLevel::warning, log_topic::checkpoint_param_settings, "warning: " + settings_note);
     }
     if (!betas_note.empty()) zero::log(LogLevel::warning, log_topic::checkpoint, "warning: " + betas_note);
-    if (!lr_note.empty()) zero::log(LogLevel::warning, log_topic::checkpoint, "warning: " + lr_note);
   }
+  m.pending_lr_note = m.rank == 0 ? lr_note : std::string();
   return man.client_state;
 }
 

@@ -50,6 +50,11 @@ struct Engine::Impl {
   // Set while the state is partly overwritten: by a load that failed after
   // it began reading into the engine (engine_checkpoint.cpp).
   std::string damaged_by;
+  // After a load: the note that the checkpoint's rate stays in force over
+  // another configured one, said at the next backward() unless set_lr()
+  // came first (a loop that sets the rate every step, as zero-train's
+  // schedule does, chose its rate: the note would contradict it).
+  std::string pending_lr_note;
   void check_not_damaged(const char* what) const;
   int update_index = 0;  // the gradient buffer whose step the pending update is
   std::int64_t micro_step = 0;

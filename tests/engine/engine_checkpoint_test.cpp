@@ -1235,7 +1235,9 @@ TEST(CheckpointSettings, AnotherConfiguredRateIsSaidToYieldToTheCheckpoints) {
   std::ostringstream os;
   os << saved_lr;
   const std::string at_save = os.str();
-  auto load_says = [&](float lr) {
+  // What is said from the load through the next backward, with or without
+  // a set_lr() in between (a loop that sets its rate chose it: nothing to say).
+  auto load_says = [&](float lr, bool set_lr_first) {
     config::Config other = cfg;
     other.optimizer.lr = lr;
     Trainer t{ModelKind::kMlp, other};
@@ -1249,12 +1251,22 @@ TEST(CheckpointSettings, AnotherConfiguredRateIsSaidToYieldToTheCheckpoints) {
     });
     t.engine->load_checkpoint(dir.string(), "r");
     EXPECT_EQ(t.engine->lr(), saved_lr);
-    t.engine->set_lr(lr);
-    EXPECT_EQ(t.engine->lr(), lr);
+    if (set_lr_first) {
+      t.engine->set_lr(lr);
+      EXPECT_EQ(t.engine->lr(), lr);
+    }
+    // One micro-batch of the loop, without its set_lr().
+    const int micro = static_cast<int>(other.train_micro_batch_size_per_gpu);
+    GlobalBatch gb = global_batch(ModelKind::kMlp, 2);
+    t.engine->backward(micro_loss(ModelKind::kMlp, *t.model, gb.x.narrow(0, comm.rank() * micro, micro),
+                                  gb.y.narrow(0, comm.rank() * micro, micro), t.engine->dtype()));
+    t.engine->step();
     return said;
   };
-  const std::string same = load_says(cfg.optimizer.lr), other = load_says(2 * cfg.optimizer.lr);
+  const std::string same = load_says(cfg.optimizer.lr, false), other = load_says(2 * cfg.optimizer.lr, false);
+  const std::string chosen = load_says(2 * cfg.optimizer.lr, true);
   EXPECT_TRUE(same.empty()) << same;
+  EXPECT_TRUE(chosen.empty()) << chosen;
   if (comm.rank() == 0) {
     EXPECT_NE(other.find("warning: the checkpoint's learning rate " + at_save + " stays in force"), std::string::npos)
         << other;

@@ -1,5 +1,6 @@
 // The tools' own text handling: a sample made printable, and zero-train's
 // record in a checkpoint's client_state checked before it is used.
+#include <algorithm>
 #include <limits>
 #include <string>
 
@@ -9,6 +10,7 @@
 #include "common/printable_text.h"
 #include "common/run_record.h"
 #include "zero-train/eta.h"
+#include "zero-train/progress.h"
 #include "zero-train/torch_threads.h"
 #include "zero/core/error.h"
 
@@ -44,6 +46,36 @@ TEST(Eta, RateFromTheFirstObservedStep) {
   EXPECT_DOUBLE_EQ(r.seconds_left(100), 0.0);
   EXPECT_EQ(zero::train::elapsed_and_eta(148.0, r.seconds_left(100)), " elapsed 2m28s eta 0s");
   EXPECT_EQ(zero::train::elapsed_and_eta(30.0, -1.0), " elapsed 30s");
+}
+
+// The progress line fits the terminal: a wrapped line leaves a row behind
+// at every redraw.
+TEST(Progress, TheTerminalLineFitsTheColumnsDroppingTheLeastNeededFirst) {
+  zero::train::ProgressLine p;
+  p.step = 28;
+  p.steps = 30;
+  p.loss = 3.8149;
+  p.val_loss = 3.9;
+  p.tokens_per_s = 172699;
+  p.tflops = 0.024;
+  p.lr = 3.36e-4;
+  p.device_bytes = 43930;
+  p.host_bytes = 395674;
+  const std::string time = " elapsed 12s eta 1s";
+  const std::string whole = zero::train::terminal_line(p, time, 1000);
+  for (const char* part : {"[#", "28/30 loss 3.8149 val 3.9000", "tok/s", "TFLOP/s", "lr 3.36e-04", "dev ", "eta 1s"}) {
+    EXPECT_NE(whole.find(part), std::string::npos) << part << " in " << whole;
+  }
+  for (int columns : {200, 160, 120, 100, 80, 60, 40, 20, 5, 1}) {
+    const std::string line = zero::train::terminal_line(p, time, columns);
+    EXPECT_LE(line.size(), static_cast<std::size_t>(std::max(0, columns - 1))) << columns << ": " << line;
+    if (columns >= 40) {
+      EXPECT_NE(line.find("28/30 loss 3.8149 val 3.9000"), std::string::npos) << columns << ": " << line;
+    }
+  }
+  const std::string eighty = zero::train::terminal_line(p, time, 80);
+  EXPECT_EQ(eighty.find("dev "), std::string::npos) << eighty;  // the bytes go first
+  EXPECT_NE(eighty.find("eta 1s"), std::string::npos) << eighty;  // the time stays longest
 }
 
 // zero-train's LibTorch threads: --threads, else OMP_NUM_THREADS, else the
