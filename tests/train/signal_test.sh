@@ -105,7 +105,8 @@ k=$(lines "$out/metrics.jsonl")
 echo "SIGTERM to rank 1 alone: both ranks stopped after step $k and saved it"
 
 # 4. A signal during the final evaluation, after the last step's all-reduce:
-# the last step is saved, the sample skipped, and the run, complete, exits 0.
+# the last step is saved, the evaluation abandoned, the sample skipped, and
+# the run, complete, exits 0.
 out=$work/late
 "$mpiexec" -np 2 --oversubscribe --bind-to none "$train" "$corpus" --model gpt2-tiny --config "$work/fp32.json" \
   --steps 20 --eval-every 1000 --eval-batches 3000 --sample 40 --out "$out" --save-dir "$work/ck_late" \
@@ -116,8 +117,9 @@ sleep 1  # (step 20 takes milliseconds, the final evaluation of 3000 batches sec
 kill -USR2 $job
 wait $job; rc=$?
 [ $rc = 0 ] || { tail -20 "$work/late.log"; fail "a stop during the final evaluation exited $rc, not 0 (training was complete)"; }
-grep -q "zero-train: SIGUSR2 after the last step: training is complete; the sample is skipped" "$work/late.log" \
-  || { tail -20 "$work/late.log"; fail "no line saying the run was complete and the sample skipped"; }
+# (The final evaluation is abandoned, as any evaluation a stop signal comes in.)
+grep -q "zero-train: SIGUSR2 after the last step: training is complete; the final evaluation and the sample are skipped" \
+  "$work/late.log" || { tail -20 "$work/late.log"; fail "no line saying the run was complete and the rest skipped"; }
 grep -q -- "---- sample" "$work/late.log" && fail "the sample ran after the stop signal"
 [ "$(cat "$work/ck_late/latest")" = "step-20" ] || fail "the last step was not saved after a late stop signal"
 grep -q '"stopped_by_signal": "SIGUSR2"' "$work/late.json" || fail "the report does not name the late signal"
@@ -174,7 +176,12 @@ wait $job; rc=$?
 [ $rc = 75 ] || { tail -20 "$work/mid.log"; fail "a stop during an evaluation exited $rc, not 75"; }
 [ "$(lines "$out/metrics.jsonl")" = 10 ] || fail "a stop during step 10's evaluation trained on to step $(lines "$out/metrics.jsonl")"
 [ "$(cat "$work/ck_mid/latest")" = "step-10" ] || fail "a stop during step 10's evaluation did not save step-10"
-echo "a stop during an evaluation: stopped and saved at that step"
+# ... at once: the rest of the evaluation is abandoned (no validation loss
+# for step 10), not waited for (a scheduler's grace period is short).
+grep -q "zero-train: SIGTERM during the evaluation after step 10: the evaluation is abandoned" "$work/mid.log" \
+  || { tail -20 "$work/mid.log"; fail "a stop during an evaluation did not abandon it"; }
+grep -q '"val_loss"' "$out/metrics.jsonl" && fail "the abandoned evaluation still recorded a validation loss"
+echo "a stop during an evaluation: abandoned, stopped and saved at that step"
 
 # 6. One process: SIGTERM without --save-dir says nothing is saved; a second
 # SIGINT after the first ends the process at once.
@@ -209,7 +216,20 @@ wait $job; rc=$?
 [ $rc = 0 ] && [ "$(lines "$work/nohup/metrics.jsonl")" = 30 ] \
   || { tail -5 "$work/nohup.log"; fail "SIGHUP under nohup: exit $rc after $(lines "$work/nohup/metrics.jsonl") steps"; }
 echo "SIGHUP stopped at step $k with a checkpoint; under nohup it was ignored"
-ZERO_COMM_BACKEND=single "$train" "${args[@]}" --out "$work/twice" >"$work/twice.log" 2>&1 &
+# A background job of a script inherits SIGINT ignored (the shell's rule
+# for `&` without job control): it stays ignored, at every moment (a Ctrl-C
+# meant for the foreground is not for it), as under nohup for SIGHUP.
+ZERO_COMM_BACKEND=single "$train" "$corpus" --model gpt2-tiny --config "$work/fp32.json" \
+  --eval-every 0 --steps 30 --sample 0 --out "$work/bgint" >"$work/bgint.log" 2>&1 &
+job=$!
+wait_lines "$work/bgint/metrics.jsonl" 5
+kill -INT $job
+wait $job; rc=$?
+[ $rc = 0 ] && [ "$(lines "$work/bgint/metrics.jsonl")" = 30 ] \
+  || { tail -5 "$work/bgint.log"; fail "SIGINT inherited ignored: exit $rc after $(lines "$work/bgint/metrics.jsonl") steps"; }
+echo "SIGINT inherited ignored (a script's background job): ignored throughout"
+# (Here SIGINT back to its default for the job: env --default-signal.)
+env --default-signal=INT ZERO_COMM_BACKEND=single "$train" "${args[@]}" --out "$work/twice" >"$work/twice.log" 2>&1 &
 job=$!
 wait_lines "$work/twice/metrics.jsonl" 5
 # (Two signals sent at once can merge into one: SIGINT every 5 ms, slept
