@@ -1020,7 +1020,10 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
   }
   // (Resumed: the earlier run's lines up to the checkpoint's step are kept.)
   train::RunFiles files;
-  if (root) files.open(o.out_dir, first_step);
+  if (root) {
+    const std::string moved = files.open(o.out_dir, first_step);
+    if (!moved.empty()) std::fprintf(stderr, "zero-train: warning: %s\n", moved.c_str());
+  }
   train::Progress progress(cfg.steps_per_print);
   const double flops_per_token = gc.flops_per_token(o.seq_len);
   const double tokens_per_step = static_cast<double>(micro * accum * o.seq_len * comm->world_size());

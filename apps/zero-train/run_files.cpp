@@ -1,5 +1,6 @@
 #include "run_files.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <sstream>
@@ -25,6 +26,14 @@ std::int64_t step_of(const std::string& line, bool json) {
   return in >> step ? step : -1;
 }
 
+// The highest step of a line of `path` (0: none, or no file).
+std::int64_t last_step(const std::filesystem::path& path, bool json) {
+  std::ifstream in(path);
+  std::int64_t last = 0;
+  for (std::string line; std::getline(in, line);) last = std::max(last, step_of(line, json));
+  return last;
+}
+
 // The lines of `path` of steps 1..first_step, written back; returns how many.
 std::size_t trim(const std::filesystem::path& path, std::int64_t first_step, bool json) {
   std::ifstream in(path);
@@ -45,10 +54,32 @@ std::string write_error() { return errno != 0 ? std::strerror(errno) : "a write 
 
 }  // namespace
 
-void RunFiles::open(const std::filesystem::path& dir, std::int64_t first_step) {
+std::string RunFiles::open(const std::filesystem::path& dir, std::int64_t first_step) {
   dir_ = dir;
-  const auto mode = first_step > 0 ? std::ios::app : std::ios::trunc;
+  auto mode = first_step > 0 ? std::ios::app : std::ios::trunc;
+  std::string moved;
   if (first_step > 0) {
+    // Lines that stop short of the checkpoint's step are another run's
+    // (its --out reused) or incomplete: kept, they would splice that run's
+    // curve before this one's. Moved aside, not deleted.
+    const std::int64_t last = last_step(dir / "metrics.jsonl", /*json=*/true);
+    if (last > 0 && last < first_step) {
+      for (const char* name : {"metrics.jsonl", "loss.dat", "val.dat"}) {
+        std::error_code ec;
+        if (std::filesystem::exists(dir / name, ec)) {
+          std::filesystem::rename(dir / name, dir / (std::string(name) + ".old"), ec);
+          ZERO_CHECK(!ec, "--out ", dir.string(), ": cannot move ", name, " aside to ", name, ".old (",
+                     ec.message(), "); give another --out");
+        }
+      }
+      moved = "--out " + dir.string() + " held metrics up to step " + std::to_string(last) +
+              " only, not up to the checkpoint's step " + std::to_string(first_step) +
+              ": another run's (or lines lost); moved aside as metrics.jsonl.old, loss.dat.old, val.dat.old, "
+              "and this run's files start at step " + std::to_string(first_step + 1);
+      mode = std::ios::trunc;
+    }
+  }
+  if (first_step > 0 && moved.empty()) {
     trim(dir / "metrics.jsonl", first_step, /*json=*/true);
     trim(dir / "loss.dat", first_step, /*json=*/false);
     val_points = trim(dir / "val.dat", first_step, /*json=*/false) > 0;
@@ -58,6 +89,7 @@ void RunFiles::open(const std::filesystem::path& dir, std::int64_t first_step) {
   val.open(dir / "val.dat", std::ios::out | mode);
   ZERO_CHECK(metrics && loss && val, "--out ", dir.string(), ": cannot write metrics.jsonl, loss.dat and val.dat "
              "there (", std::strerror(errno), "); give a writable folder (--out)");
+  return moved;
 }
 
 bool RunFiles::note_failure(const std::string& what) {

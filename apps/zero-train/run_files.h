@@ -3,6 +3,9 @@
 // step S into the same folder keeps the lines of steps up to S (those of a
 // run that went further than its checkpoint are dropped) and appends, so that
 // the plot and the metrics cover the whole training, preemptions included.
+// Files whose lines stop short of step S are not this run's (another run's
+// --out, or lines lost): they are moved aside (`metrics.jsonl.old`, ...)
+// and said, not spliced before the resumed run's steps.
 #pragma once
 
 #include <cstdint>
@@ -18,7 +21,8 @@ struct RunFiles {
   // Opens the three files in `dir`: new (first_step 0), or trimmed to the
   // steps <= first_step and appended to. Throws zero::Error naming the
   // folder when they cannot be written.
-  void open(const std::filesystem::path& dir, std::int64_t first_step);
+  // Returns what was moved aside, for the caller to say ("" when nothing).
+  std::string open(const std::filesystem::path& dir, std::int64_t first_step);
   // Writes out what step `step` added. The first write that fails (a full
   // disk, the folder removed) is kept in failure(); returns true then, once,
   // so that the caller warns once. Training goes on: the files are its log.

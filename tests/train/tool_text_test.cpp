@@ -1,16 +1,20 @@
 // The tools' own text handling: a sample made printable, and zero-train's
 // record in a checkpoint's client_state checked before it is used.
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 #include <string>
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 #include <nlohmann/json.hpp>
 
 #include "common/printable_text.h"
 #include "common/run_record.h"
 #include "zero-train/eta.h"
 #include "zero-train/progress.h"
+#include "zero-train/run_files.h"
 #include "zero-train/torch_threads.h"
 #include "zero/core/error.h"
 
@@ -46,6 +50,49 @@ TEST(Eta, RateFromTheFirstObservedStep) {
   EXPECT_DOUBLE_EQ(r.seconds_left(100), 0.0);
   EXPECT_EQ(zero::train::elapsed_and_eta(148.0, r.seconds_left(100)), " elapsed 2m28s eta 0s");
   EXPECT_EQ(zero::train::elapsed_and_eta(30.0, -1.0), " elapsed 30s");
+}
+
+// A resume into --out keeps the lines up to the checkpoint's step and
+// appends; lines that stop short of it are another run's: moved aside, said.
+TEST(RunFiles, AResumeKeepsItsOwnLinesAndMovesAnotherRunsAside) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("zero_run_files_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  auto write = [&](int last) {
+    std::ofstream m(dir / "metrics.jsonl"), l(dir / "loss.dat"), v(dir / "val.dat");
+    for (int k = 1; k <= last; ++k) {
+      m << "{\"step\":" << k << ",\"loss\":1.0}\n";
+      l << k << " 1.0\n";
+    }
+  };
+  auto lines = [&](const char* name) {
+    std::ifstream in(dir / name);
+    int n = 0;
+    for (std::string line; std::getline(in, line);) ++n;
+    return n;
+  };
+  {
+    write(25);  // this run went past its checkpoint at 20
+    zero::train::RunFiles f;
+    EXPECT_EQ(f.open(dir, 20), "");
+    f.close();
+    EXPECT_EQ(lines("metrics.jsonl"), 20);
+    EXPECT_EQ(lines("loss.dat"), 20);
+    EXPECT_FALSE(fs::exists(dir / "metrics.jsonl.old"));
+  }
+  {
+    write(5);  // another run's 5 steps; the checkpoint is at 20
+    zero::train::RunFiles f;
+    const std::string said = f.open(dir, 20);
+    f.close();
+    EXPECT_NE(said.find("held metrics up to step 5 only, not up to the checkpoint's step 20"), std::string::npos)
+        << said;
+    EXPECT_EQ(lines("metrics.jsonl"), 0);
+    EXPECT_EQ(lines("metrics.jsonl.old"), 5);
+    EXPECT_EQ(lines("loss.dat.old"), 5);
+  }
+  fs::remove_all(dir);
 }
 
 // The progress line fits the terminal: a wrapped line leaves a row behind
