@@ -205,7 +205,8 @@ std::optional<double> evaluate(models::Gpt& model, comm::Communicator& comm, con
       at::Tensor batch = make_batch(corpus.validation, sampler.offsets(b, j), o.seq_len).to(device);
       sum += model.loss(batch.narrow(1, 0, o.seq_len), batch.narrow(1, 1, o.seq_len)).item<float>();
     }
-    if (stop_agreed()) return std::nullopt;
+    // (A stop agreed after the last batch keeps the finished evaluation.)
+    if (stop_agreed() && b + 1 < o.eval_batches) return std::nullopt;
   }
   comm.all_reduce(&sum, 1, DType::kFloat32)->wait();
   return sum / static_cast<double>(o.eval_batches * accumulation * comm.world_size());

@@ -34,6 +34,7 @@ GradPath::GradPath(const MemoryPlan& plan, const DeviceContext& ctx, Options opt
   GradReducer::Options ro;
   ro.overlap_comm = o_.overlap_comm;
   ro.max_in_flight = kPlanLiveBuckets - 1;  // the plan budgets this many buckets at once
+  ro.kept_at_end = has_units(plan);          // and, then, every kept bucket besides
   ro.mode = full_grads_.defined() ? (o_.stage == 0 ? GradReduceMode::kAllReduceFull : GradReduceMode::kReduceScatterFull)
                                   : GradReduceMode::kReduceScatter;
   // fp16 buckets carry the ranks' mean (grad_reducer.h); bf16 and fp32

@@ -34,22 +34,17 @@ GradReducer::GradReducer(const FlatLayout& layout, comm::Communicator& comm,
   ZERO_INTERNAL_ASSERT(opts_.mode != GradReduceMode::kReduceScatter || (like_.defined() && consume_));
   ZERO_INTERNAL_ASSERT(opts_.max_in_flight >= 1);
   std::iota(order_.begin(), order_.end(), 0);
-  for (const Bucket& b : layout.buckets()) kept_last_ = kept_last_ || b.group >= 0;
   put_kept_last();
 }
 
 bool GradReducer::kept(int b) const {
-  return kept_last_ && layout_.buckets()[static_cast<std::size_t>(b)].group < 0;
+  return opts_.kept_at_end && layout_.buckets()[static_cast<std::size_t>(b)].group < 0;
 }
 
 void GradReducer::put_kept_last() {
-  // Stage 3 gathers units during backward, and a kept bucket (a parameter
-  // of no unit) has no point that is the same on every rank: it completes
-  // wherever its last gradient comes, or never on a rank that did not use
-  // it. Launched after every unit's bucket, it goes out once the last
-  // unit's backward is over (or at end_backward()), where no all-gather
-  // follows on any rank.
-  if (kept_last_) std::stable_partition(order_.begin(), order_.end(), [&](int b) { return !kept(b); });
+  // Kept buckets wait for end_backward() (Options::kept_at_end): last in
+  // the order, they hold back no unit's bucket.
+  if (opts_.kept_at_end) std::stable_partition(order_.begin(), order_.end(), [&](int b) { return !kept(b); });
 }
 
 void GradReducer::begin_backward(bool reduce) {
@@ -156,6 +151,7 @@ void GradReducer::progress() {
 void GradReducer::launch_ready() {
   const int n = static_cast<int>(pending_.size());
   while (next_launch_ < n && pending_[static_cast<std::size_t>(order_[static_cast<std::size_t>(next_launch_)])] == 0) {
+    if (kept(order_[static_cast<std::size_t>(next_launch_)])) break;  // at end_backward()
     launch(order_[static_cast<std::size_t>(next_launch_++)]);
   }
 }

@@ -269,8 +269,7 @@ MemoryPlan plan_memory(const PlanInput& in) {
     // The largest kPlanLiveBuckets at once (GradReducer's bound), and at
     // stage 3 every kept bucket (no unit) besides: they go out after the
     // units', at the end of backward.
-    bool units = false;
-    for (const Bucket& b : L.buckets()) units = units || b.group >= 0;
+    const bool units = has_units(p);
     std::vector<std::size_t> sizes;
     std::size_t n = 0;
     for (const Bucket& b : L.buckets()) {
@@ -296,6 +295,15 @@ MemoryPlan plan_memory(const PlanInput& in) {
                                 "Muon's whole matrices and Newton-Schulz products"));
   }
   return p;
+}
+
+bool has_units(const MemoryPlan& plan) {
+  for (const FlatLayout* l : {&plan.layout, &plan.frozen_layout}) {
+    for (const Bucket& b : l->buckets()) {
+      if (b.group >= 0) return true;
+    }
+  }
+  return false;
 }
 
 std::int64_t MemoryPlan::persistent(Tier tier) const {

@@ -160,6 +160,17 @@ TEST(MemoryPlan, Stage3BudgetsEveryKeptBucketBesideTheUnitsThreeLargest) {
   for (int i = 0; i < kPlanLiveBuckets; ++i) want += units[static_cast<std::size_t>(i)];
   ASSERT_TRUE(p[Buffer::kBuckets].present);
   EXPECT_EQ(p[Buffer::kBuckets].bytes(), static_cast<std::int64_t>(want * 4));
+  // Units of frozen parameters only (adapters on a partitioned base): they
+  // gather in backward too, so every trainable bucket is kept, all budgeted.
+  PlanInput adapters = in;
+  adapters.groups.assign(in.numels.size(), -1);
+  adapters.frozen_numels = {4000, 4000};
+  adapters.frozen_groups = {0, 1};
+  const MemoryPlan a = plan_memory(adapters);
+  ASSERT_TRUE(has_units(a));
+  std::size_t all_kept = 0;
+  for (const Bucket& b : a.layout.buckets()) all_kept += b.padded;
+  EXPECT_EQ(a[Buffer::kBuckets].bytes(), static_cast<std::int64_t>(all_kept * 4));
   // Without units (stage 2) the three largest of all.
   in.stage = 2;
   in.groups.clear();

@@ -18,10 +18,12 @@
 // iteration in the order gradients arrived, for the same reason.) Parameters
 // used in some steps only (a layer skipped at random) still hold the buckets
 // launched after theirs in the steps they are used late or not at all.
-// At stage 3 (a layout with groups) the buckets of no group (kept gathered)
-// come last in the order, after every unit's: the units' all-gathers
-// interleave with the reductions during backward, and only a unit's buckets
-// have a point that is the same on every rank (close_group()).
+// At stage 3 with units (Options::kept_at_end) the buckets of no group
+// (kept gathered) come last in the order and go out at end_backward(): the
+// units' all-gathers interleave with the reductions during backward, and
+// only a unit's buckets have a point that is the same on every rank
+// (close_group()). They live until then, besides the bound below: the
+// memory plan budgets them all.
 //
 // Three modes:
 //  - kAllReduceFull (stage 0) and kReduceScatterFull (stage 1): buckets are
@@ -34,7 +36,8 @@
 //    transient buffer, reduce-scattered on every micro-batch; the rank's chunk
 //    is handed to `consume` (which accumulates it into the gradient partition
 //    on the device or the host) and the bucket is freed at once. At most
-//    `max_in_flight` + 1 buckets exist at a time (ZeRO-R's constant-size
+//    `max_in_flight` + 1 buckets exist at a time (besides, at stage 3 with
+//    units, the kept ones: Options::kept_at_end) (ZeRO-R's constant-size
 //    buffers: `max_in_flight` being reduced, one being filled): a new bucket
 //    waits for the oldest reduction first. Only when autograd
 //    leaves more buckets than that partially filled at once (an order far
@@ -83,6 +86,14 @@ class GradReducer {
     // ZeRO does: N ranks whose gradients fit would otherwise overflow their
     // sum, and the dynamic loss scale would settle log2(N) bits lower.
     double predivide = 1.0;
+    // Stage 3 with units (of trainable or of frozen parameters): the
+    // buckets of no group ("kept") go out at end_backward(), after every
+    // unit's. The units' all-gathers run during backward, and a kept
+    // bucket has no point that is the same on every rank (it completes
+    // where its last gradient comes, or never on a rank that did not use
+    // it): launched during backward it could pair with another rank's
+    // all-gather.
+    bool kept_at_end = false;
   };
 
   // full_grads: k*Full modes only, the flat gradient buffer
@@ -134,7 +145,7 @@ class GradReducer {
   void agree_order();
   // Stage 3: moves the kept buckets to the end of the launch order.
   void put_kept_last();
-  // Bucket b holds parameters of no group in a layout with groups.
+  // Bucket b holds parameters of no group, with Options::kept_at_end.
   bool kept(int b) const;
   void finish_oldest();
   void poll();
@@ -155,7 +166,6 @@ class GradReducer {
   std::vector<int> order_;    // the launch order: bucket numbers
   std::vector<int> completed_;  // buckets as they completed in this backward, until the order is agreed
   bool order_agreed_ = false;
-  bool kept_last_ = false;  // the layout has groups (stage 3 units)
   std::vector<at::Tensor> storage_;
   std::vector<memory::MemoryLedger::Registration> storage_reg_;
   std::deque<InFlight> in_flight_;

@@ -198,6 +198,11 @@ std::size_t layout_bucket_numel(const PlanInput& in);
 
 MemoryPlan plan_memory(const PlanInput& in);
 
+// Stage 3 with units, of trainable or of frozen parameters: the units
+// gather during backward, so the kept gradient buckets go out at its end
+// (GradReducer::Options::kept_at_end) and are budgeted all at once.
+bool has_units(const MemoryPlan& plan);
+
 // How many elements of bucket b's chunk lie before partition element
 // `split`: with offload, the chunk's host share (split = offload_split).
 inline std::size_t chunk_before(const Bucket& b, std::size_t split) {
