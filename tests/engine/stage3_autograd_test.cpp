@@ -179,6 +179,51 @@ TEST(Stage3Autograd, AKeptParameterUsedOnSomeRanksOnlyTrainsAsStage0) {
   expect_same_params(train_gated(3, comm), s0, "stage 3");
 }
 
+// The same with units of frozen parameters only (adapters on a partitioned
+// base): the trainable parameters are all kept, and the frozen units still
+// gather in backward (their inputs need gradients), so the kept buckets
+// wait for the end of backward here too.
+struct FrozenBaseNet : torch::nn::Module {
+  FrozenBaseNet() {
+    pre = register_module("pre", torch::nn::Linear(16, 16));
+    for (int i = 0; i < 2; ++i) {
+      blocks.push_back(register_module("b" + std::to_string(i), torch::nn::Linear(16, 16)));
+      for (at::Tensor& p : blocks.back()->parameters()) p.set_requires_grad(false);
+      zero::mark_unit(*blocks.back());
+    }
+    gate = register_module("gate", torch::nn::Linear(16, 16));
+    head = register_module("head", torch::nn::Linear(16, 4));
+  }
+  at::Tensor forward(at::Tensor h, bool use_gate) {
+    h = at::gelu(as_unit(blocks[0], pre->forward(h)));
+    if (use_gate) h = h + gate->forward(h);
+    h = at::gelu(as_unit(blocks[1], h));
+    return head->forward(h);
+  }
+  std::vector<torch::nn::Linear> blocks;
+  torch::nn::Linear pre{nullptr}, gate{nullptr}, head{nullptr};
+};
+
+std::vector<at::Tensor> train_frozen_base(int stage, comm::Communicator& comm) {
+  torch::manual_seed(14);
+  auto model = std::make_shared<FrozenBaseNet>();
+  Engine engine(model, config_for(stage, comm.world_size()), comm);
+  const int r = comm.rank();
+  for (int step = 0; step < kSteps; ++step) {
+    torch::manual_seed(400 + step * 7 + r);
+    const at::Tensor x = at::randn({4, 16}), y = at::randn({4, 4});
+    engine.backward(at::mse_loss(model->forward(x, !(r == 0 && step % 2 == 0)), y));
+    engine.step();
+  }
+  return engine.gather_master_params();
+}
+
+TEST(Stage3Autograd, AKeptParameterBetweenFrozenUnitsUsedOnSomeRanksOnlyTrainsAsStage0) {
+  comm::Communicator& comm = world_comm();
+  const std::vector<at::Tensor> s0 = train_frozen_base(0, comm);
+  expect_same_params(train_frozen_base(3, comm), s0, "stage 3");
+}
+
 // A large parameter of no unit whose gradient comes first in backward (a
 // projection after the last unit): its buckets live until the units' have
 // gone out, beside at most kPlanLiveBuckets of the units' at once, which
