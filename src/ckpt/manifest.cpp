@@ -7,6 +7,7 @@
 #include <set>
 
 #include "zero/ckpt/crc32c.h"
+#include "zero/version.h"
 #include "zero/core/error.h"
 
 namespace zero::ckpt {
@@ -394,6 +395,9 @@ std::string manifest_to_json(const Manifest& m) {
   json j;
   j["format"] = kFormatName;
   j["format_version"] = m.format_version;
+  // Which zerocpp wrote it (informational: the format version is what a
+  // reader checks).
+  j["zerocpp_version"] = version();
   j["tag"] = m.tag;
   j["world_size"] = m.world_size;
   j["stage"] = m.stage;

@@ -36,6 +36,7 @@
 #include "zero/core/error.h"
 #include "zero/core/log.h"
 #include "zero/engine/param_rules.h"
+#include "zero/version.h"
 
 namespace zero::test {
 namespace {
@@ -1156,6 +1157,9 @@ TEST(CheckpointSettings, RecordedPerParameterAndADifferenceIsSaid) {
   }
   // The manifest: biases and norms 0 and 2, the matrices the config's decay and 1.
   const ckpt::Manifest man = ckpt::parse_manifest(ckpt::read_text(dir / "rules" / ckpt::kManifestName), "rules");
+  // ... and which zerocpp wrote it.
+  EXPECT_EQ(nlohmann::json::parse(ckpt::read_text(dir / "rules" / ckpt::kManifestName)).value("zerocpp_version", ""),
+            ZERO_VERSION_STRING);
   auto model = make_model(ModelKind::kTransformer);
   std::map<std::string, int> dims;
   for (const auto& np : model->named_parameters()) dims[np.key()] = static_cast<int>(np.value().dim());
