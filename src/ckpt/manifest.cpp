@@ -7,8 +7,8 @@
 #include <set>
 
 #include "zero/ckpt/crc32c.h"
-#include "zero/version.h"
 #include "zero/core/error.h"
+#include "zero/version.h"
 
 namespace zero::ckpt {
 
