@@ -548,14 +548,15 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
   comm::Communicator* comm = comm_out.get();
   const bool root = comm->rank() == 0;
   {
-    train::ThreadChoice t = train::choose_torch_threads(o.threads, std::getenv("OMP_NUM_THREADS"), usable_cores(),
+    const int cores = usable_cores();
+    train::ThreadChoice t = train::choose_torch_threads(o.threads, std::getenv("OMP_NUM_THREADS"), cores,
                                                        comm::launcher_local_size().value_or(1));
-    if (t.threads > usable_cores()) {
+    if (t.threads > cores) {
       // More only contend for the cores (and spin: docs/train.md, "Threads").
       t.warning += (t.warning.empty() ? "" : "; ") + t.why + " " + std::to_string(t.threads) +
-                   " is more than the " + std::to_string(usable_cores()) +
-                   " cores this process may run on: LibTorch uses " + std::to_string(usable_cores());
-      t.threads = usable_cores();
+                   " is more than the " + std::to_string(cores) +
+                   " cores this process may run on: LibTorch uses " + std::to_string(cores);
+      t.threads = cores;
     }
     at::set_num_threads(t.threads);
     if (root) {

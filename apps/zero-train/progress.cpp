@@ -78,15 +78,15 @@ int terminal_columns() {
 }  // namespace
 
 void Progress::update(const ProgressLine& p) {
-  char val[32] = "";
-  if (p.val_loss >= 0) std::snprintf(val, sizeof val, " val %.4f", p.val_loss);
-  const std::string dev = memory::format_bytes(p.device_bytes), host = memory::format_bytes(p.host_bytes);
   remaining_.observe(p.step, p.elapsed_s);
   const std::string time = elapsed_and_eta(p.elapsed_s, remaining_.seconds_left(p.steps));
   if (tty_) {
     std::fprintf(stderr, "\r%s\033[K", terminal_line(p, time, terminal_columns()).c_str());
     drawn_ = true;
   } else if (p.step % every_ == 0 || p.step == p.steps || p.val_loss >= 0) {
+    char val[32] = "";
+    if (p.val_loss >= 0) std::snprintf(val, sizeof val, " val %.4f", p.val_loss);
+    const std::string dev = memory::format_bytes(p.device_bytes), host = memory::format_bytes(p.host_bytes);
     std::fprintf(stderr,
                  "step %lld/%lld loss %.4f%s tokens/s %.0f TFLOP/s %.4f lr %.3e loss_scale %g skipped %lld device %s host %s%s\n",
                  (long long)p.step, (long long)p.steps, p.loss, val, p.tokens_per_s, p.tflops, p.lr, p.loss_scale,

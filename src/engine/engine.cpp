@@ -312,8 +312,7 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
     config_.world_size = m.world;
     // More CPU optimizer threads than this process may run on only contend
     // for its cores (and 10^5 of them exhaust its memory): at most that many.
-    if (int& threads = config_.zero_optimization.offload_optimizer.cpu_threads; threads > usable_cores()) {
-      const int cores = usable_cores();
+    if (int& threads = config_.zero_optimization.offload_optimizer.cpu_threads, cores = usable_cores(); threads > cores) {
       if (m.rank == 0) {
         detail::log_warning(log_topic::config,
                             "config warning: offload_optimizer.cpu_threads %d is more than the %d cores this "
