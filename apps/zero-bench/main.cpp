@@ -6,6 +6,7 @@
 #include <exception>
 
 #include "commands.h"
+#include "common/option_suggestion.h"
 #include "common/usage_rank.h"
 #include "zero/comm/launcher_env.h"
 #include "zero/core/error.h"
@@ -57,6 +58,7 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   } catch (const CLI::ParseError& e) {
     if (!zero::tools::says_usage_errors()) return e.get_exit_code() == 0 ? 0 : 2;
+    if (zero::tools::say_near_options("zero-bench", app, e)) return 2;
     return app.exit(e) == 0 ? 0 : 2;  // --help: 0; a usage error: 2
   } catch (const zero::Error& e) {
     std::fprintf(stderr, "zero-bench: %s\n", e.what());

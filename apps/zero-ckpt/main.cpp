@@ -21,6 +21,7 @@
 
 #include "common/cli_range.h"
 #include "common/interrupt_cleanup.h"
+#include "common/option_suggestion.h"
 #include "gpt_hf_export.h"
 #include "zero/ckpt/checkpoint_dir.h"
 #include "zero/ckpt/consolidate.h"
@@ -202,6 +203,7 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    if (tools::say_near_options("zero-ckpt", app, e)) return 2;
     return app.exit(e) == 0 ? 0 : 2;  // --help: 0; a usage error: 2
   }
   try {

@@ -12,6 +12,7 @@
 #include <CLI/CLI.hpp>
 
 #include "common/cli_range.h"
+#include "common/option_suggestion.h"
 #include "common/trainer_autos.h"
 #include "zero/ckpt/shard_io.h"
 #include "zero/config/byte_size.h"
@@ -177,6 +178,7 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    if (tools::say_near_options("zero-estimate", app, e)) return 2;
     return app.exit(e) == 0 ? 0 : 2;  // --help: 0; a usage error: 2
   }
   try {

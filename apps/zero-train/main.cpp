@@ -42,6 +42,7 @@
 #include <torch/utils.h>
 
 #include "common/cli_range.h"
+#include "common/option_suggestion.h"
 #include "zero/core/cpu_cores.h"
 #include "zero/core/log.h"
 #include "common/run_record.h"
@@ -1571,6 +1572,7 @@ int main(int argc, char** argv) {
     o.seed_given = app.get_option("--seed")->count() > 0;
   } catch (const CLI::ParseError& e) {
     if (!says) return e.get_exit_code() == 0 ? 0 : 2;
+    if (tools::say_near_options("zero-train", app, e)) return 2;
     return app.exit(e) == 0 ? 0 : 2;  // --help: 0; a usage error: 2
   }
   if (o.save_every > 0 && o.save_dir.empty()) {

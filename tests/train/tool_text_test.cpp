@@ -10,6 +10,9 @@
 #include <unistd.h>
 #include <nlohmann/json.hpp>
 
+#include <CLI/CLI.hpp>
+
+#include "common/option_suggestion.h"
 #include "common/printable_text.h"
 #include "common/run_record.h"
 #include "zero-train/eta.h"
@@ -144,6 +147,66 @@ TEST(TorchThreads, FlagThenEnvironmentThenTheRanksShareOfTheCores) {
     EXPECT_EQ(c.threads, 2) << bad;
     EXPECT_NE(c.warning.find("is not a number of threads"), std::string::npos) << bad;
   }
+}
+
+TEST(OptionSuggestion, TyposSpellingsAndBeginningsFindTheOption) {
+  using zero::tools::nearest_option;
+  const std::vector<std::string> names{"--steps", "--save-every", "--save-dir", "--seed", "--seq-len", "-h", "--help",
+                                       "--checkpoint-activations", "--eval-every", "--eval-batches"};
+  EXPECT_EQ(nearest_option("--stpes", names), "--steps");          // two letters swapped
+  EXPECT_EQ(nearest_option("--step", names), "--steps");           // one left out
+  EXPECT_EQ(nearest_option("--save_every", names), "--save-every");  // Python's spelling
+  EXPECT_EQ(nearest_option("--Save-Every=5", names), "--save-every");
+  EXPECT_EQ(nearest_option("--checkpoint", names), "--checkpoint-activations");  // the one it begins
+  EXPECT_EQ(nearest_option("--eval-evry", names), "--eval-every");
+  EXPECT_EQ(nearest_option("-help", names), "--help");
+  // Nothing near, or two names as near: no guess.
+  EXPECT_EQ(nearest_option("--learning-rate", names), std::nullopt);
+  EXPECT_EQ(nearest_option("--sed", names), "--seed");
+  EXPECT_EQ(nearest_option("--save", names), std::nullopt);  // --save-every and --save-dir begin with it
+  EXPECT_EQ(nearest_option("--eval", names), std::nullopt);
+  EXPECT_EQ(nearest_option("--", names), std::nullopt);
+  EXPECT_EQ(nearest_option("--x", names), std::nullopt);
+}
+
+TEST(OptionSuggestion, AToolsUnknownOptionsAreEachSaidWithTheNearOne) {
+  CLI::App app{"probe"};
+  std::int64_t steps = 0;
+  std::string tag;
+  app.add_option("--steps", steps);
+  CLI::App* inspect = app.add_subcommand("inspect");
+  inspect->add_option("--tag", tag);
+  inspect->add_option("--threads", steps);
+  const auto said = [&app](std::vector<std::string> words) {
+    std::vector<char*> argv{const_cast<char*>("probe")};
+    for (std::string& word : words) argv.push_back(word.data());
+    testing::internal::CaptureStderr();
+    bool near = false;
+    try {
+      app.parse(static_cast<int>(argv.size()), argv.data());
+    } catch (const CLI::ParseError& e) {
+      near = zero::tools::say_near_options("probe", app, e);
+    }
+    const std::string text = testing::internal::GetCapturedStderr();
+    app.clear();
+    return std::make_pair(near, text);
+  };
+  auto [near, text] = said({"stray", "--stpes", "3", "--bogus-flag", "--steps=2"});
+  EXPECT_TRUE(near);
+  EXPECT_NE(text.find("probe: unknown option --stpes: did you mean --steps?\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("probe: unknown option --bogus-flag\n"), std::string::npos) << text;
+  EXPECT_EQ(text.find("'3'"), std::string::npos) << text;  // --stpes's value
+  EXPECT_NE(text.find("probe: unexpected argument 'stray'\n"), std::string::npos) << text;
+  // A subcommand's options count where it was given.
+  std::tie(near, text) = said({"inspect", "--tga", "x"});
+  EXPECT_TRUE(near);
+  EXPECT_NE(text.find("probe: unknown option --tga: did you mean --tag?"), std::string::npos) << text;
+  // Nothing near, and errors other than unexpected arguments: CLI11's own message.
+  std::tie(near, text) = said({"--completely-different"});
+  EXPECT_FALSE(near);
+  EXPECT_EQ(text, "");
+  std::tie(near, text) = said({"--steps", "many"});
+  EXPECT_FALSE(near);
 }
 
 TEST(Printable, KeepsUtf8AndEscapesControlsAndNonUtf8) {
