@@ -167,6 +167,8 @@ TEST(OptionSuggestion, TyposSpellingsAndBeginningsFindTheOption) {
   EXPECT_EQ(nearest_option("--eval", names), std::nullopt);
   EXPECT_EQ(nearest_option("--", names), std::nullopt);
   EXPECT_EQ(nearest_option("--x", names), std::nullopt);
+  EXPECT_EQ(nearest_option("--tap", {"--tag", "--tab"}), std::nullopt);  // one letter from each
+  EXPECT_EQ(nearest_option("--tap", {"--tag", "--tab", "--tape"}), std::nullopt);
 }
 
 TEST(OptionSuggestion, AToolsUnknownOptionsAreEachSaidWithTheNearOne) {
