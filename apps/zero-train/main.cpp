@@ -515,6 +515,33 @@ std::string other_checkpoints(const Options& o) {
          "--resume " + others.back();
 }
 
+// --resume auto, for a job script a scheduler requeues (one command for the
+// first start and every restart): `latest` where --save-dir holds a
+// checkpoint, else a new run, from --init-from's weights where given. A
+// folder holding tags but no readable `latest` is not "none": --resume
+// latest's error says which tags there are. Every rank decides from the
+// folder; ranks that see it differently (a --save-dir not shared) differ in
+// the resolved --resume, which the ranks' agreement refuses.
+void resolve_auto_resume(Options& o, bool root) {
+  if (o.resume != "auto") return;
+  std::error_code ec;
+  const bool any = fs::exists(fs::path(o.save_dir) / ckpt::kLatestName, ec) || !ckpt::list_tags(o.save_dir).empty();
+  if (!any) {
+    o.resume.clear();
+    if (root) {
+      std::fprintf(stderr, "resume: --resume auto: --save-dir %s holds no checkpoint yet: a new run from step 0%s\n",
+                   o.save_dir.c_str(), o.init_from.empty() ? "" : (", from --init-from " + o.init_from).c_str());
+    }
+    return;
+  }
+  o.resume = ckpt::kLatestName;
+  if (root) {
+    std::fprintf(stderr, "resume: --resume auto: --save-dir %s holds checkpoints: resuming from latest%s\n",
+                 o.save_dir.c_str(), o.init_from.empty() ? "" : " (--init-from is for the first start: not used)");
+  }
+  o.init_from.clear();
+}
+
 // With --resume, the checkpoint is found and its step read before the model
 // is built: a wrong tag, or a checkpoint with nothing left to train, ends
 // the run at once. Returns the saved step.
@@ -566,6 +593,7 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
                    t.why.c_str(), t.why == "--threads" ? "" : "; --threads N sets it");
     }
   }
+  resolve_auto_resume(o, root);
   prepare_outputs(o, root);
   // One job per --save-dir, for the whole run (ckpt/save_dir_lock.h): a
   // second one would replace this one's tags. (A folder that cannot be
@@ -1534,12 +1562,14 @@ int main(int argc, char** argv) {
   app.add_option("--init-from", o.init_from,
                  "start from the weights in this safetensors file (the model's parameters under its names, as "
                  "zero-ckpt consolidate writes them): a new run from step 0 with a fresh optimizer (fine-tuning, or "
-                 "another optimizer than the checkpoint's); not with --resume")
+                 "another optimizer than the checkpoint's); not with --resume, but with --resume auto (its first "
+                 "start)")
       ->check(tools::non_empty("a safetensors file"));
   app.add_option("--resume", o.resume,
-                 "resume from checkpoint TAG of --save-dir (latest: the newest); saved on any number of ranks; a "
-                 "checkpoint at or past --steps is an error")
-      ->check(tools::non_empty("a tag (latest: the newest)"));
+                 "resume from checkpoint TAG of --save-dir (latest: the newest; auto: the newest where there is "
+                 "one, else a new run, for a job a scheduler requeues); saved on any number of ranks; a checkpoint "
+                 "at or past --steps is an error")
+      ->check(tools::non_empty("a tag (latest: the newest; auto: the newest, else a new run)"));
   app.add_flag("--sync-save", o.sync_save,
                "write checkpoints before training goes on (default: asynchronously, training blocks only for a "
                "host copy)");
@@ -1587,10 +1617,11 @@ int main(int argc, char** argv) {
     if (says) std::fprintf(stderr, "zero-train: error: --resume needs --save-dir: the folder the checkpoints were saved to\n");
     return 2;
   }
-  if (!o.resume.empty() && !o.init_from.empty()) {
+  if (!o.resume.empty() && o.resume != "auto" && !o.init_from.empty()) {
     if (says) {
       std::fprintf(stderr, "zero-train: error: --init-from starts a new run from weights, --resume continues a "
-                   "checkpoint (its weights, optimizer and step): give one of them\n");
+                   "checkpoint (its weights, optimizer and step): give one of them (or --resume auto: --init-from "
+                   "for the first start, the newest checkpoint after)\n");
     }
     return 2;
   }
