@@ -801,15 +801,26 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
     const MemoryEstimate est = estimate_memory(in);
     const auto snap = engine.ledger().snapshot();
     const std::int64_t activations = est.device_activations;
-    // (Stage 3's gathered units are transient too, and budgeted by the engine.)
     const std::int64_t buckets = std::max<std::int64_t>(
         0, est.device_buckets - snap.current[static_cast<int>(memory::Tier::kDevice)][static_cast<int>(memory::Kind::kBuckets)]);
+    // Stage 3's gathered units live beside the activations and the buckets
+    // through forward and backward (zero-estimate's device total), as do
+    // the block inputs cpu_checkpointing keeps in host memory.
+    const std::int64_t gathered = est.device_gathered;
+    const std::int64_t host_checkpoints = est.host_activations;
+    const std::int64_t transient = buckets + gathered + activations;
+    // "34.0 MiB of activations, 7.2 MiB of gathered stage-3 units and 10.4
+    // MiB of gradient buckets".
+    const std::string transient_parts =
+        memory::format_bytes(activations) + " of activations" + (gc.checkpoint_activations ? " (checkpointed)" : "") +
+        (gathered > 0 ? ", " + memory::format_bytes(gathered) + " of gathered stage-3 units" : std::string{}) +
+        " and " + memory::format_bytes(buckets) + " of gradient buckets";
     const std::int64_t held = snap.tier_current[static_cast<int>(memory::Tier::kDevice)];
     if (td.device.is_cpu() && host_available) {
       // On the CPU the "device" is host memory: the engine's buffers (both
       // tiers), the buckets and the activations, times the ranks on this node.
-      const std::int64_t per_rank = snap.tier_current[static_cast<int>(memory::Tier::kHost)] + held + buckets +
-                                    activations;
+      const std::int64_t engine_holds = snap.tier_current[static_cast<int>(memory::Tier::kHost)] + held;
+      const std::int64_t per_rank = engine_holds + transient + host_checkpoints;
       const std::int64_t local = comm::launcher_local_size().value_or(1);
       // The lowest rank that is short (the world size when none is): it
       // says by how much, the others name it (one error line for the job).
@@ -820,9 +831,11 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
       comm->all_reduce(&first_short, 1, DType::kFloat32, lowest)->wait();
       first_short = -first_short;
       ZERO_CHECK(first_short != static_cast<float>(comm->rank()), "host memory: a micro-batch of ", micro,
-                 " x ", o.seq_len, " tokens needs about ", memory::format_bytes(activations), " of activations",
-                 gc.checkpoint_activations ? " (checkpointed)" : "", " and ", memory::format_bytes(buckets),
-                 " of gradient buckets beside the ", memory::format_bytes(per_rank - activations - buckets),
+                 " x ", o.seq_len, " tokens needs about ", transient_parts,
+                 host_checkpoints > 0 ? ", with " + memory::format_bytes(host_checkpoints) +
+                                            " of block inputs kept in host memory (cpu_checkpointing),"
+                                      : std::string{},
+                 " beside the ", memory::format_bytes(engine_holds),
                  " the engine holds: ", memory::format_bytes(per_rank), " per rank, ",
                  memory::format_bytes(per_rank * local), " for the ", local, " rank(s) on this node, but ",
                  memory::format_bytes(*host_available), " is available (", host_memory_source(),
@@ -836,10 +849,9 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
                                           r);
       }
     }
-    ZERO_CHECK(cfg.device_memory_limit <= 0 || held + buckets + activations <= cfg.device_memory_limit, "a micro-batch of ", micro, " x ", o.seq_len,
-               " tokens needs about ", memory::format_bytes(activations), " of activations",
-               gc.checkpoint_activations ? " (checkpointed)" : "", " and ", memory::format_bytes(buckets),
-               " of gradient buckets on top of the ", memory::format_bytes(held),
+    ZERO_CHECK(cfg.device_memory_limit <= 0 || held + transient <= cfg.device_memory_limit, "a micro-batch of ",
+               micro, " x ", o.seq_len, " tokens needs about ", transient_parts, " on top of the ",
+               memory::format_bytes(held),
                " the engine holds, past device_memory_limit ",
                memory::format_bytes(cfg.device_memory_limit),
                ": lower train_micro_batch_size_per_gpu (and raise gradient_accumulation_steps), shorten --seq-len, ",
@@ -1644,7 +1656,12 @@ int main(int argc, char** argv) {
   o.warmup_given = warmup->count() > 0;
   o.min_lr_ratio_given = min_lr->count() > 0;
   // Errors: once per job, marked with the rank that raised it; the job ends
-  // (comm/fail_job.h).
+  // (comm/fail_job.h). What an engine destroyed by the error leaves in the
+  // model is no news to a job that ends on it (a refusal before training
+  // read as a second failure).
+  set_log_sink([](const LogRecord& r) {
+    if (r.topic != log_topic::engine_teardown) log_to_stderr(r);
+  });
   std::unique_ptr<comm::Communicator> comm;
   try {
     return run(o, comm);

@@ -766,7 +766,7 @@ Engine::~Engine() {
     } else {
       const std::size_t emptied = m.params->zero_fill_released();
       if (m.rank == 0) {
-        detail::log_warning(log_topic::engine,
+        detail::log_warning(log_topic::engine_teardown,
                             "stage 3 engine destroyed by an error: the module's partitioned parameters "
                             "are not gathered back (zeros)");
       }

@@ -28,6 +28,10 @@ inline constexpr std::string_view checkpoint = "checkpoint";  // saves and loads
 // settings (weight decay, lr scale) than this engine's rules give them.
 inline constexpr std::string_view checkpoint_param_settings = "checkpoint.param_settings";
 inline constexpr std::string_view comm = "comm";              // communication ops abandoned on an error
+// What an engine destroyed by an exception leaves in the module (stage 3:
+// the parameters not gathered back): for a program that goes on using the
+// module; one that ends on the error may drop it.
+inline constexpr std::string_view engine_teardown = "engine.teardown";
 }  // namespace log_topic
 
 struct LogRecord {
