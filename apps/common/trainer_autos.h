@@ -17,6 +17,18 @@
 
 namespace zero::train {
 
+// zero-train's config without --config (its micro-batch is also what a
+// Hugging Face config's "auto" batch takes, in zero-train and, without
+// --micro, in zero-estimate).
+inline constexpr const char* kDefaultConfig = R"({
+  "train_micro_batch_size_per_gpu": 16,
+  "gradient_accumulation_steps": 1,
+  "gradient_clipping": 1.0,
+  "bf16": {"enabled": true},
+  "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.01}},
+  "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}
+})";
+
 struct TrainerSettings {
   std::int64_t steps = 0;        // --steps
   std::int64_t warmup = 0;       // --warmup, or zero-train's default

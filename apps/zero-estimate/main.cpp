@@ -184,14 +184,16 @@ int main(int argc, char** argv) {
   try {
     // A config: its settings where the flags are not given (given flags win).
     if (!config_path.empty()) {
-      // A Hugging Face config's "auto" batch takes --micro (or 1), as
-      // zero-train fills it with its own micro-batch; its scheduler's
-      // "auto"s are filled too but do not matter here.
+      // A Hugging Face config's "auto" batch takes --micro, else zero-train's
+      // own micro-batch, as zero-train fills it: the estimate is of the run
+      // zero-train would make. Its scheduler's "auto"s are filled too but do
+      // not matter here.
       train::TrainerSettings settings;
       settings.steps = 1;
       settings.warmup_given = true;
-      settings.micro_batch = micro_opt->count() ? micro : 1;
-      settings.micro_from = micro_opt->count() ? "--micro" : "zero-estimate's default, --micro 1";
+      settings.micro_batch =
+          micro_opt->count() ? micro : config::parse_config(train::kDefaultConfig, 1).train_micro_batch_size_per_gpu;
+      if (micro_opt->count()) settings.micro_from = "--micro";
       settings.accumulation_from = "as zero-train fills it";
       const train::FilledAutos autos = train::fill_trainer_autos(config::read_config_text(config_path), settings);
       const config::Config c = autos.filled.empty() ? config::load_config(config_path, world)

@@ -109,14 +109,7 @@ std::string libtorch_error_message(const c10::Error& e) {
   return "out of memory while training: " + said + ". " + kOutOfMemoryFix;
 }
 
-constexpr const char* kDefaultConfig = R"({
-  "train_micro_batch_size_per_gpu": 16,
-  "gradient_accumulation_steps": 1,
-  "gradient_clipping": 1.0,
-  "bf16": {"enabled": true},
-  "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.01}},
-  "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}
-})";
+using train::kDefaultConfig;
 
 struct Options {
   std::string config_path, model = "gpt2-tiny", report, out_dir = "runs/latest", device = "auto";

@@ -78,8 +78,9 @@ grep -q "unknown key 'scheduler.params.warmup_num_step' is ignored; did you mean
   || { cat "$work/sched_typo.out"; fail "the typo beside a filled auto was not warned about"; }
 "$est" --model gpt2-small-test --world 2 --config "$work/hf.json" >"$work/hf1.out" 2>&1 \
   || { cat "$work/hf1.out"; fail "a Hugging Face config without --micro failed"; }
-grep -q "train_micro_batch_size_per_gpu = 1 (zero-estimate's default, --micro 1)" "$work/hf1.out" \
-  || { cat "$work/hf1.out"; fail "the \"auto\" batch without --micro was not 1"; }
+grep -q "train_micro_batch_size_per_gpu = 16 (zero-train's default micro-batch)" "$work/hf1.out" \
+  || { cat "$work/hf1.out"; fail "the \"auto\" batch without --micro was not zero-train's, 16"; }
+grep -q "activations of micro-batch 16 x" "$work/hf1.out" || { cat "$work/hf1.out"; fail "the activations are not of micro-batch 16"; }
 # gradient_accumulation_steps: on a GPU with offload the device keeps the
 # window's fp32 gradient sum (4 bytes per element of the rank's partition),
 # from the config as from --accumulation; on the CPU nothing changes.
