@@ -181,6 +181,11 @@ void UnitSchedule::gather(int u) {
     let_go_of_unused();
   }
   if (!recorded) return;
+  if (current_.size() >= recording_limit()) {
+    overflowed_ = true;
+    following_ = false;
+    return;
+  }
   current_.push_back(u);
   if (following_ && o_.prefetch) prefetch_after(position);
 }
@@ -272,8 +277,13 @@ void UnitSchedule::end_backward() {
     if (units_[u].refs == 0) drop(static_cast<int>(u));  // fetched ahead, not used
   }
   store_.hollow_released();  // those the backward released
-  if (current_ != recorded_) recorded_ = current_;
+  if (overflowed_) {
+    recorded_.clear();
+  } else if (current_ != recorded_) {
+    recorded_ = current_;
+  }
   current_.clear();
+  overflowed_ = false;
   following_ = !recorded_.empty();
 }
 
@@ -286,6 +296,7 @@ void UnitSchedule::abort() {
   }
   store_.hollow_released();
   current_.clear();
+  overflowed_ = false;
   following_ = false;
   in_backward_ = false;
 }

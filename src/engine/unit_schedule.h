@@ -22,7 +22,13 @@
 // prefetching for the rest of that step and becomes the new recording. Every
 // rank must run the units in the same order (their all-gathers pair up).
 // Forwards without gradients (validation) gather and release unit by unit
-// but are neither recorded nor prefetched for.
+// but are neither recorded nor prefetched for. Forwards with gradients and
+// no backward (a validation loop without NoGradGuard, a generation loop)
+// are recorded as part of the step, up to recording_limit() gathers (16 per
+// unit + 4096: far above any step's forward, recompute and backward): past
+// it the recording is dropped at the next backward's end, and the step
+// after records afresh. Without the limit the recording grew by every such
+// forward, and each gather that followed it scanned what was left of it.
 // Private to zero_engine.
 #pragma once
 
@@ -96,6 +102,8 @@ class UnitSchedule {
   void hold_all();
   void release_all();
   std::size_t count() const { return units_.size(); }
+  // The most gathers one step's recording holds (see the top).
+  std::size_t recording_limit() const { return 16 * units_.size() + 4096; }
   // What the engine says at construction: the units and what stays
   // gathered, or, with no unit, that the whole model does and the fix.
   std::string describe(std::int64_t persistence_threshold, c10::ScalarType dtype) const;
@@ -167,6 +175,7 @@ class UnitSchedule {
   std::size_t live_elements_ = 0;
   std::vector<int> recorded_, current_;  // gather order: the last step's, this step's so far
   bool following_ = false;               // this step has matched the recording so far
+  bool overflowed_ = false;              // this step passed recording_limit(): not a recording
   bool in_backward_ = false;
   std::vector<int> until_backward_ends_;  // units gathered by gather_until_backward_ends()
   int holds_ = 0;                         // hold_all()s not yet released: one reference on every unit each

@@ -414,6 +414,48 @@ TEST(Stage3, AForwardBetweenBackwardAndStepLeavesTheStepsGatherCorrect) {
   }
 }
 
+// Forwards with gradients and no backward (a validation or generation loop
+// without NoGradGuard) are part of the step's recording, up to 16 gathers
+// per unit + 4096: past that the recording is dropped, and the step after
+// records afresh. Without the limit the recording grew by every such
+// forward (memory without bound) and each gather following it scanned the
+// rest of it (time quadratic in the loop's length). Either way the training
+// is the same, bit for bit.
+TEST(Stage3, ForwardsWithGradientsAndNoBackwardAreRecordedUpToALimit) {
+  comm::Communicator& comm = world_comm();
+  constexpr int kUnits = 4;                        // tiny_gpt()'s blocks
+  constexpr int kForwards = (16 * kUnits + 4096) / kUnits + 10;  // past the limit
+  auto run = [&](bool loop) {
+    auto model = make_gpt();
+    Engine engine(model, stage3_config(comm.world_size(), /*bf16=*/false), comm);
+    GptRun r;
+    for (int step = 0; step < 5; ++step) {
+      torch::manual_seed(900 + step);
+      const at::Tensor all = at::randint(tiny_gpt().vocab_size, {2 * comm.world_size(), kSeq + 1});
+      const at::Tensor mine = all.narrow(0, 2 * comm.rank(), 2);
+      if (loop && step == 2) {
+        for (int i = 0; i < kForwards; ++i) (void)model->loss(mine.narrow(1, 0, kSeq), mine.narrow(1, 1, kSeq));
+      }
+      at::Tensor loss = model->loss(mine.narrow(1, 0, kSeq), mine.narrow(1, 1, kSeq));
+      engine.backward(loss);
+      engine.step();
+      r.losses.push_back(loss.item<float>());
+      r.stats.push_back(engine.stats());
+    }
+    engine.flush();
+    r.params = engine.gather_master_params();
+    return r;
+  };
+  const GptRun plain = run(false), looped = run(true);
+  expect_same_run(plain, looped, ", a loop of forwards with gradients before step 3");
+  for (std::size_t s = 1; s < plain.stats.size(); ++s) EXPECT_EQ(plain.stats[s].units_prefetched, 3) << "step " << s;
+  // Step 3 took the loop's gathers past the limit: step 4 had no recording
+  // to follow (it records), step 5 follows step 4's.
+  EXPECT_EQ(looped.stats[3].units_prefetched, 0);
+  EXPECT_EQ(looped.stats[4].units_prefetched, 3);
+  EXPECT_EQ(looped.stats[4].units_prefetched_unused, 0);
+}
+
 // Three units a, b, c; the forward may skip b (an order that changes).
 struct SkipNet : torch::nn::Module {
   SkipNet() {
