@@ -121,10 +121,14 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
     e.device_construction -= plan[Buffer::kFrozenPartition].valid_bytes();
   }
   // A model given only by its parameter count is one parameter here, and one
-  // bucket; a real model's parameters fill buckets of reduce_bucket_size.
+  // bucket; a real model's parameters fill buckets of reduce_bucket_size:
+  // the plan's live buckets of them, but never more than the parameters
+  // (120K of them are one bucket, not three).
   if (in.param_numels.empty() && e.device_buckets > 0) {
-    e.device_buckets = static_cast<std::int64_t>(kPlanLiveBuckets) * es *
-                       std::min(static_cast<std::int64_t>(layout_bucket_numel(pi)), psi);
+    e.device_buckets =
+        es * std::min(static_cast<std::int64_t>(kPlanLiveBuckets) *
+                          std::min(static_cast<std::int64_t>(layout_bucket_numel(pi)), psi),
+                      psi);
   }
   if (in.micro_batch > 0 && in.seq_len > 0 && in.n_layer > 0) {
     // Per layer, 16-bit activations: s*b*h*(34 + 5*a*s/h) bytes (Korthikanti

@@ -372,6 +372,30 @@ TEST(Estimate, PaddingAndBucketsMatchTheEngineLayout) {
   }
 }
 
+// A model given by its parameter count alone: its live buckets are the
+// plan's three of reduce_bucket_size, but never more than the parameters
+// (a model of 120K parameters in buckets of 500M holds one bucket of 120K,
+// as the layout of the same model given by its sizes says).
+TEST(Estimate, BucketsOfABareParameterCountNeverExceedTheParameters) {
+  const models::GptConfig g = models::gpt_preset("gpt2-tiny");
+  for (const std::int64_t bucket : {std::int64_t{500'000'000}, g.num_parameters() / 2, std::int64_t{4096}}) {
+    EstimateInput in;
+    in.params = g.num_parameters();
+    in.bucket_numel = bucket;
+    in.world = 1;
+    in.stage = 2;
+    in.element_bytes = 4;
+    const std::int64_t bare = estimate_memory(in).device_buckets;
+    EXPECT_EQ(bare, 4 * std::min<std::int64_t>(kPlanLiveBuckets * std::min(bucket, in.params), in.params))
+        << "bucket " << bucket;
+    in.param_numels = g.parameter_numels();
+    const std::int64_t sized = estimate_memory(in).device_buckets;
+    // (With smaller buckets a real layout differs: a parameter larger than a
+    // bucket is a bucket of its own.)
+    if (bucket >= in.params) EXPECT_EQ(bare, sized) << "one bucket holds the whole model";
+  }
+}
+
 TEST(Estimate, CheckpointingKeepsOnlyBlockInputs) {
   EstimateInput in;
   const models::GptConfig g = models::gpt_preset("gpt2");
