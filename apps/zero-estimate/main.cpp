@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -86,6 +87,113 @@ std::string format_count(std::int64_t n) {
   else if (v >= 1e3) std::snprintf(buf, sizeof buf, "%.1fK", v / 1e3);
   else std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(n));
   return buf;
+}
+
+// A configuration the table may list: its stage, optimizer offload and
+// parameter offload.
+struct Candidate {
+  int stage = 0;
+  bool offload = false, params_off = false;
+};
+
+// Where no configuration fits: what alone makes one fit, each tried through
+// the same formulas on its own (a what-if): the fewest ranks (--world), on a
+// GPU offload (--offload, --offload-param at stage 3), a micro-batch of 1,
+// activation checkpointing. Where none does, the least total and more
+// memory: the advice never names a fix that does not help (more ranks at
+// stage 0, or where the construction peak, whole on every rank, is the
+// device total at any world size).
+// listed: the table's rows; configure(input, candidate): the input for one;
+// fits(estimate): within --device-mem and --host-mem.
+// host_need(estimate): what --host-mem must hold for it.
+template <class Configure, class Fits, class HostNeed>
+std::string fixes_that_fit(const EstimateInput& in, const std::vector<Candidate>& listed, bool on_gpu,
+                           bool device_short, const Configure& configure, const Fits& fits,
+                           const HostNeed& host_need) {
+  const auto first_fit = [&](const EstimateInput& base, const std::vector<Candidate>& candidates)
+      -> std::optional<Candidate> {
+    for (const Candidate& c : candidates) {
+      EstimateInput x = base;
+      configure(x, c);
+      if (fits(estimate_memory(x))) return c;
+    }
+    return std::nullopt;
+  };
+  const auto name = [](const Candidate& c) { return describe_config(c.stage, c.offload, c.params_off); };
+  std::vector<std::string> fixes;
+  // The fewest ranks: doubling to one that fits, then halving the gap (the
+  // totals fall as the world grows, but for the padding).
+  constexpr int kMostRanks = 1 << 20;
+  int fails = in.world, fit_world = 0;
+  for (int w = 2 * in.world; w <= kMostRanks && fit_world == 0; w *= 2) {
+    EstimateInput x = in;
+    x.world = w;
+    if (first_fit(x, listed)) fit_world = w; else fails = w;
+  }
+  if (fit_world > 0) {
+    while (fit_world - fails > 1) {
+      const int mid = fails + (fit_world - fails) / 2;
+      EstimateInput x = in;
+      x.world = mid;
+      (first_fit(x, listed) ? fit_world : fails) = mid;
+    }
+    EstimateInput x = in;
+    x.world = fit_world;
+    fixes.push_back("add ranks: " + name(*first_fit(x, listed)) + " fits from --world " + std::to_string(fit_world));
+  }
+  if (on_gpu) {
+    std::vector<Candidate> offloaded;
+    std::vector<Candidate> params_off;
+    for (const Candidate& c : listed) {
+      if (!c.offload && c.stage >= 1) offloaded.push_back({c.stage, true, c.params_off});
+      if (c.stage == 3 && !c.params_off) params_off.push_back({3, true, true});
+    }
+    if (const auto c = first_fit(in, offloaded)) fixes.push_back("offload: " + name(*c) + " fits (--offload)");
+    else if (const auto p = first_fit(in, params_off)) {
+      fixes.push_back("offload the parameters: " + name(*p) + " fits (--offload --offload-param)");
+    }
+  }
+  if (in.micro_batch > 1) {
+    EstimateInput x = in;
+    x.micro_batch = 1;
+    if (const auto c = first_fit(x, listed)) {
+      fixes.push_back("a micro-batch of 1: " + name(*c) + " fits (--micro 1; gradient accumulation keeps the batch)");
+    }
+  }
+  if (in.micro_batch > 0 && !in.checkpoint_activations) {
+    EstimateInput x = in;
+    x.checkpoint_activations = true;
+    if (const auto c = first_fit(x, listed)) fixes.push_back(name(*c) + " fits with --checkpoint-activations");
+  }
+  if (!fixes.empty()) {
+    std::string out = fixes.front();
+    for (std::size_t i = 1; i < fixes.size(); ++i) out += "; or " + fixes[i];
+    return out;
+  }
+  // Nothing alone: the least the listed configurations need.
+  std::int64_t least = -1;
+  Candidate at;
+  bool built = false;  // the least is the device peak while the engine is built
+  for (const Candidate& c : listed) {
+    EstimateInput x = in;
+    configure(x, c);
+    const MemoryEstimate e = estimate_memory(x);
+    const std::int64_t need = device_short ? e.device_total() : host_need(e);
+    if (least < 0 || need < least) {
+      least = need;
+      at = c;
+      built = device_short && e.device_total() == e.device_construction + e.device_frozen;
+    }
+  }
+  std::string tried = "more ranks (up to " + std::to_string(kMostRanks) + ")";
+  if (on_gpu) tried += ", offload";
+  if (in.micro_batch > 1) tried += ", a micro-batch of 1";
+  if (in.micro_batch > 0 && !in.checkpoint_activations) tried += ", activation checkpointing";
+  return "none of " + tried + " alone makes one fit; the least " + (device_short ? "device" : "host") +
+         " memory a configuration here needs is " + memory::format_bytes(least) + " (" + name(at) +
+         (built ? ", while the engine is built: the parameters' fp32 copy beside the flat ones, whole on every rank"
+                : "") +
+         "): use more " + (device_short ? "device" : "host") + " memory";
 }
 
 }  // namespace
@@ -429,27 +537,35 @@ int main(int argc, char** argv) {
     // --offload-param: stage 3 only, its partition on the host.
     const std::vector<std::pair<int, bool>> order = {{0, false}, {1, false}, {2, false}, {3, false},
                                                      {1, true},  {2, true},  {3, true}};
+    const auto listed = [&](int s, bool off, bool params_off) {
+      if (stage >= 0 && s != stage) return false;
+      if (offload != off && (stage >= 0 || offload)) return false;
+      return !(params_off && s != 3);
+    };
+    const auto configure = [&](EstimateInput& x, int s, bool off, bool params_off) {
+      x.stage = s;
+      x.offload = off;
+      x.dpu = off && dpu;
+      x.offload_ratio = off ? offload_ratio : 1.0;
+      x.offload_param = params_off && s == 3;
+      x.nvme = off && nvme;
+      x.nvme_buffers = nvme_buffers;
+      x.sub_group_elements = sub_group;
+      x.param_nvme = param_nvme && x.offload_param;
+      x.param_nvme_buffers = param_buffers;
+    };
+    // On the CPU (no --gpu) the "device" is host memory too: both columns
+    // come out of --host-mem. Each process's runtime (--runtime-mem) beside it.
+    const auto device_fits_in = [&](const MemoryEstimate& e) { return device_mem == 0 || e.device_total() <= device_mem; };
+    const auto host_need_of = [&](const MemoryEstimate& e) {
+      return (on_gpu ? e.host_total() : e.host_total() + e.device_total()) + runtime_mem;
+    };
+    const auto host_fits_in = [&](const MemoryEstimate& e) { return host_mem == 0 || host_need_of(e) <= host_mem; };
     for (auto [s, off] : order) {
-      if (stage >= 0 && s != stage) continue;
-      if (offload != off && (stage >= 0 || offload)) continue;
-      if (offload_param && s != 3) continue;
-      in.stage = s;
-      in.offload = off;
-      in.dpu = off && dpu;
-      in.offload_ratio = off ? offload_ratio : 1.0;
-      in.offload_param = offload_param && s == 3;
-      in.nvme = off && nvme;
-      in.nvme_buffers = nvme_buffers;
-      in.sub_group_elements = sub_group;
-      in.param_nvme = param_nvme && in.offload_param;
-      in.param_nvme_buffers = param_buffers;
+      if (!listed(s, off, offload_param)) continue;
+      configure(in, s, off, offload_param);
       MemoryEstimate e = estimate_memory(in);
-      // On the CPU (no --gpu) the "device" is host memory too: both columns
-      // come out of --host-mem.
-      // Each process's runtime (--runtime-mem) beside it.
-      const std::int64_t host_need = (on_gpu ? e.host_total() : e.host_total() + e.device_total()) + runtime_mem;
-      const bool device_fits = device_mem == 0 || e.device_total() <= device_mem;
-      const bool host_fits = host_mem == 0 || host_need <= host_mem;
+      const bool device_fits = device_fits_in(e), host_fits = host_fits_in(e);
       rows.push_back({s, off, e, device_fits && host_fits, device_fits, host_fits});
       std::printf("%-40s %12s %12s %12s %12s %12s %12s | %12s %12s%s%s\n",
                   (describe_config(s, off, in.offload_param) +
@@ -543,27 +659,27 @@ int main(int argc, char** argv) {
           any_device = any_device || r.device_fits;
           any_host = any_host || r.host_fits;
         }
-        const std::string device_fix = on_gpu ? "add ranks (--world), offload (--offload, and --offload-param at "
-                                                "stage 3), lower the micro-batch or --checkpoint-activations"
-                                              : "add ranks (--world), lower the micro-batch or "
-                                                "--checkpoint-activations";
+        std::vector<Candidate> candidates;
+        for (const Row& r : rows) candidates.push_back({r.stage, r.offload, offload_param && r.stage == 3});
+        const std::string fix = fixes_that_fit(
+            in, candidates, on_gpu, !any_device,
+            [&](EstimateInput& x, const Candidate& c) { configure(x, c.stage, c.offload, c.params_off); },
+            [&](const MemoryEstimate& e) { return device_fits_in(e) && host_fits_in(e); }, host_need_of);
         if (!any_device && !any_host) {
-          std::printf("nothing fits: no configuration fits --device-mem nor --host-mem; %s, and use more host "
-                      "memory\n", device_fix.c_str());
+          std::printf("nothing fits: no configuration fits --device-mem nor --host-mem; %s\n", fix.c_str());
         } else if (!any_device) {
-          std::printf("nothing fits: no configuration fits --device-mem (dev total); %s\n", device_fix.c_str());
+          std::printf("nothing fits: no configuration fits --device-mem (dev total); %s\n", fix.c_str());
         } else if (!any_host && runtime_mem >= host_mem) {
           std::printf("nothing fits: --host-mem is no more than each process's own runtime (--runtime-mem %s), "
                       "before any of the engine's buffers; give the host memory per rank, or your runtime's size\n",
                       memory::format_bytes(runtime_mem).c_str());
         } else if (!any_host) {
-          std::printf("nothing fits: no configuration fits --host-mem (host total%s); add ranks (--world) or use "
-                      "more host memory%s\n", runtime_mem ? " and --runtime-mem" : "",
-                      on_gpu ? "" : " (on the CPU the device columns are host memory too)");
+          std::printf("nothing fits: no configuration fits --host-mem (host total%s%s); %s\n",
+                      runtime_mem ? " and --runtime-mem" : "",
+                      on_gpu ? "" : "; on the CPU the device columns are host memory too", fix.c_str());
         } else {
           std::printf("nothing fits: the configurations that fit --device-mem need more than --host-mem, and "
-                      "those that fit --host-mem more than --device-mem; add ranks (--world) or use more of "
-                      "either\n");
+                      "those that fit --host-mem more than --device-mem; %s\n", fix.c_str());
         }
         nothing_fits = true;
       }

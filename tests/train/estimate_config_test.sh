@@ -144,4 +144,21 @@ tiny=(--model gpt2 --n-layer 4 --n-embd 768 --n-head 12 --seq 64 --stage 2 --off
 "$est" "${tiny[@]}" --host-mem 256MiB >"$work/rt256.out" 2>&1
 [ $? = 3 ] && grep -q "^nothing fits: --host-mem is no more than each process's own runtime (--runtime-mem 512.0 MiB)" "$work/rt256.out" \
   || { cat "$work/rt256.out"; fail "--host-mem below the runtime: not said"; }
+# Nothing fits: the advice names only what makes one fit, each alone, tried
+# through the same formulas: the fewest ranks, offload on a GPU, a
+# micro-batch of 1, checkpointing; where none does, the least need.
+"$est" --model gpt2-xl --world 1 --device-mem 12GiB --gpu --stage 3 >"$work/adv_ranks.out" 2>&1
+[ $? = 3 ] && grep -q "^nothing fits: no configuration fits --device-mem (dev total); add ranks: stage 3 fits from --world 7; or offload: stage 3 + offload fits (--offload)$" "$work/adv_ranks.out" \
+  || { cat "$work/adv_ranks.out"; fail "the advice for gpt2-xl at stage 3 on 12 GiB is not the fewest ranks and offload"; }
+"$est" --model gpt2-xl --world 6 --device-mem 12GiB --gpu --stage 3 --json | tail -1 | grep -q '"fits":false' \
+  && "$est" --model gpt2-xl --world 7 --device-mem 12GiB --gpu --stage 3 --json | tail -1 | grep -q '"fits":true' \
+  || fail "--world 7 is not the fewest ranks at which gpt2-xl fits 12 GiB at stage 3"
+# Stage 0 replicates: more ranks never help, and are not named.
+"$est" --model gpt2 --stage 0 --world 1024 --device-mem 2GiB >"$work/adv_s0.out" 2>&1
+[ $? = 3 ] && grep -q "^nothing fits: .*; stage 0 fits with --checkpoint-activations$" "$work/adv_s0.out" \
+  || { cat "$work/adv_s0.out"; fail "stage 0's advice is not checkpointing alone"; }
+# The construction peak, whole on every rank, is the device total at any world size.
+"$est" --params 7.5e9 --world 64 --device-mem 32GB --gpu >"$work/adv_built.out" 2>&1
+[ $? = 3 ] && grep -q "none of more ranks (up to 1048576), offload alone makes one fit; the least device memory a configuration here needs is 41.91 GiB (stage 1 + offload, while the engine is built" "$work/adv_built.out" \
+  || { cat "$work/adv_built.out"; fail "a model whose construction peak does not fit was told to add ranks"; }
 echo "zero-estimate --config: equal to its flags, overridden by flags, fp32 by default, accumulation on a GPU, Hugging Face autos filled, errors named"
