@@ -280,6 +280,14 @@ void add_ckpt_command(CLI::App& app) {
     if (const fs::path blocker = tools::file_in_the_way(fs::absolute(o->dir)); !blocker.empty()) {
       throw CLI::ValidationError("--dir", blocker.string() + " is a file, not a folder: give a folder to save to");
     }
+    // ... and a folder whose parent is not there is a typo that would
+    // measure another disk (the root's): the folder itself may be new.
+    std::error_code ec;
+    const fs::path parent = fs::absolute(o->dir).lexically_normal().parent_path();
+    if (!fs::is_directory(o->dir, ec) && !fs::is_directory(parent, ec)) {
+      throw CLI::ValidationError("--dir", "the folder " + parent.string() + " that would hold " + o->dir +
+                                 " is not there: give a folder on the disk to measure (its parent must exist)");
+    }
     if (o->param_nvme && (o->stage != 3 || o->nvme_path.empty())) {
       throw CLI::ValidationError("--param-nvme", "puts the parameter partition on NVMe beside the optimizer state: "
                                                  "it needs --stage 3 and --nvme-path");

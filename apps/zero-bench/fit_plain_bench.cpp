@@ -580,6 +580,17 @@ void run_fit_plain(const FitOptions& o) {
     r.status = "not tried";
     results.push_back(r);
   }
+  // Smallest first whatever the order given: the sweep stops at the first
+  // size out of memory, and the last that ran is the largest that fits.
+  const auto fewer = [](const SizeResult& a, const SizeResult& b) {
+    return a.config.num_parameters() < b.config.num_parameters();
+  };
+  if (!std::is_sorted(results.begin(), results.end(), fewer)) {
+    std::stable_sort(results.begin(), results.end(), fewer);
+    std::string order;
+    for (const auto& r : results) order += (order.empty() ? "" : ",") + r.size;
+    std::printf("zero-bench fit-plain: --sizes run smallest first: %s\n", order.c_str());
+  }
 
   const std::string opt_name =
       o.optimizer == "torch"   ? "torch::optim::AdamW"
@@ -677,7 +688,7 @@ void add_fit_plain_command(CLI::App& app) {
       "peak memory, against a bf16 matmul peak");
   cmd->add_option("--device", o->device, "cpu or cuda")->capture_default_str();
   cmd->add_option("--dtype", o->dtype, "bf16 (fp32 params + bf16 autocast) or fp32")->capture_default_str();
-  cmd->add_option("--sizes", o->sizes, "comma-separated, smallest first: presets or LAYERSxWIDTH[xHEADS]")
+  cmd->add_option("--sizes", o->sizes, "comma-separated presets or LAYERSxWIDTH[xHEADS] (run smallest first)")
       ->capture_default_str();
   cmd->add_option("--matmul", o->matmul, "bf16 square matmul sizes for the peak, or none")->capture_default_str();
   cmd->add_option("--micro-batch", o->micro, "sequences per step")->capture_default_str();
