@@ -557,6 +557,19 @@ ConfigResult run_config(const Options& o, std::size_t n, int threads) {
   return res;
 }
 
+// The variants measured above their ceiling by more than 10%: the ceiling
+// is a bound, so the machine's load changed between them (another job, a
+// frequency change): figures of that run are not to be recorded.
+std::vector<const Variant*> past_ceiling(const ConfigResult& r) {
+  std::vector<const Variant*> out;
+  for (const Variant& v : r.variants) {
+    if (v.ceiling_key.empty()) continue;
+    const double ceiling = find_mps(r.variants, v.ceiling_key);
+    if (!std::isnan(ceiling) && v.mps > 1.10 * ceiling) out.push_back(&v);
+  }
+  return out;
+}
+
 void print_config(const ConfigResult& r) {
   const double torch_mps = find_mps(r.variants, "torch");
   std::printf("\nn = %zu (%s), threads = %d\n", r.n, count_name(r.n).c_str(), r.threads);
@@ -574,6 +587,11 @@ void print_config(const ConfigResult& r) {
   for (const Variant& v : r.variants) {
     const double ceiling = find_mps(r.variants, v.ceiling_key.empty() ? v.group : v.ceiling_key);
     row(v.label, v.target, v.mps, v.bytes_per_param, ceiling);
+  }
+  for (const Variant* v : past_ceiling(r)) {
+    std::printf("  warning: %s ran at %.0f%% of its ceiling, which bounds it: the machine's load changed during "
+                "the rounds (load average now %s); these figures are noise, rerun on a quiet machine\n",
+                v->label.c_str(), 100.0 * v->mps / find_mps(r.variants, v->ceiling_key), load_average().c_str());
   }
   if (r.deepspeed_ran) {
     if (r.deepspeed.error.empty()) {
@@ -622,6 +640,12 @@ void run_adam_bench(const Options& o) {
                 kBytesFp32, kBytesBf16);
   }
   std::printf("load average at start: %s\n", load_before.c_str());
+  for (int t : threads) {
+    if (t > static_cast<int>(std::thread::hardware_concurrency())) {
+      std::printf("warning: --threads %d is more than the %u hardware threads: the threads take turns on the "
+                  "cores, which measures the scheduler, not the kernel\n", t, std::thread::hardware_concurrency());
+    }
+  }
   std::fflush(stdout);
 
   std::vector<ConfigResult> results;
@@ -666,6 +690,7 @@ void run_adam_bench(const Options& o) {
   out["iters"] = o.iters;
   out["warmup"] = o.warmup;
   Json configs = Json::array();
+  bool noisy = false;  // a variant above its ceiling (past_ceiling)
   for (const ConfigResult& r : results) {
     Json c;
     c["n"] = r.n;
@@ -677,9 +702,14 @@ void run_adam_bench(const Options& o) {
       if (!r.deepspeed_runs.empty()) c["deepspeed_runs"] = r.deepspeed_runs;
     }
     c["mps"] = mps;
+    Json past = Json::array();
+    for (const Variant* v : past_ceiling(r)) past.push_back(v->key);
+    c["past_ceiling"] = past;
+    noisy = noisy || !past.empty();
     configs.push_back(c);
   }
   out["configs"] = configs;
+  out["noisy"] = noisy;
   std::printf("%s\n", out.dump().c_str());
 }
 
