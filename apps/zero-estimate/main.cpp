@@ -56,7 +56,7 @@ std::int64_t parse_count(const std::string& s, const char* flag = "--params", bo
   ZERO_CHECK(v * m <= 1e15, flag, " '", s, "' is more than 1000T (10^15) parameters, the most zero-estimate "
              "counts (its byte totals would overflow)");
   const std::int64_t n = static_cast<std::int64_t>(std::llround(v * m));
-  ZERO_CHECK(n > 0 || zero_ok, flag, " '", s, "' is less than one parameter: give a count of 1 or more, e.g. 350M");
+  ZERO_CHECK(v * m >= 1.0 || (zero_ok && n == 0), flag, " '", s, "' is less than one parameter: give a count of 1 or more, e.g. 350M");
   return n;
 }
 
@@ -235,7 +235,8 @@ int main(int argc, char** argv) {
   app.add_option("--world", world, "data-parallel ranks")
       ->check(tools::in_range<int>(1, 1 << 20))
       ->capture_default_str();
-  app.add_option("--stage", stage_text, "ZeRO stage 0, 1, 2 or 3 (default: all)");
+  app.add_option("--stage", stage_text, "ZeRO stage 0, 1, 2 or 3 (default: all)")
+      ->check(tools::non_empty("a stage: 0, 1, 2 or 3"));
   app.add_flag("--offload", offload, "offload_optimizer.device = cpu (stage 1, 2 or 3)");
   app.add_flag("--offload-param", offload_param, "offload_param.device = cpu: stage 3's parameter partition in "
                "host memory (lists stage 3 only)");
@@ -340,7 +341,9 @@ int main(int argc, char** argv) {
                                  !stage_text.empty() && stage_text.size() <= 2;
       const int at = stage_flag_ok ? std::stoi(stage_text) : z.stage;
       if (unless("--offload")) offload = oo.device != "none" && at != 0;
-      if (unless("--nvme")) nvme = oo.device == "nvme" && at != 0;
+      // (--offload given is offload_optimizer.device "cpu": over a config's
+      // "nvme" too, as every flag given overrides the config.)
+      if (unless("--nvme")) nvme = oo.device == "nvme" && at != 0 && unless("--offload");
       if (unless("--offload-param")) offload_param = op.device != "none" && at == 3;
       if (unless("--param-nvme")) param_nvme = op.device == "nvme" && at == 3;
       if (unless("--buffer-count") && nvme) nvme_buffers = oo.buffer_count;

@@ -144,6 +144,15 @@ tiny=(--model gpt2 --n-layer 4 --n-embd 768 --n-head 12 --seq 64 --stage 2 --off
 "$est" "${tiny[@]}" --host-mem 256MiB >"$work/rt256.out" 2>&1
 [ $? = 3 ] && grep -q "^nothing fits: --host-mem is no more than each process's own runtime (--runtime-mem 512.0 MiB)" "$work/rt256.out" \
   || { cat "$work/rt256.out"; fail "--host-mem below the runtime: not said"; }
+# --offload given is offload_optimizer.device "cpu", over a config's "nvme" too.
+printf '{"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme", "nvme_path": "%s"}}}' \
+  "$work" >"$work/nvme_cfg.json"
+"$est" --params 1M --config "$work/nvme_cfg.json" --offload >"$work/nvme_off.out" 2>&1 \
+  || { cat "$work/nvme_off.out"; fail "--offload over an nvme config failed"; }
+grep -q "^stage 2 + offload  " "$work/nvme_off.out" && ! grep -q "(nvme)" "$work/nvme_off.out" \
+  || { cat "$work/nvme_off.out"; fail "--offload did not override the config's nvme"; }
+"$est" --params 1M --config "$work/nvme_cfg.json" | grep -q "^stage 2 + offload (nvme)" \
+  || fail "the config's nvme was not taken without --offload"
 # Nothing fits: the advice names only what makes one fit, each alone, tried
 # through the same formulas: the fewest ranks, offload on a GPU, a
 # micro-batch of 1, checkpointing; where none does, the least need.
