@@ -863,6 +863,19 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
                  corpus.train.size(), corpus.validation.size(),
                  (long long)corpus.files, (long long)corpus.skipped_binary, corpus_links_note(corpus).c_str(),
                  corpus.unigram_entropy_nats());
+    // An evaluation reads random windows of the validation split: past a few
+    // times its size it reads the same bytes again, for no better estimate.
+    const double eval_tokens = static_cast<double>(o.eval_batches) * static_cast<double>(micro * accum) *
+                               comm->world_size() * static_cast<double>(o.seq_len);
+    const double times = eval_tokens / static_cast<double>(std::max<std::size_t>(corpus.validation.size(), 1));
+    if (o.eval_every > 0 && times > 4.0) {
+      const std::int64_t enough = std::max<std::int64_t>(
+          1, static_cast<std::int64_t>(static_cast<double>(o.eval_batches) * 2.0 / times));
+      std::fprintf(stderr, "zero-train: warning: --eval-batches %lld reads %.0f tokens per evaluation, %.0fx the "
+                   "validation split's %zu bytes: the same windows again, for no better estimate; --eval-batches "
+                   "%lld reads it about twice\n", static_cast<long long>(o.eval_batches), eval_tokens, times,
+                   corpus.validation.size(), static_cast<long long>(enough));
+    }
   }
   config::SchedulerConfig sched = cfg.scheduler;
   if (sched.type.empty()) {  // --warmup + cosine to min_lr_ratio * lr
