@@ -124,6 +124,7 @@ struct Options {
   bool warmup_given = false, min_lr_ratio_given = false, checkpoint_activations = false;
   std::uint64_t seed = 1234;
   bool seed_given = false;  // --seed on the command line
+  bool resume_auto = false;  // --resume auto, resolved to latest or none (resolve_auto_resume)
   int threads = 0;          // LibTorch's intra-op threads per rank (0: chosen, torch_threads.h)
   std::vector<std::string> corpus;
 };
@@ -510,15 +511,27 @@ std::string other_checkpoints(const Options& o) {
 
 // --resume auto, for a job script a scheduler requeues (one command for the
 // first start and every restart): `latest` where --save-dir holds a
-// checkpoint, else a new run, from --init-from's weights where given. A
-// folder holding tags but no readable `latest` is not "none": --resume
-// latest's error says which tags there are. Every rank decides from the
-// folder; ranks that see it differently (a --save-dir not shared) differ in
-// the resolved --resume, which the ranks' agreement refuses.
-void resolve_auto_resume(Options& o, bool root) {
+// checkpoint, else a new run, from --init-from's weights where given. Not
+// "none", so --resume latest's error says what is there: a folder holding
+// tags but no readable `latest`, a tag's own folder given as --save-dir, a
+// path that is not a folder. Every rank decides from the folder, and the
+// ranks must agree (a --save-dir not shared between nodes: an error).
+// Collective.
+void resolve_auto_resume(Options& o, comm::Communicator& comm) {
   if (o.resume != "auto") return;
+  o.resume_auto = true;
+  const bool root = comm.rank() == 0;
   std::error_code ec;
-  const bool any = fs::exists(fs::path(o.save_dir) / ckpt::kLatestName, ec) || !ckpt::list_tags(o.save_dir).empty();
+  const fs::path dir(o.save_dir);
+  const bool any = fs::exists(dir, ec) &&
+                   (!fs::is_directory(dir, ec) || fs::exists(dir / ckpt::kLatestName, ec) ||
+                    fs::exists(dir / ckpt::kManifestName, ec) || !ckpt::list_tags(dir).empty());
+  float seen[2] = {any ? 1.0f : 0.0f, any ? -1.0f : 0.0f};  // max of any, -min of any
+  comm::AllReduceOptions most;
+  most.op = comm::ReduceOp::kMax;
+  comm.all_reduce(seen, 2, DType::kFloat32, most)->wait();
+  ZERO_CHECK(seen[0] == -seen[1], "--resume auto: the ranks see --save-dir ", o.save_dir, " differently (on some ",
+             "it holds checkpoints, on others none): give every node the same shared folder");
   if (!any) {
     o.resume.clear();
     if (root) {
@@ -552,6 +565,7 @@ std::int64_t resume_step(const Options& o) {
   tools::check_run_record(client, c.folder.string());
   const std::int64_t step = client.is_object() ? client.value("step", std::int64_t{0}) : 0;
   check_saved_model(client, o, c.folder.string());
+  if (o.resume_auto && step == o.steps) return step;  // a finished run requeued (run() says so)
   ZERO_CHECK(step < o.steps, "checkpoint ", c.folder.string(), " is at step ", step,
              step == o.steps ? " and --steps is " : ", past --steps ", o.steps,
              ": nothing left to train; raise --steps above ", step, " (the total, counted from step 0)");
@@ -586,7 +600,7 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
                    t.why.c_str(), t.why == "--threads" ? "" : "; --threads N sets it");
     }
   }
-  resolve_auto_resume(o, root);
+  resolve_auto_resume(o, *comm);
   prepare_outputs(o, root);
   // One job per --save-dir, for the whole run (ckpt/save_dir_lock.h): a
   // second one would replace this one's tags. (A folder that cannot be
@@ -614,6 +628,16 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
     }
   }
   const std::int64_t saved_step = o.resume.empty() ? 0 : resume_step(o);
+  if (o.resume_auto && saved_step == o.steps) {
+    // The same command run again after the run finished (a scheduler's
+    // requeue after the last save): nothing to do is no failure.
+    if (root) {
+      std::fprintf(stderr, "resume: --resume auto: the newest checkpoint in %s is at step %lld, --steps: the run is "
+                   "complete; nothing to train (raise --steps to train on)\n", o.save_dir.c_str(),
+                   static_cast<long long>(saved_step));
+    }
+    return 0;
+  }
   if (root && !o.save_dir.empty()) warn_of_later_checkpoints(o, saved_step);
   if (root && !o.save_dir.empty() && o.save_every == 0) {
     std::fprintf(stderr, "checkpoints: --save-dir without --save-every: saved only when a signal asks (SIGUSR1 saves "

@@ -38,6 +38,13 @@ done
 # first start's steps are the unbroken run's whatever their --steps; steps 3
 # and 4 follow --steps 4 in both.)
 
+# ... and once more after the run finished (a requeue after the last save): nothing to train, exit 0.
+timeout 300 $mpirun -np 2 "${run[@]}" --steps 4 --save-every 2 --save-dir "$work/ck" --resume auto --out "$work/b2" \
+  >"$work/b2.log" 2>&1 || { cat "$work/b2.log"; fail "a finished run requeued with --resume auto did not exit 0"; }
+grep -q "^resume: --resume auto: the newest checkpoint in $work/ck is at step 4, --steps: the run is complete; nothing to train" \
+  "$work/b2.log" || { cat "$work/b2.log"; fail "a finished run requeued did not say it was complete"; }
+grep -q "^step " "$work/b2.log" && fail "a finished run requeued trained"
+
 # --init-from with --resume auto: the weights for the first start ...
 "$ckpt" consolidate "$work/ck" --out "$work/w.safetensors" >"$work/cons.log" 2>&1 || { cat "$work/cons.log"; fail "consolidate"; }
 ZERO_COMM_BACKEND=single "${run[@]}" --steps 1 --save-every 1 --save-dir "$work/ck_init" --resume auto \
@@ -64,6 +71,14 @@ cp -r "$work/ck" "$work/nolatest" && rm "$work/nolatest/latest"
 expect_fail "$work/nolatest.log" "no 'latest' file in .*holds step-2, step-4: give --resume step-4" \
   env ZERO_COMM_BACKEND=single "${run[@]}" --steps 6 --save-dir "$work/nolatest" --resume auto --out "$work/o_nolatest"
 grep -q "^step " "$work/nolatest.log" && fail "tags without latest started a new run"
+# A tag's own folder as --save-dir, and a file: --resume latest's errors, not a new run inside them.
+expect_fail "$work/tagdir.log" "ck/step-2 is .*checkpoint" \
+  env ZERO_COMM_BACKEND=single "${run[@]}" --steps 6 --save-dir "$work/ck/step-2" --resume auto --out "$work/o_tagdir"
+[ -e "$work/ck/step-2/latest" ] && fail "a new run was saved inside the tag folder"
+touch "$work/afile"
+expect_fail "$work/afile.log" "--save-dir .*afile is not a folder" \
+  env ZERO_COMM_BACKEND=single "${run[@]}" --steps 6 --save-dir "$work/afile" --resume auto --out "$work/o_afile"
+grep -q "holds no checkpoint yet" "$work/afile.log" && { cat "$work/afile.log"; fail "a file as --save-dir was called a new run"; }
 # --init-from with a tag (not auto) is still refused, naming auto.
 expect_fail "$work/both.log" "give one of them \(or --resume auto: --init-from for the first start" \
   "${run[@]}" --steps 6 --save-dir "$work/ck" --resume latest --init-from "$work/w.safetensors" --out "$work/o_both"
