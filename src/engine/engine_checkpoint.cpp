@@ -40,13 +40,6 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-// A save or a load only between windows: after the step() that ends one.
-void refuse_mid_window(std::int64_t micro_step, std::int64_t accumulation, const char* call, const char* note) {
-  ZERO_CHECK(micro_step % accumulation == 0, call, " in the middle of an accumulation window (micro-batch ",
-             micro_step % accumulation, " of ", accumulation, "): call it after the step() that ends the window",
-             note);
-}
-
 using detail::agree;
 using detail::all_gather_text;
 using detail::error_of;
@@ -138,13 +131,21 @@ double Engine::Impl::fence_save(memory::MemoryLedger& ledger) {
   return f.copied > 0 || f.waited ? seconds_since(began) : 0.0;
 }
 
+void refuse_mid_window(std::int64_t micro_step, bool backward_done, std::int64_t accumulation, const char* call,
+                       const char* note) {
+  const std::int64_t done = micro_step % accumulation + (backward_done ? 1 : 0);  // backward()s of the window
+  ZERO_CHECK(done == 0, call, " in the middle of an accumulation window (", done, " of its ", accumulation,
+             " backward()s done", backward_done ? ", the last one's step() not yet" : "",
+             "): call it after the step() that ends the window", note);
+}
+
 void Engine::save_checkpoint(const std::string& dir, const std::string& tag, const nlohmann::json& client_state,
                              bool async, bool exclude_frozen_parameters) {
   Impl& m = *impl_;
   const Clock::time_point began = Clock::now();
   m.check_not_damaged("save_checkpoint");
   ckpt::check_tag(tag);
-  refuse_mid_window(m.micro_step, config_.gradient_accumulation_steps, "save_checkpoint()", "");
+  refuse_mid_window(m.micro_step, m.backward_done, config_.gradient_accumulation_steps, "save_checkpoint()", "");
   at::NoGradGuard no_grad;
   finish_checkpoint(/*block=*/true);
   // A running delayed update writes the master weights: wait for it (its
@@ -484,10 +485,8 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
   Impl& m = *impl_;
   // The window's gradients so far belong to the state being replaced: a load
   // would carry them into the loaded one's next window.
-  refuse_mid_window(m.micro_step, config_.gradient_accumulation_steps, "load_checkpoint()",
+  refuse_mid_window(m.micro_step, m.backward_done, config_.gradient_accumulation_steps, "load_checkpoint()",
                     " (the engine is unchanged)");
-  ZERO_CHECK(!m.backward_done, "load_checkpoint() after backward() and before its step(): that backward's "
-             "gradients are taken in already; call step() first (the engine is unchanged)");
   at::NoGradGuard no_grad;
   finish_checkpoint(/*block=*/true);
   m.delayed->wait();

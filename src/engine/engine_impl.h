@@ -203,4 +203,12 @@ struct Engine::Impl {
   }
 };
 
+// A save, a load or a setter only between accumulation windows: after the
+// step() that ends one. A backward() whose step() has not come is part of a
+// window too: a save would hold the state before its update (a resume would
+// lose that micro-batch), a load or a setter would meet its gradients.
+// Throws zero::Error naming `call`, how far the window is, and `note`.
+void refuse_mid_window(std::int64_t micro_step, bool backward_done, std::int64_t accumulation, const char* call,
+                       const char* note = "");
+
 }  // namespace zero

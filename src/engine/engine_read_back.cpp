@@ -123,12 +123,6 @@ State state_named(const config::OptimizerConfig& opt, const detail::OptimizerPar
   return State::kMaster;
 }
 
-// A setter only between windows: after the step() that ends one.
-void refuse_mid_window(std::int64_t micro_step, std::int64_t accumulation, bool backward_done, const char* call) {
-  ZERO_CHECK(micro_step % accumulation == 0 && !backward_done, call,
-             " in the middle of an accumulation window: call it after the step() that ends the window");
-}
-
 // A setter's value: checked on every rank (a wrong one fails all of them
 // alike), then rank 0's, fp32 on the engine's device, flat.
 at::Tensor rank0_value(comm::Communicator& comm, const c10::Device& device, const at::Tensor& value,
@@ -206,7 +200,7 @@ void Engine::set_full_master(const std::string& name, const at::Tensor& value) {
   m.check_not_damaged("set_full_master");
   at::NoGradGuard no_grad;
   const std::size_t i = trained_index(*m.params, name);
-  refuse_mid_window(m.micro_step, config_.gradient_accumulation_steps, m.backward_done, "set_full_master()");
+  refuse_mid_window(m.micro_step, m.backward_done, config_.gradient_accumulation_steps, "set_full_master()");
   const at::Tensor v = rank0_value(comm_, m.ctx.device, value, m.params->shape(i), "set_full_master('" + name + "')");
   // The pending update goes into the model first: it would otherwise
   // overwrite this value with the one computed before it.
@@ -233,7 +227,7 @@ void Engine::set_full_optimizer_state(const std::string& name, const std::string
   at::NoGradGuard no_grad;
   const std::size_t i = trained_index(*m.params, name);
   const State state = state_named(config_.optimizer, *m.optimizer, name, i, key);
-  refuse_mid_window(m.micro_step, config_.gradient_accumulation_steps, m.backward_done,
+  refuse_mid_window(m.micro_step, m.backward_done, config_.gradient_accumulation_steps,
                     "set_full_optimizer_state()");
   const at::Tensor v = rank0_value(comm_, m.ctx.device, value, m.params->shape(i),
                                    "set_full_optimizer_state('" + name + "', '" + key + "')");

@@ -609,13 +609,15 @@ TEST(Save, MidWindowSaveAndLoadAreRefusedAndTheAsyncCommitComesAtAStep) {
   const int micro = static_cast<int>(cfg.train_micro_batch_size_per_gpu);
   t.engine->backward(micro_loss(ModelKind::kUnitMlp, *t.model, gb.x.narrow(0, comm.rank() * micro, micro),
                                 gb.y.narrow(0, comm.rank() * micro, micro), t.engine->dtype()));
-  // A backward whose step() has not come: its gradients are taken in already
-  // (with one micro-batch per window, too).
+  // A backward whose step() has not come is part of the window: its
+  // gradients are taken in already (a load would meet them, a save would
+  // hold the state before their update).
   try {
     t.engine->load_checkpoint(dir.string(), "window_start");
     ADD_FAILURE() << "a load between backward() and step() was accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("load_checkpoint() after backward() and before its step()"),
+    EXPECT_NE(std::string(e.what()).find("load_checkpoint() in the middle of an accumulation window (1 of its 2 "
+                                         "backward()s done, the last one's step() not yet)"),
               std::string::npos)
         << e.what();
   }
@@ -627,8 +629,8 @@ TEST(Save, MidWindowSaveAndLoadAreRefusedAndTheAsyncCommitComesAtAStep) {
     t.engine->load_checkpoint(dir.string(), "window_start");
     ADD_FAILURE() << "a load in the middle of a window was accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("load_checkpoint() in the middle of an accumulation window (micro-batch 1 "
-                                         "of 2): call it after the step() that ends the window"),
+    EXPECT_NE(std::string(e.what()).find("load_checkpoint() in the middle of an accumulation window (1 of its 2 "
+                                         "backward()s done): call it after the step() that ends the window"),
               std::string::npos)
         << e.what();
   }
@@ -654,6 +656,40 @@ TEST(Save, MidWindowSaveAndLoadAreRefusedAndTheAsyncCommitComesAtAStep) {
 // at the save) until the next optimizer step, which copies what is not
 // written yet (held back here) before it changes it: the ledger shows where
 // the copy is made, and the checkpoint holds the state of the save.
+// With one micro-batch per window too: a save between backward() and its
+// step() would hold the state before that backward's update, and a resume
+// from it would lose the micro-batch. Refused, and the same save after the
+// step() holds the update (a fresh engine loads the step's weights).
+TEST(Save, ASaveBetweenBackwardAndItsStepIsRefused) {
+  comm::Communicator& comm = world_comm();
+  const int world = comm.world_size();
+  const config::Config cfg = make_config(2, true, false, world, kGlobalBatch / world, 1);
+  const fs::path dir = shared_temp_dir(comm, "between");
+  Trainer t{ModelKind::kUnitMlp, cfg};
+  std::vector<float> losses;
+  t.steps(0, 1, losses);
+  GlobalBatch gb = global_batch(ModelKind::kUnitMlp, 1);
+  const int micro = static_cast<int>(cfg.train_micro_batch_size_per_gpu);
+  t.engine->backward(micro_loss(ModelKind::kUnitMlp, *t.model, gb.x.narrow(0, comm.rank() * micro, micro),
+                                gb.y.narrow(0, comm.rank() * micro, micro), t.engine->dtype()));
+  try {
+    t.engine->save_checkpoint(dir.string(), "between");
+    ADD_FAILURE() << "a save between backward() and step() was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("save_checkpoint() in the middle of an accumulation window (1 of its 1 "
+                                         "backward()s done, the last one's step() not yet)"),
+              std::string::npos)
+        << e.what();
+  }
+  t.engine->step();
+  t.engine->save_checkpoint(dir.string(), "after");
+  Trainer u{ModelKind::kUnitMlp, cfg};
+  u.engine->load_checkpoint(dir.string(), "after");
+  EXPECT_EQ(u.engine->stats().step, 2);
+  expect_bitwise_equal(u.engine->gather_master_params(), t.engine->gather_master_params());
+  on_rank0([&] { rm_tree(dir); });
+}
+
 TEST(Save, AsyncWritesThePartitionInPlaceUntilTheNextStep) {
   comm::Communicator& comm = world_comm();
   const int world = comm.world_size();
