@@ -474,9 +474,11 @@ void read_deprecated_offload(SectionReader& z, ZeroOptimizationConfig& zero) {
     if (z.given("offload_optimizer")) {
       z.note_ignored("cpu_offload", "'offload_optimizer' is given and takes precedence");
     } else {
-      ctx.warn("'zero_optimization.cpu_offload' is deprecated in DeepSpeed; it is read as "
-               "offload_optimizer.device \"cpu\" (write \"offload_optimizer\": "
-               "{\"device\": \"cpu\"} instead).");
+      ctx.warn(*v ? "'zero_optimization.cpu_offload' is deprecated in DeepSpeed; it is read as "
+                    "offload_optimizer.device \"cpu\" (write \"offload_optimizer\": {\"device\": \"cpu\"} instead)."
+                  : "'zero_optimization.cpu_offload' is deprecated in DeepSpeed; false is read as "
+                    "offload_optimizer.device \"none\" (leave it out, or write \"offload_optimizer\": "
+                    "{\"device\": \"none\"}).");
       if (*v) zero.offload_optimizer.device = "cpu";
     }
   }

@@ -663,7 +663,12 @@ TEST(Config, DeprecatedCpuOffloadIsReadAsOffloadOptimizer) {
                                                  "cpu_offload_use_pin_memory": true})"));
   EXPECT_EQ(c.zero_optimization.offload_optimizer.device, "cpu");
   EXPECT_TRUE(c.zero_optimization.offload_optimizer.pin_memory);
-  EXPECT_CONTAINS(all_warnings(c), "'zero_optimization.cpu_offload' is deprecated");
+  EXPECT_CONTAINS(all_warnings(c), "'zero_optimization.cpu_offload' is deprecated in DeepSpeed; it is read as "
+                                   "offload_optimizer.device \"cpu\"");
+  // false: no offload, and said so (not "read as cpu").
+  c = parse(with(R"("zero_optimization": {"stage": 2, "cpu_offload": false})"));
+  EXPECT_EQ(c.zero_optimization.offload_optimizer.device, "none");
+  EXPECT_CONTAINS(all_warnings(c), "false is read as offload_optimizer.device \"none\"");
   c = parse(with(R"("zero_optimization": {"stage": 2, "cpu_offload": true,
                                           "offload_optimizer": {"device": "none"}})"));
   EXPECT_EQ(c.zero_optimization.offload_optimizer.device, "none");

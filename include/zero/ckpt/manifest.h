@@ -4,7 +4,7 @@
 // of a shard: sizes within bounds, offsets inside their files and buckets,
 // no overlaps, file names without paths. docs/checkpoints.md has the format.
 //
-// The state is addressed as the engine's flat layout (zero/flat_layout.h)
+// The state is addressed as the engine's flat layout (zero/zero/flat_layout.h)
 // describes it: each rank r < shard_world writes its partition (its chunk of
 // every bucket, in bucket order) of each partition section (the fp32 master,
 // the moments, the training-precision parameters, a pending delayed update)

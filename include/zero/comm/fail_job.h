@@ -3,12 +3,12 @@
 // instead of hanging.
 //
 //   int main() {
-//     std::unique_ptr<comm::Communicator> comm;
+//     std::unique_ptr<zero::comm::Communicator> comm;
 //     try {
-//       comm = comm::make_communicator();
+//       comm = zero::comm::make_communicator();
 //       ...
 //     } catch (const std::exception& e) {
-//       comm::fail_job(comm.get(), e, "my-trainer");
+//       zero::comm::fail_job(comm.get(), e, "my-trainer");
 //     }
 //   }
 //

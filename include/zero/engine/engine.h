@@ -5,7 +5,7 @@
 //
 //   zero::Engine engine(model, config, *comm);
 //   for (each micro-batch) {
-//     auto loss = loss_fn(model->forward(x), y);   // the module's own forward
+//     auto loss = loss_fn(model->forward(x.to(engine.dtype())), y);  // the module's own forward
 //     engine.backward(loss);
 //     engine.step();             // steps only on the accumulation boundary
 //   }
@@ -13,7 +13,7 @@
 //
 // What the engine does to the module (docs/design.md "One training step"):
 //  - Trainable parameters become views into one flat buffer in the training
-//    precision (bf16 / fp16 / fp32), laid out as zero/flat_layout.h says.
+//    precision (bf16 / fp16 / fp32), laid out as zero/zero/flat_layout.h says.
 //    Rank 0's initial values are broadcast so that all ranks start equal.
 //    In bf16/fp16, floating-point buffers and frozen floating-point
 //    parameters (requires_grad false) are cast to the training precision as

@@ -9,6 +9,7 @@
 //
 //   for (int i = 0; i < n_layer; ++i) {
 //     auto block = register_module("h" + std::to_string(i), std::make_shared<Block>(c));
+//     zero::mark_unit(*block); // a stage-3 unit (zero/zero/unit.h)
 //     zero::to_meta(*block);   // its memory is freed at once: one block at a time on the host
 //   }
 //   zero::Engine engine(model, config, comm, {.device = device, .init = init_fn});
