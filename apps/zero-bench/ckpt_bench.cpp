@@ -260,7 +260,7 @@ void add_ckpt_command(CLI::App& app) {
   cmd->add_flag("!--no-offload", o->offload, "optimizer state on the device instead of offloaded");
   cmd->add_option("--rounds", o->rounds, "rounds (medians are reported)")->check(tools::at_least<long long>(1))
       ->capture_default_str();
-  cmd->add_option("--dir", o->dir, "folder to save to (the disk measured)")
+  cmd->add_option("--dir", o->dir, "folder to save to (the disk measured; made if its parent exists)")
       ->capture_default_str()
       ->check(tools::non_empty("a folder"));
   cmd->add_flag("--json", o->json, "print one JSON object as the last line");
@@ -283,7 +283,9 @@ void add_ckpt_command(CLI::App& app) {
     // ... and a folder whose parent is not there is a typo that would
     // measure another disk (the root's): the folder itself may be new.
     std::error_code ec;
-    const fs::path parent = fs::absolute(o->dir).lexically_normal().parent_path();
+    fs::path folder = fs::absolute(o->dir).lexically_normal();
+    if (!folder.has_filename()) folder = folder.parent_path();  // "new/" and "new/." name "new"
+    const fs::path parent = folder.parent_path();
     if (!fs::is_directory(o->dir, ec) && !fs::is_directory(parent, ec)) {
       throw CLI::ValidationError("--dir", "the folder " + parent.string() + " that would hold " + o->dir +
                                  " is not there: give a folder on the disk to measure (its parent must exist)");

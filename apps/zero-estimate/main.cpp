@@ -56,7 +56,8 @@ std::int64_t parse_count(const std::string& s, const char* flag = "--params", bo
   ZERO_CHECK(v * m <= 1e15, flag, " '", s, "' is more than 1000T (10^15) parameters, the most zero-estimate "
              "counts (its byte totals would overflow)");
   const std::int64_t n = static_cast<std::int64_t>(std::llround(v * m));
-  ZERO_CHECK(v * m >= 1.0 || (zero_ok && n == 0), flag, " '", s, "' is less than one parameter: give a count of 1 or more, e.g. 350M");
+  ZERO_CHECK(v * m >= 1.0 || (zero_ok && v == 0.0), flag, " '", s, "' is less than one parameter: give ",
+             zero_ok ? "0 or " : "", "a count of 1 or more, e.g. 350M");
   return n;
 }
 
@@ -345,7 +346,7 @@ int main(int argc, char** argv) {
       // "nvme" too, as every flag given overrides the config.)
       if (unless("--nvme")) nvme = oo.device == "nvme" && at != 0 && unless("--offload");
       if (unless("--offload-param")) offload_param = op.device != "none" && at == 3;
-      if (unless("--param-nvme")) param_nvme = op.device == "nvme" && at == 3;
+      if (unless("--param-nvme")) param_nvme = op.device == "nvme" && at == 3 && unless("--offload-param");
       if (unless("--buffer-count") && nvme) nvme_buffers = oo.buffer_count;
       if (unless("--sub-group-size") && nvme) sub_group = z.sub_group_size;
       if (unless("--param-buffer-count") && param_nvme) param_buffers = op.buffer_count;

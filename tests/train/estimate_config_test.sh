@@ -153,6 +153,12 @@ grep -q "^stage 2 + offload  " "$work/nvme_off.out" && ! grep -q "(nvme)" "$work
   || { cat "$work/nvme_off.out"; fail "--offload did not override the config's nvme"; }
 "$est" --params 1M --config "$work/nvme_cfg.json" | grep -q "^stage 2 + offload (nvme)" \
   || fail "the config's nvme was not taken without --offload"
+# ... and --offload-param is offload_param.device "cpu" over the config's "nvme".
+printf '{"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "nvme", "nvme_path": "%s"}}}' \
+  "$work" >"$work/pnvme_cfg.json"
+"$est" --params 1M --config "$work/pnvme_cfg.json" | grep -q "(params nvme)" || fail "the config's param nvme was not taken"
+"$est" --params 1M --config "$work/pnvme_cfg.json" --offload-param >"$work/pnvme_off.out" 2>&1 \
+  && ! grep -q "(params nvme)" "$work/pnvme_off.out" || { cat "$work/pnvme_off.out"; fail "--offload-param did not override the config's param nvme"; }
 # Nothing fits: the advice names only what makes one fit, each alone, tried
 # through the same formulas: the fewest ranks, offload on a GPU, a
 # micro-batch of 1, checkpointing; where none does, the least need.
