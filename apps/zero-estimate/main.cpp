@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -97,40 +98,51 @@ struct Candidate {
   bool offload = false, params_off = false;
 };
 
+// The memory a configuration is checked against: --device-mem, --host-mem
+// (0: not given), and what the host must hold for an estimate (its host
+// total, on the CPU its device total too, and the runtime).
+struct Limits {
+  std::int64_t device = 0, host = 0;
+  std::function<std::int64_t(const MemoryEstimate&)> host_need;
+  bool fit(const MemoryEstimate& e) const {
+    return (device == 0 || e.device_total() <= device) && (host == 0 || host_need(e) <= host);
+  }
+};
+
 // Where no configuration fits: what alone makes one fit, each tried through
 // the same formulas on its own (a what-if): the fewest ranks (--world), on a
 // GPU offload (--offload, --offload-param at stage 3), a micro-batch of 1,
-// activation checkpointing. Where none does, the least total and more
-// memory: the advice never names a fix that does not help (more ranks at
-// stage 0, or where the construction peak, whole on every rank, is the
-// device total at any world size).
-// listed: the table's rows; configure(input, candidate): the input for one;
-// fits(estimate): within --device-mem and --host-mem.
-// host_need(estimate): what --host-mem must hold for it.
-template <class Configure, class Fits, class HostNeed>
+// activation checkpointing. Where none does, the configuration nearest to
+// fitting, what it needs of each memory short, and more of that memory: the
+// advice never names a fix that does not help (more ranks at stage 0, or
+// where the construction peak, whole on every rank, is the device total at
+// any world size). listed: the table's rows; configure(input, candidate):
+// the input for one.
+template <class Configure>
 std::string fixes_that_fit(const EstimateInput& in, const std::vector<Candidate>& listed, bool on_gpu,
-                           bool device_short, const Configure& configure, const Fits& fits,
-                           const HostNeed& host_need) {
+                           const Limits& limits, const Configure& configure) {
   const auto first_fit = [&](const EstimateInput& base, const std::vector<Candidate>& candidates)
       -> std::optional<Candidate> {
     for (const Candidate& c : candidates) {
       EstimateInput x = base;
       configure(x, c);
-      if (fits(estimate_memory(x))) return c;
+      if (limits.fit(estimate_memory(x))) return c;
     }
     return std::nullopt;
   };
   const auto name = [](const Candidate& c) { return describe_config(c.stage, c.offload, c.params_off); };
-  std::vector<std::string> fixes;
-  // The fewest ranks: doubling to one that fits, then halving the gap (the
-  // totals fall as the world grows, but for the padding).
+  std::vector<std::string> fixes, tried;
+  // The fewest ranks: doubling to one that fits (at most kMostRanks), then
+  // halving the gap (the totals fall as the world grows, but for the padding).
   constexpr int kMostRanks = 1 << 20;
   int fails = in.world, fit_world = 0;
-  for (int w = 2 * in.world; w <= kMostRanks && fit_world == 0; w *= 2) {
+  while (fails < kMostRanks && fit_world == 0) {
+    const int w = std::min(2 * fails, kMostRanks);
     EstimateInput x = in;
     x.world = w;
     if (first_fit(x, listed)) fit_world = w; else fails = w;
   }
+  if (fails > in.world || fit_world > 0) tried.push_back("more ranks (up to " + std::to_string(fails) + ")");
   if (fit_world > 0) {
     while (fit_world - fails > 1) {
       const int mid = fails + (fit_world - fails) / 2;
@@ -149,12 +161,14 @@ std::string fixes_that_fit(const EstimateInput& in, const std::vector<Candidate>
       if (!c.offload && c.stage >= 1) offloaded.push_back({c.stage, true, c.params_off});
       if (c.stage == 3 && !c.params_off) params_off.push_back({3, true, true});
     }
+    if (!offloaded.empty() || !params_off.empty()) tried.push_back("offload");
     if (const auto c = first_fit(in, offloaded)) fixes.push_back("offload: " + name(*c) + " fits (--offload)");
     else if (const auto p = first_fit(in, params_off)) {
       fixes.push_back("offload the parameters: " + name(*p) + " fits (--offload --offload-param)");
     }
   }
   if (in.micro_batch > 1) {
+    tried.push_back("a micro-batch of 1");
     EstimateInput x = in;
     x.micro_batch = 1;
     if (const auto c = first_fit(x, listed)) {
@@ -162,6 +176,7 @@ std::string fixes_that_fit(const EstimateInput& in, const std::vector<Candidate>
     }
   }
   if (in.micro_batch > 0 && !in.checkpoint_activations) {
+    tried.push_back("activation checkpointing");
     EstimateInput x = in;
     x.checkpoint_activations = true;
     if (const auto c = first_fit(x, listed)) fixes.push_back(name(*c) + " fits with --checkpoint-activations");
@@ -171,30 +186,44 @@ std::string fixes_that_fit(const EstimateInput& in, const std::vector<Candidate>
     for (std::size_t i = 1; i < fixes.size(); ++i) out += "; or " + fixes[i];
     return out;
   }
-  // Nothing alone: the least the listed configurations need.
-  std::int64_t least = -1;
+  // Nothing alone: the configuration nearest to fitting (the least of its
+  // needs over each limit, the worse of the two), and what it needs.
+  double nearest = -1.0;
   Candidate at;
-  bool built = false;  // the least is the device peak while the engine is built
+  MemoryEstimate at_e;
   for (const Candidate& c : listed) {
     EstimateInput x = in;
     configure(x, c);
     const MemoryEstimate e = estimate_memory(x);
-    const std::int64_t need = device_short ? e.device_total() : host_need(e);
-    if (least < 0 || need < least) {
-      least = need;
+    double over = 0.0;
+    if (limits.device > 0) over = std::max(over, double(e.device_total()) / double(limits.device));
+    if (limits.host > 0) over = std::max(over, double(limits.host_need(e)) / double(limits.host));
+    if (nearest < 0.0 || over < nearest) {
+      nearest = over;
       at = c;
-      built = device_short && e.device_total() == e.device_construction + e.device_frozen;
+      at_e = e;
     }
   }
-  std::string tried = "more ranks (up to " + std::to_string(kMostRanks) + ")";
-  if (on_gpu) tried += ", offload";
-  if (in.micro_batch > 1) tried += ", a micro-batch of 1";
-  if (in.micro_batch > 0 && !in.checkpoint_activations) tried += ", activation checkpointing";
-  return "none of " + tried + " alone makes one fit; the least " + (device_short ? "device" : "host") +
-         " memory a configuration here needs is " + memory::format_bytes(least) + " (" + name(at) +
-         (built ? ", while the engine is built: the parameters' fp32 copy beside the flat ones, whole on every rank"
-                : "") +
-         "): use more " + (device_short ? "device" : "host") + " memory";
+  const bool device_short = limits.device > 0 && at_e.device_total() > limits.device;
+  const bool host_short = limits.host > 0 && limits.host_need(at_e) > limits.host;
+  const bool built = device_short && at_e.device_total() == at_e.device_construction + at_e.device_frozen;
+  std::string needs;
+  if (device_short) {
+    needs = memory::format_bytes(at_e.device_total()) + " of device memory" +
+            (built ? " (while the engine is built: the parameters' fp32 copy beside the flat ones, whole on every "
+                     "rank)"
+                   : "");
+  }
+  if (host_short) needs += (needs.empty() ? "" : " and ") + memory::format_bytes(limits.host_need(at_e)) + " of host memory";
+  std::string out = "the nearest to fitting, " + name(at) + ", needs " + needs + ": use more " +
+                    (device_short && host_short ? "device and host" : device_short ? "device" : "host") + " memory";
+  if (!tried.empty()) {
+    std::string list = tried.front();
+    for (std::size_t i = 1; i < tried.size(); ++i) list += (i + 1 == tried.size() ? " nor " : ", ") + tried[i];
+    out = "neither " + list + " alone makes one fit; " + out;
+    if (tried.size() == 1) out.replace(0, 8, "no ");
+  }
+  return out;
 }
 
 }  // namespace
@@ -665,18 +694,18 @@ int main(int argc, char** argv) {
         }
         std::vector<Candidate> candidates;
         for (const Row& r : rows) candidates.push_back({r.stage, r.offload, offload_param && r.stage == 3});
+        const Limits limits{device_mem, host_mem, host_need_of};
         const std::string fix = fixes_that_fit(
-            in, candidates, on_gpu, !any_device,
-            [&](EstimateInput& x, const Candidate& c) { configure(x, c.stage, c.offload, c.params_off); },
-            [&](const MemoryEstimate& e) { return device_fits_in(e) && host_fits_in(e); }, host_need_of);
-        if (!any_device && !any_host) {
-          std::printf("nothing fits: no configuration fits --device-mem nor --host-mem; %s\n", fix.c_str());
-        } else if (!any_device) {
-          std::printf("nothing fits: no configuration fits --device-mem (dev total); %s\n", fix.c_str());
-        } else if (!any_host && runtime_mem >= host_mem) {
+            in, candidates, on_gpu, limits,
+            [&](EstimateInput& x, const Candidate& c) { configure(x, c.stage, c.offload, c.params_off); });
+        if (!any_host && runtime_mem >= host_mem) {
           std::printf("nothing fits: --host-mem is no more than each process's own runtime (--runtime-mem %s), "
                       "before any of the engine's buffers; give the host memory per rank, or your runtime's size\n",
                       memory::format_bytes(runtime_mem).c_str());
+        } else if (!any_device && !any_host) {
+          std::printf("nothing fits: no configuration fits --device-mem nor --host-mem; %s\n", fix.c_str());
+        } else if (!any_device) {
+          std::printf("nothing fits: no configuration fits --device-mem (dev total); %s\n", fix.c_str());
         } else if (!any_host) {
           std::printf("nothing fits: no configuration fits --host-mem (host total%s%s); %s\n",
                       runtime_mem ? " and --runtime-mem" : "",

@@ -174,6 +174,10 @@ printf '{"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3, 
   || { cat "$work/adv_s0.out"; fail "stage 0's advice is not checkpointing alone"; }
 # The construction peak, whole on every rank, is the device total at any world size.
 "$est" --params 7.5e9 --world 64 --device-mem 32GB --gpu >"$work/adv_built.out" 2>&1
-[ $? = 3 ] && grep -q "none of more ranks (up to 1048576), offload alone makes one fit; the least device memory a configuration here needs is 41.91 GiB (stage 1 + offload, while the engine is built" "$work/adv_built.out" \
+[ $? = 3 ] && grep -q "neither more ranks (up to 1048576) nor offload alone makes one fit; the nearest to fitting, stage 1 + offload, needs 41.91 GiB of device memory (while the engine is built" "$work/adv_built.out" \
   || { cat "$work/adv_built.out"; fail "a model whose construction peak does not fit was told to add ranks"; }
+# Both memories short: the nearest configuration's need of each, and more of both.
+"$est" --model gpt2-xl --gpu --world 2 --stage 3 --offload --device-mem 4GiB --host-mem 8GiB --runtime-mem 0 >"$work/adv_both.out" 2>&1
+[ $? = 3 ] && grep -q "^nothing fits: no configuration fits --device-mem nor --host-mem; .*the nearest to fitting, stage 3 + offload, needs .* of device memory and .* of host memory: use more device and host memory$" "$work/adv_both.out" \
+  || { cat "$work/adv_both.out"; fail "both memories short: not both said"; }
 echo "zero-estimate --config: equal to its flags, overridden by flags, fp32 by default, accumulation on a GPU, Hugging Face autos filled, errors named"
