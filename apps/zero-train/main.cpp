@@ -833,6 +833,11 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
         (gathered > 0 ? ", " + memory::format_bytes(gathered) + " of gathered stage-3 units" : std::string{}) +
         " and " + memory::format_bytes(buckets) + " of gradient buckets";
     const std::int64_t held = snap.tier_current[static_cast<int>(memory::Tier::kDevice)];
+    // (The units' bound is the unit in use plus what prefetch holds.)
+    const std::string units_fix =
+        gathered > 0 ? "lower stage3_prefetch_bucket_size or stage3_max_live_parameters (fewer units gathered at "
+                       "once), "
+                     : "";
     if (td.device.is_cpu() && host_available) {
       // On the CPU the "device" is host memory: the engine's buffers (both
       // tiers), the buckets and the activations, times the ranks on this node.
@@ -857,7 +862,7 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
                  memory::format_bytes(per_rank * local), " for the ", local, " rank(s) on this node, but ",
                  memory::format_bytes(*host_available), " is available (", host_memory_source(),
                  "): lower train_micro_batch_size_per_gpu (and raise gradient_accumulation_steps), shorten "
-                 "--seq-len, ", gc.checkpoint_activations ? "" : "use --checkpoint-activations, ",
+                 "--seq-len, ", gc.checkpoint_activations ? "" : "use --checkpoint-activations, ", units_fix,
                  "or run fewer ranks per node");
       if (first_short < static_cast<float>(comm->world_size())) {
         const int r = static_cast<int>(first_short);
@@ -872,7 +877,7 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
                " the engine holds, past device_memory_limit ",
                memory::format_bytes(cfg.device_memory_limit),
                ": lower train_micro_batch_size_per_gpu (and raise gradient_accumulation_steps), shorten --seq-len, ",
-               gc.checkpoint_activations ? "" : "use --checkpoint-activations, ",
+               gc.checkpoint_activations ? "" : "use --checkpoint-activations, ", units_fix,
                "or raise device_memory_limit");
   }
   if (root) {
