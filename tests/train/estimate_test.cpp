@@ -381,7 +381,7 @@ TEST(Estimate, BucketsOfABareParameterCountNeverExceedTheParameters) {
   ASSERT_EQ(g.num_parameters(), 120'576);
   // (bucket, fp32 bytes of the live buckets): one bucket of all 120,576;
   // two buckets of 60,288 (not three); three of 4096.
-  for (const auto [bucket, bytes] : {std::pair<std::int64_t, std::int64_t>{500'000'000, 4 * 120'576},
+  for (const auto& [bucket, bytes] : {std::pair<std::int64_t, std::int64_t>{500'000'000, 4 * 120'576},
                                      {60'288, 4 * 120'576}, {4096, 4 * 3 * 4096}}) {
     EstimateInput in;
     in.params = g.num_parameters();
@@ -395,7 +395,9 @@ TEST(Estimate, BucketsOfABareParameterCountNeverExceedTheParameters) {
     const std::int64_t sized = estimate_memory(in).device_buckets;
     // (With smaller buckets a real layout differs: a parameter larger than a
     // bucket is a bucket of its own.)
-    if (bucket >= in.params) EXPECT_EQ(bare, sized) << "one bucket holds the whole model";
+    if (bucket >= in.params) {
+      EXPECT_EQ(bare, sized) << "one bucket holds the whole model";
+    }
   }
 }
 
