@@ -710,6 +710,7 @@ void run_adam_bench(const Options& o) {
   }
   out["configs"] = configs;
   out["noisy"] = noisy;
+  out["command"] = command_line();
   std::printf("%s\n", out.dump().c_str());
 }
 

@@ -240,7 +240,8 @@ void run_ckpt_on(const CkptOptions& o, comm::Communicator& job) {
                         {"disk_read_buffered_s", buffered_r}, {"disk_read_direct_s", direct_r},
                         {"save_sync_s", sync_s}, {"save_async_s", async_s}, {"async_stall_s", stall_s},
                         {"async_step_s", step_s},
-                        {"load_s", load_s}, {"nvme", !o.nvme_path.empty()}, {"param_nvme", o.param_nvme}};
+                        {"load_s", load_s}, {"nvme", !o.nvme_path.empty()}, {"param_nvme", o.param_nvme},
+                        {"command", command_line()}};
     std::printf("%s\n", j.dump().c_str());
   }
 }

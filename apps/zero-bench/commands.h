@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include <CLI/CLI.hpp>
 
@@ -14,6 +15,10 @@ namespace zero::bench {
 void require_one_process(const char* command);
 // --heads divides --embd (step, ckpt): a usage error otherwise.
 void require_heads_divide(std::int64_t embd, std::int64_t heads);
+// The command line as given ("zero-bench adam --iters 20 --json"), which
+// every command's JSON records as "command", so that a figure kept from it
+// carries what made it (docs/PERFORMANCE.md). Set by main().
+const std::string& command_line();
 
 // `zero-bench adam`: CPU Adam against its memory-bandwidth ceiling, LibTorch
 // and DeepSpeed (adam_bench.cpp).

@@ -675,6 +675,7 @@ void run_fit_plain(const FitOptions& o) {
   for (const auto& r : results) sj.push_back(size_json(o, r, peak));
   j["sizes"] = sj;
   j["largest_fit"] = largest.empty() ? Json(nullptr) : Json(largest);
+  j["command"] = command_line();
   std::printf("%s\n", j.dump().c_str());
 }
 

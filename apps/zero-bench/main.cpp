@@ -21,6 +21,12 @@ void require_heads_divide(std::int64_t embd, std::int64_t heads) {
   }
 }
 
+namespace {
+std::string given_command;
+}  // namespace
+
+const std::string& command_line() { return given_command; }
+
 void require_one_process(const char* command) {
   const int local = comm::launcher_local_size().value_or(1);
   if (local > 1) {
@@ -33,6 +39,16 @@ void require_one_process(const char* command) {
 }  // namespace zero::bench
 
 int main(int argc, char** argv) {
+  // (Words with a space or a quote are quoted, so that the line runs again.)
+  for (int i = 0; i < argc; ++i) {
+    std::string word = i == 0 ? std::string("zero-bench") : std::string(argv[i]);
+    if (word.find_first_of(" \t'\"$") != std::string::npos) {
+      std::string quoted = "'";
+      for (char c : word) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+      word = quoted + "'";
+    }
+    zero::bench::given_command += (i ? " " : "") + word;
+  }
   CLI::App app{"zero-bench: zerocpp's benchmarks (each against its own ceiling and a baseline)"};
   app.set_version_flag("--version", std::string("zero-bench (zerocpp ") + zero::version() + ")");
   app.require_subcommand(1);

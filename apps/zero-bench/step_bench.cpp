@@ -33,9 +33,11 @@
 #include <CLI/CLI.hpp>
 #include <torch/optim/adamw.h>
 #include <torch/utils.h>
+#include <nlohmann/json.hpp>
 
 #include "zero/comm/communicator.h"
 #include "zero/engine/engine.h"
+
 #include "commands.h"
 #include "common/cli_range.h"
 #include "job.h"
@@ -282,7 +284,7 @@ void run_step_on(const StepOptions& o, comm::Communicator& job) {
   if (o.json) {
     std::printf("{\"params\":%lld,\"world\":%d", (long long)gc.num_parameters(), comm->world_size());
     for (const Row& r : rows) std::printf(",\"%s_ms\":%.3f", r.name.c_str(), r.seconds * 1e3);
-    std::printf("}\n");
+    std::printf(",\"command\":%s}\n", nlohmann::json(command_line()).dump().c_str());
   }
 }
 
