@@ -104,9 +104,9 @@ struct Candidate {
 struct Limits {
   std::int64_t device = 0, host = 0;
   std::function<std::int64_t(const MemoryEstimate&)> host_need;
-  bool fit(const MemoryEstimate& e) const {
-    return (device == 0 || e.device_total() <= device) && (host == 0 || host_need(e) <= host);
-  }
+  bool device_fits(const MemoryEstimate& e) const { return device == 0 || e.device_total() <= device; }
+  bool host_fits(const MemoryEstimate& e) const { return host == 0 || host_need(e) <= host; }
+  bool fit(const MemoryEstimate& e) const { return device_fits(e) && host_fits(e); }
 };
 
 // Where no configuration fits: what alone makes one fit, each tried through
@@ -589,16 +589,15 @@ int main(int argc, char** argv) {
     };
     // On the CPU (no --gpu) the "device" is host memory too: both columns
     // come out of --host-mem. Each process's runtime (--runtime-mem) beside it.
-    const auto device_fits_in = [&](const MemoryEstimate& e) { return device_mem == 0 || e.device_total() <= device_mem; };
     const auto host_need_of = [&](const MemoryEstimate& e) {
       return (on_gpu ? e.host_total() : e.host_total() + e.device_total()) + runtime_mem;
     };
-    const auto host_fits_in = [&](const MemoryEstimate& e) { return host_mem == 0 || host_need_of(e) <= host_mem; };
+    const Limits limits{device_mem, host_mem, host_need_of};
     for (auto [s, off] : order) {
       if (!listed(s, off, offload_param)) continue;
       configure(in, s, off, offload_param);
       MemoryEstimate e = estimate_memory(in);
-      const bool device_fits = device_fits_in(e), host_fits = host_fits_in(e);
+      const bool device_fits = limits.device_fits(e), host_fits = limits.host_fits(e);
       rows.push_back({s, off, e, device_fits && host_fits, device_fits, host_fits});
       std::printf("%-40s %12s %12s %12s %12s %12s %12s | %12s %12s%s%s\n",
                   (describe_config(s, off, in.offload_param) +
@@ -694,7 +693,6 @@ int main(int argc, char** argv) {
         }
         std::vector<Candidate> candidates;
         for (const Row& r : rows) candidates.push_back({r.stage, r.offload, offload_param && r.stage == 3});
-        const Limits limits{device_mem, host_mem, host_need_of};
         const std::string fix = fixes_that_fit(
             in, candidates, on_gpu, limits,
             [&](EstimateInput& x, const Candidate& c) { configure(x, c.stage, c.offload, c.params_off); });
