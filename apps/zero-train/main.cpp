@@ -1336,9 +1336,9 @@ int run(const Options& cli, std::unique_ptr<comm::Communicator>& comm_out) {
         // The delayed update: the step before's CPU step, and this step's wait for it.
         m["delayed_cpu_ms"] = engine.stats().delayed_cpu_ms;
         m["delayed_wait_ms"] = engine.stats().delayed_wait_ms;
-        // offload_optimizer.publish_in_backward: the pieces of it that went in
-        // during this step's backward, of all of them.
-        if (cfg.zero_optimization.offload_optimizer.publish_in_backward) {
+        // offload_optimizer.publish_in_backward (where it applies): the
+        // pieces of it that went in during this step's backward, of all of them.
+        if (engine.stats().publish_in_backward) {
           m["published_in_backward"] = engine.stats().published_in_backward;
           m["published_pieces"] = engine.stats().published_pieces;
         }

@@ -81,7 +81,7 @@ json scheduler_json(const SchedulerConfig& s) {
 json zero_json(const ZeroOptimizationConfig& z) {
   const auto& oo = z.offload_optimizer;
   const auto& op = z.offload_param;
-  return {
+  json zero = {
       {"stage", z.stage},
       {"offload_optimizer",
        {{"device", oo.device},
@@ -89,7 +89,6 @@ json zero_json(const ZeroOptimizationConfig& z) {
         {"nvme_path", oo.nvme_path},
         {"delayed_param_update", oo.delayed_param_update},
         {"delayed_param_update_warmup_steps", oo.delayed_param_update_warmup_steps},
-        {"publish_in_backward", oo.publish_in_backward},
         {"cpu_threads", oo.cpu_threads},
         {"ratio", oo.ratio},
         {"buffer_count", oo.buffer_count}}},
@@ -108,6 +107,10 @@ json zero_json(const ZeroOptimizationConfig& z) {
       {"stage3_max_live_parameters", z.stage3_max_live_parameters},
       {"sub_group_size", z.sub_group_size},
   };
+  // Unset means "wherever it applies" (the engine's default); written only
+  // when the config said it, so that the round trip keeps that.
+  if (oo.publish_in_backward) zero["offload_optimizer"]["publish_in_backward"] = *oo.publish_in_backward;
+  return zero;
 }
 
 }  // namespace

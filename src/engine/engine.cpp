@@ -564,7 +564,7 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
     m.grads->set_timeline(&m.timeline);
     P.set_timeline(&m.timeline);
     P.set_host_copy_pool(&m.optimizer->pool());
-    if (z.offload_optimizer.publish_in_backward) {
+    if (z.offload_optimizer.publish_in_backward.value_or(true)) {
       // Where the update may go in during backward: one rank (with several
       // it is all-gathered after backward, in the same order on every rank),
       // stages 1-2 (stage 3 gathers from the partition), the CPU Adam's own
@@ -584,7 +584,7 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
           impl->bucket_reduced[static_cast<std::size_t>(b)] = 1;
           impl->publish_reduced_pieces();
         });
-      } else if (m.rank == 0) {
+      } else if (m.rank == 0 && z.offload_optimizer.publish_in_backward) {
         detail::log_warning(log_topic::config,
                             "config warning: zero_optimization.offload_optimizer.publish_in_backward is "
                             "ignored: %s; the update goes in after backward", why.c_str());
@@ -691,7 +691,10 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
                                             : "",
                        config_.optimizer.type.c_str(),
                        m.offload ? offload_text(m.plan).c_str() : "", offload_param_text(m.plan).c_str(),
-                       dpu ? (", delayed update after " + std::to_string(m.delayed->warmup()) + " steps").c_str() : "",
+                       dpu ? (", delayed update after " + std::to_string(m.delayed->warmup()) + " steps" +
+                              (m.publish_in_backward ? " (published in backward)" : ""))
+                                 .c_str()
+                           : "",
                        cpu_threads.c_str());
     }
     if (m.rank == 0 && m.stage == 3 && P.frozen_partitioned() > 0) {
@@ -948,6 +951,7 @@ bool Engine::step_at_boundary() {
   // For it, the wait measured from the end of backward on the device, not
   // from the host's step() call, which may run ahead of it.
   if (deciding && m.ctx.on_accelerator()) m.ctx.current_stream().synchronize();
+  stats_.publish_in_backward = m.publish_in_backward;
   stats_.published_in_backward = was_pending ? static_cast<std::int64_t>(m.published_early) : 0;
   stats_.published_pieces =
       was_pending && m.optimizer ? static_cast<std::int64_t>(m.optimizer->pieces(Impl::Share::kMain).size()) : 0;

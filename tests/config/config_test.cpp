@@ -91,7 +91,7 @@ TEST(Config, ReadsADeepSpeedConfig) {
   EXPECT_TRUE(z.offload_optimizer.pin_memory);
   EXPECT_TRUE(z.offload_optimizer.delayed_param_update);
   EXPECT_EQ(z.offload_optimizer.delayed_param_update_warmup_steps, 5);
-  EXPECT_TRUE(z.offload_optimizer.publish_in_backward);
+  EXPECT_EQ(z.offload_optimizer.publish_in_backward, std::optional<bool>(true));
   EXPECT_EQ(z.offload_optimizer.cpu_threads, 6);
   EXPECT_EQ(z.offload_optimizer.ratio, 0.75f);
   EXPECT_FALSE(z.overlap_comm);
@@ -586,7 +586,8 @@ TEST(Config, DelayedParamUpdateNeedsCpuOffload) {
       "offload_optimizer": {"device": "cpu", "delayed_param_update": true}})"));
   EXPECT_TRUE(c.zero_optimization.offload_optimizer.delayed_param_update);
   EXPECT_EQ(c.zero_optimization.offload_optimizer.delayed_param_update_warmup_steps, 10);
-  EXPECT_FALSE(c.zero_optimization.offload_optimizer.publish_in_backward);
+  // Unset: the engine's default, on wherever it applies.
+  EXPECT_FALSE(c.zero_optimization.offload_optimizer.publish_in_backward.has_value());
 }
 
 // DeepSpeed's Twin-Flow share: the offloaded fraction of the optimizer
@@ -960,6 +961,23 @@ TEST(Config, AdamBiasCorrectionAndAmsgrad) {
                   "test.json: optimizer.params.amsgrad: AMSGrad is not available in zerocpp");
   EXPECT_CONTAINS(all_warnings(parse(with(R"("optimizer": {"type": "Adagrad", "params": {"bias_correction": false}})"))),
                   "'optimizer.params.bias_correction'");
+}
+
+// publish_in_backward's three states (unset: the engine decides; true;
+// false) survive the round trip: a resumed run's config.json keeps them.
+TEST(Config, ToJsonKeepsWhetherPublishInBackwardWasSaid) {
+  for (const char* said : {"", R"(, "publish_in_backward": true)", R"(, "publish_in_backward": false)"}) {
+    Config c = parse(with(std::string(R"("zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu",
+                                         "delayed_param_update": true)") + said + "}}"));
+    nlohmann::json j = to_json(c);
+    EXPECT_EQ(j["zero_optimization"]["offload_optimizer"].contains("publish_in_backward"), *said != '\0') << j.dump();
+    Config back = parse_config(j.dump(), 1);
+    c.warnings.clear();
+    back.warnings.clear();
+    EXPECT_EQ(back.zero_optimization.offload_optimizer.publish_in_backward,
+              c.zero_optimization.offload_optimizer.publish_in_backward) << said;
+    EXPECT_EQ(back, c) << said;
+  }
 }
 
 TEST(Config, ToJsonRoundTrips) {

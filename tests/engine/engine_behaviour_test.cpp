@@ -338,7 +338,8 @@ TEST(DelayedUpdate, EqualsSerialOneStepLateReference) {
 // window, once the worker has stepped it and backward is done with its
 // bucket. Training is bit for bit the publish after backward (a piece that
 // went in before backward was done with its bucket would change that
-// bucket's gradient). The hook gives the worker time to finish its pieces
+// bucket's gradient). Left unset it is on where it applies, as set true
+// is. The hook gives the worker time to finish its pieces
 // before the window's micro-batches, so that they do go in early. (A
 // transformer: its backward reads earlier layers' weights after later
 // buckets are reduced, which a two-layer MLP's does not.) With
@@ -363,11 +364,21 @@ TEST(DelayedUpdate, PublishInBackwardIsBitwiseThePublishAfterIt) {
     cfg.zero_optimization.offload_optimizer.delayed_param_update_warmup_steps = kWarmup;
     cfg.zero_optimization.offload_optimizer.ratio = c.ratio;
     cfg.zero_optimization.reduce_bucket_size = 1000;  // several buckets, each its own moment in backward
+    cfg.zero_optimization.offload_optimizer.publish_in_backward = false;
     const RunResult after = train(ModelKind::kTransformer, cfg, comm, kSteps);
+    auto let_the_worker_finish = [](int, Engine&) { std::this_thread::sleep_for(std::chrono::milliseconds(50)); };
+    cfg.zero_optimization.offload_optimizer.publish_in_backward.reset();
+    const RunResult unset = train(ModelKind::kTransformer, cfg, comm, kSteps, let_the_worker_finish);
     cfg.zero_optimization.offload_optimizer.publish_in_backward = true;
-    const RunResult in = train(ModelKind::kTransformer, cfg, comm, kSteps, [](int, Engine&) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    });
+    const RunResult in = train(ModelKind::kTransformer, cfg, comm, kSteps, let_the_worker_finish);
+    ASSERT_EQ(unset.losses, in.losses) << what << ": unset is not the same training as true";
+    std::int64_t early_unset = 0;
+    for (const StepStats& s : unset.stats) {
+      EXPECT_EQ(s.publish_in_backward, world == 1) << what << ": unset applies where it can";
+      early_unset += s.published_in_backward;
+    }
+    for (const StepStats& s : after.stats) EXPECT_FALSE(s.publish_in_backward) << what << ": false is off";
+    if (world == 1) EXPECT_GT(early_unset, 0) << what << ": unset, nothing went in during backward";
     ASSERT_EQ(in.losses.size(), after.losses.size());
     for (std::size_t k = 0; k < after.losses.size(); ++k) EXPECT_EQ(in.losses[k], after.losses[k]) << what << " step " << k;
     ASSERT_EQ(in.params.size(), after.params.size());
@@ -389,6 +400,39 @@ TEST(DelayedUpdate, PublishInBackwardIsBitwiseThePublishAfterIt) {
     } else {
       EXPECT_EQ(early, 0) << what << ": with " << world << " ranks the update goes in after backward";
     }
+  }
+}
+
+// One micro-batch of the MLP through the engine: backward, then step().
+bool mlp_step(Engine& engine, torch::nn::Module& model, comm::Communicator& comm, int step) {
+  const int micro = kGlobalBatch / comm.world_size();
+  GlobalBatch gb = global_batch(ModelKind::kMlp, step);
+  engine.backward(micro_loss(ModelKind::kMlp, model, gb.x.narrow(0, comm.rank() * micro, micro),
+                             gb.y.narrow(0, comm.rank() * micro, micro), engine.dtype()));
+  return engine.step();
+}
+
+// publish_in_backward where it does not apply (stage 3 here): said true, the
+// engine warns that it is ignored and why; left unset (the default, on
+// where it applies) it says nothing.
+TEST(DelayedUpdate, PublishInBackwardWarnsOnlyWhenSaidWhereItDoesNotApply) {
+  comm::Communicator& comm = world_comm();
+  const int world = comm.world_size();
+  config::Config cfg = make_config(3, true, false, world, kGlobalBatch / world, 1);
+  cfg.zero_optimization.offload_optimizer.delayed_param_update = true;
+  for (const bool said : {false, true}) {
+    if (said) cfg.zero_optimization.offload_optimizer.publish_in_backward = true;
+    auto model = make_model(ModelKind::kMlp);
+    testing::internal::CaptureStderr();
+    {
+      Engine engine(model, cfg, comm);
+      EXPECT_TRUE(mlp_step(engine, *model, comm, 0));
+      EXPECT_FALSE(engine.stats().publish_in_backward);
+    }
+    const std::string err = testing::internal::GetCapturedStderr();
+    if (comm.rank() != 0) continue;
+    const bool warned = err.find("publish_in_backward is ignored: stage 3") != std::string::npos;
+    EXPECT_EQ(warned, said) << err;
   }
 }
 
@@ -689,15 +733,6 @@ TEST(Schedule, TheConfigsSchedulerIsSteppedAfterEachStepTaken) {
   engine.step();
   EXPECT_FLOAT_EQ(engine.stats().lr, 3e-3f);
   EXPECT_FLOAT_EQ(engine.lr(), 3e-3f);
-}
-
-// One micro-batch of the MLP through the engine: backward, then step().
-bool mlp_step(Engine& engine, torch::nn::Module& model, comm::Communicator& comm, int step) {
-  const int micro = kGlobalBatch / comm.world_size();
-  GlobalBatch gb = global_batch(ModelKind::kMlp, step);
-  engine.backward(micro_loss(ModelKind::kMlp, model, gb.x.narrow(0, comm.rank() * micro, micro),
-                             gb.y.narrow(0, comm.rank() * micro, micro), engine.dtype()));
-  return engine.step();
 }
 
 // A OneCycle scheduler's betas: (cycle_min_mom, 0.99) before the first step
