@@ -44,8 +44,15 @@ class DelayedUpdate {
   // The caller has applied the pending update.
   void applied() { pending_ = false; }
   // A checkpoint's pending update (of optimizer step `step`) is in the
-  // update buffers: the next wait() finds it pending, as after a job.
+  // update buffers: the next wait() finds it pending, as after a job. No
+  // job runs for it, so every piece of it counts as done: a publish that
+  // waits for pieces (on a GPU, or in backward) must not wait for a job.
   void restore_pending(std::int64_t step) {
+    {
+      const std::lock_guard<std::mutex> lock(progress_mu_);
+      buckets_done_ = static_cast<std::size_t>(-1);
+      job_ended_ = true;
+    }
     pending_ = true;
     pending_step_ = step;
   }

@@ -127,6 +127,7 @@ struct ResumeCase {
   // for bit.
   float ratio = 1.0f, load_ratio = -1.0f;
   const char* optimizer = nullptr;  // another optimizer.type than make_config's AdamW
+  bool published = false;           // offload_optimizer.publish_in_backward
 };
 
 // `rows` of the fixed global batch are trained on: a number every world size
@@ -139,6 +140,7 @@ config::Config case_config(const ResumeCase& c, int world, int rows = kGlobalBat
     cfg.zero_optimization.offload_optimizer.delayed_param_update_warmup_steps = 1;
   }
   if (c.param_offload) cfg.zero_optimization.offload_param.device = "cpu";
+  if (c.published) cfg.zero_optimization.offload_optimizer.publish_in_backward = true;
   cfg.zero_optimization.offload_optimizer.ratio = c.ratio;
   if (c.fp16) {
     cfg.fp16.enabled = true;
@@ -203,7 +205,14 @@ TEST_P(Resume, ContinuesBitwiseLikeAnUnbrokenRun) {
   EXPECT_EQ(client.at("step").get<int>(), kSave);
   EXPECT_EQ(t.engine->stats().step, kSave);
   EXPECT_EQ(t.engine->stats().loss_scale, unbroken_scale_at_save);
-  t.steps(kSave, kSteps, resumed);
+  t.steps(kSave, kSave + 1, resumed);
+  if (c.published && comm.world_size() == 1) {
+    // The update loaded pending is whole (no job runs for it): the first
+    // backward after the load takes its pieces in as their buckets are
+    // reduced, never waiting for a job.
+    EXPECT_GT(t.engine->stats().published_in_backward, 0) << "the loaded pending update waited for a job";
+  }
+  t.steps(kSave + 1, kSteps, resumed);
   const std::vector<at::Tensor> params = t.final_params();
   // The step counters and the loss scaler went on as in the unbroken run
   // (with power-of-two scales the losses cannot tell a wrong scale).
@@ -245,7 +254,10 @@ INSTANTIATE_TEST_SUITE_P(
                       ResumeCase{"stage2_offload_dpu_bf16_share", 2, true, true, true, false, false, false, 1, false, 0.5f},
                       ResumeCase{"stage3_offload_dpu_share_async", 3, true, true, false, true, false, true, 1, false, 0.4f},
                       ResumeCase{"stage2_offload_dpu_share_to_whole", 2, true, true, false, false, false, false, 1, false, 0.5f, 1.0f},
-                      ResumeCase{"stage2_offload_dpu_whole_to_share", 2, true, true, false, false, false, false, 1, false, 1.0f, 0.3f}),
+                      ResumeCase{"stage2_offload_dpu_whole_to_share", 2, true, true, false, false, false, false, 1, false, 1.0f, 0.3f},
+                      // publish_in_backward, its update pending at the save (on several ranks it is off).
+                      ResumeCase{"stage2_offload_dpu_bf16_published", 2, true, true, true, false, false, false, 1, false,
+                                 1.0f, -1.0f, nullptr, true}),
     [](const ::testing::TestParamInfo<ResumeCase>& i) { return std::string(i.param.name); });
 
 // A checkpoint saved with the delayed update's step pending, loaded into an
