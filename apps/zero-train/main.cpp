@@ -526,12 +526,17 @@ void resolve_auto_resume(Options& o, comm::Communicator& comm) {
   const bool any = fs::exists(dir, ec) &&
                    (!fs::is_directory(dir, ec) || fs::exists(dir / ckpt::kLatestName, ec) ||
                     fs::exists(dir / ckpt::kManifestName, ec) || !ckpt::list_tags(dir).empty());
-  float seen[2] = {any ? 1.0f : 0.0f, any ? -1.0f : 0.0f};  // max of any, -min of any
+  // The highest rank that sees checkpoints and the highest that sees none,
+  // each + 1 (0: no such rank), to name them when both are there.
+  const float me = static_cast<float>(comm.rank() + 1);
+  float seen[2] = {any ? me : 0.0f, any ? 0.0f : me};
   comm::AllReduceOptions most;
   most.op = comm::ReduceOp::kMax;
   comm.all_reduce(seen, 2, DType::kFloat32, most)->wait();
-  ZERO_CHECK(seen[0] == -seen[1], "--resume auto: the ranks see --save-dir ", o.save_dir, " differently (on some ",
-             "it holds checkpoints, on others none): give every node the same shared folder");
+  ZERO_CHECK(seen[0] == 0.0f || seen[1] == 0.0f, "--resume auto: the ranks see --save-dir ", o.save_dir,
+             " differently: on rank ", static_cast<int>(seen[0]) - 1, " it holds checkpoints, on rank ",
+             static_cast<int>(seen[1]) - 1, " none (a folder local to each node?): give every node the same shared ",
+             "folder");
   if (!any) {
     o.resume.clear();
     if (root) {

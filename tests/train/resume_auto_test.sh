@@ -82,4 +82,12 @@ grep -q "holds no checkpoint yet" "$work/afile.log" && { cat "$work/afile.log"; 
 # --init-from with a tag (not auto) is still refused, naming auto.
 expect_fail "$work/both.log" "give one of them \(or --resume auto: --init-from for the first start" \
   "${run[@]}" --steps 6 --save-dir "$work/ck" --resume latest --init-from "$work/w.safetensors" --out "$work/o_both"
+# Ranks that see --save-dir differently (a folder local to each node): two
+# working folders and a relative --save-dir; an error that names a rank of
+# each side, never a run that resumes on some ranks and starts anew on others.
+mkdir -p "$work/nodeA" "$work/nodeB" && cp -r "$work/ck" "$work/nodeA/ck"
+expect_fail "$work/split.log" "the ranks see --save-dir ck differently: on rank 0 it holds checkpoints, on rank 1 none" \
+  timeout 120 $mpirun -np 1 -wdir "$work/nodeA" "${run[@]}" --steps 6 --save-dir ck --resume auto --out o \
+  : -np 1 -wdir "$work/nodeB" "${run[@]}" --steps 6 --save-dir ck --resume auto --out o
+grep -q "^step " "$work/split.log" && fail "ranks that disagree about --save-dir trained"
 echo "--resume auto: new runs where nothing is saved, the newest otherwise, bitwise on 2 ranks"
