@@ -349,8 +349,7 @@ void train_size(const FitOptions& o, const Dev& d, SizeResult& r) {
                                                             {"ratio", o.offload_ratio}}}}},
               {"steps_per_print", 1000000}};
     if (o.offload_param) c["zero_optimization"]["offload_param"] = {{"device", "cpu"}};
-    // Said either way: the engine's default is on where it applies, and the
-    // bench's loop without the flag is the update after backward.
+    // Said either way, so that the loop's name says what ran.
     if (o.dpu) c["zero_optimization"]["offload_optimizer"]["publish_in_backward"] = o.publish_in_backward;
     if (o.prefetch >= 0) c["zero_optimization"]["stage3_prefetch_bucket_size"] = o.prefetch;
     single = comm::make_single_process_communicator();
@@ -710,8 +709,8 @@ void add_fit_plain_command(CLI::App& app) {
   cmd->add_flag("--dpu", o->dpu, "--optimizer engine with --offload cpu: the delayed parameter update");
   cmd->add_flag("--publish-in-backward", o->publish_in_backward,
                 "--optimizer engine --dpu at stage 1 or 2: offload_optimizer.publish_in_backward, the update's "
-                "pieces copied in as soon as backward has reduced their bucket (without it the bench sets it "
-                "false, the update after backward; the engine's own default is on where it applies)");
+                "pieces copied in as soon as backward has reduced their bucket (without it: false, the update "
+                "after backward)");
   cmd->add_flag("--offload-param", o->offload_param,
                 "--optimizer engine --stage 3: the parameter partition in (pinned) host memory (offload_param)");
   cmd->add_option("--prefetch", o->prefetch,

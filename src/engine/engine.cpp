@@ -564,7 +564,10 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
     m.grads->set_timeline(&m.timeline);
     P.set_timeline(&m.timeline);
     P.set_host_copy_pool(&m.optimizer->pool());
-    if (z.offload_optimizer.publish_in_backward.value_or(true)) {
+    // Off unless said: a model that reads a parameter outside its autograd
+    // path during backward (a detached use, a hook) would read the update
+    // (docs/config.md). Said false or left unset, nothing is warned.
+    if (z.offload_optimizer.publish_in_backward.value_or(false)) {
       // Where the update may go in during backward: one rank (with several
       // it is all-gathered after backward, in the same order on every rank),
       // stages 1-2 (stage 3 gathers from the partition), the CPU Adam's own
@@ -584,7 +587,7 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
           impl->bucket_reduced[static_cast<std::size_t>(b)] = 1;
           impl->publish_reduced_pieces();
         });
-      } else if (m.rank == 0 && z.offload_optimizer.publish_in_backward) {
+      } else if (m.rank == 0) {
         detail::log_warning(log_topic::config,
                             "config warning: zero_optimization.offload_optimizer.publish_in_backward is "
                             "ignored: %s; the update goes in after backward", why.c_str());
@@ -674,6 +677,7 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, config::Config config,
     m.comm_at_step_start = comm_.stats();
     stats_.loss_scale = stats_.loss_scale_used = m.precision.loss_scale();
     stats_.lr = lr();
+    stats_.publish_in_backward = m.publish_in_backward;
     if (m.rank == 0) {
       const std::size_t nb = L.buckets().size();
       // The optimizer's threads where its step runs on the host.
@@ -951,7 +955,6 @@ bool Engine::step_at_boundary() {
   // For it, the wait measured from the end of backward on the device, not
   // from the host's step() call, which may run ahead of it.
   if (deciding && m.ctx.on_accelerator()) m.ctx.current_stream().synchronize();
-  stats_.publish_in_backward = m.publish_in_backward;
   stats_.published_in_backward = was_pending ? static_cast<std::int64_t>(m.published_early) : 0;
   stats_.published_pieces =
       was_pending && m.optimizer ? static_cast<std::int64_t>(m.optimizer->pieces(Impl::Share::kMain).size()) : 0;

@@ -64,7 +64,10 @@ nlohmann::json shared_config_json(const nlohmann::json& config) {
     nlohmann::json& z = c["zero_optimization"];
     for (const char* section : {"offload_optimizer", "offload_param"}) {
       if (!z.contains(section)) continue;
-      for (const char* local : {"nvme_path", "pin_memory", "cpu_threads", "buffer_count"}) z[section].erase(local);
+      // (publish_in_backward: off with several ranks, however it is said.)
+      for (const char* local : {"nvme_path", "pin_memory", "cpu_threads", "buffer_count", "publish_in_backward"}) {
+        z[section].erase(local);
+      }
     }
   }
   return c;

@@ -41,6 +41,7 @@
 #include <torch/utils.h>
 
 #include "cuda_test_util.h"
+#include "zero/ckpt/checkpoint_dir.h"
 #include "zero/comm/communicator.h"
 #include "zero/config/config.h"
 #include "zero/core/error.h"
@@ -354,6 +355,91 @@ std::vector<Case> cases() {
 
 INSTANTIATE_TEST_SUITE_P(Cases, EngineCuda, ::testing::ValuesIn(cases()),
                          [](const auto& info) { return info.param.name; });
+
+// A checkpoint saved with the delayed update pending, loaded on a GPU: the
+// update is read whole into the pinned buffer, and the first step() after
+// the load copies it up piece by piece. No job runs for it, so that copy
+// must not wait for one (it did: the step hung). The resumed losses are
+// the unbroken run's, bit for bit; also with publish_in_backward.
+TEST(EngineCudaCheckpoint, ResumesWithTheDelayedUpdatePending) {
+  ZERO_SKIP_WITHOUT_CUDA_DEVICE();
+  const at::Device device(at::kCUDA, 0);
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("zero_cuda_resume_" + std::to_string(::getpid()));
+  constexpr int kSave = 3, kSteps = 6;
+  auto single = comm::make_single_process_communicator();
+  for (const bool published : {false, true}) {
+    Case k{"resume", 2, 1, 0.05f, "bf16", "cpu", true};
+    k.published = published;
+    auto steps = [&](Engine& engine, models::Gpt& model, int from, int to, std::vector<float>& losses) {
+      for (int s = from; s < to; ++s) {
+        torch::manual_seed(1000 + s);
+        at::Tensor b = at::randint(256, {4, 33}, at::TensorOptions().dtype(at::kLong)).to(device);
+        at::Tensor loss = model.loss(b.narrow(1, 0, 32), b.narrow(1, 1, 32));
+        engine.backward(loss);
+        losses.push_back(loss.item<float>());
+        engine.step();
+      }
+    };
+    auto fresh = [&] {
+      torch::manual_seed(7);
+      auto model = std::make_shared<models::Gpt>(tiny());
+      model->to(device);
+      return model;
+    };
+    std::vector<float> unbroken, resumed;
+    {
+      auto model = fresh();
+      Engine engine(model, make_config(k), *single);
+      steps(engine, *model, 0, kSteps, unbroken);
+    }
+    {
+      auto model = fresh();
+      Engine engine(model, make_config(k), *single);
+      steps(engine, *model, 0, kSave, resumed);
+      engine.save_checkpoint(dir.string(), "step-3");
+    }
+    auto model = fresh();
+    Engine engine(model, make_config(k), *single);
+    engine.load_checkpoint(dir.string(), "step-3");
+    steps(engine, *model, kSave, kSteps, resumed);
+    ASSERT_EQ(resumed.size(), unbroken.size());
+    for (std::size_t s = 0; s < unbroken.size(); ++s) {
+      EXPECT_EQ(resumed[s], unbroken[s]) << "published " << published << ", step " << s + 1;
+    }
+    std::error_code ec;
+    ckpt::remove_tree(dir, ec);  // (not std::filesystem::remove_all: zero/ckpt/checkpoint_dir.h)
+  }
+}
+
+// offload_optimizer.publish_in_backward on a GPU: unset, off and silent;
+// said true, on where it applies (one rank, stage 1 or 2, the delayed
+// update on the CPU Adam) and ignored with a warning at stage 3.
+TEST(EngineCudaDefaults, PublishInBackwardIsOnOnlyWhereSaid) {
+  ZERO_SKIP_WITHOUT_CUDA_DEVICE();
+  auto single = comm::make_single_process_communicator();
+  for (const bool said : {false, true}) {
+    for (const int stage : {2, 3}) {
+      auto model = std::make_shared<models::Gpt>(tiny());
+      model->to(at::Device(at::kCUDA, 0));
+      config::Config cfg = make_config(Case{"publish", stage, 1, 0.05f, "bf16", "cpu", true});
+      if (said) {
+        cfg.zero_optimization.offload_optimizer.publish_in_backward = true;
+      } else {
+        cfg.zero_optimization.offload_optimizer.publish_in_backward.reset();
+      }
+      testing::internal::CaptureStderr();
+      bool on = false;
+      {
+        Engine engine(model, cfg, *single);
+        on = engine.stats().publish_in_backward;
+      }
+      const std::string err = testing::internal::GetCapturedStderr();
+      EXPECT_EQ(on, said && stage == 2) << "said " << said << ", stage " << stage;
+      EXPECT_EQ(err.find("publish_in_backward is ignored: stage 3") != std::string::npos, said && stage == 3) << err;
+    }
+  }
+}
 
 // What the engine refuses on a GPU, before it allocates anything.
 TEST(EngineCudaErrors, AdagradWithoutOffloadIsRefused) {

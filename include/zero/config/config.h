@@ -150,9 +150,10 @@ struct OffloadOptimizerConfig {
   int delayed_param_update_warmup_steps = 10;  // steps run without delay first
   // zerocpp extension: with the delayed update, each finished piece of the
   // update goes up as soon as backward is done with its bucket, instead of
-  // after backward (stages 1-2, one rank; docs/engine.md). Unset: on
-  // wherever it applies, silently off elsewhere; true: on, with a warning
-  // where it does not apply; false: the update goes in after backward.
+  // after backward (stages 1-2, one rank; docs/engine.md). Off unless set
+  // true: a model that reads a parameter outside autograd during backward
+  // (a detached use) would see the update. Kept unset when not said, so
+  // that a config written back says what its file said.
   std::optional<bool> publish_in_backward;
   int cpu_threads = 0;                         // CPU optimizer threads; 0 = all cores (all but one on a GPU)
   // DeepSpeed's ZeRO-Offload++ "Twin-Flow": the fraction of the rank's

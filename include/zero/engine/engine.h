@@ -138,8 +138,9 @@ struct StepStats {
   double delayed_wait_ms = 0;
   double delayed_cpu_ms = 0;
   // Whether offload_optimizer.publish_in_backward applies to this engine
-  // (on by default where it can: the delayed update on one rank at stages
-  // 1-2 with the CPU Adam). Then, in the last step(): how many pieces of the
+  // (set from construction: said true, with the delayed update on one rank
+  // at stages 1-2 with the CPU Adam). Then, in the last step(): how many
+  // pieces of the
   // step before's update went into the model during the backward that
   // ended the window, out of all its pieces (the rest went in at step()).
   bool publish_in_backward = false;
