@@ -43,6 +43,16 @@ class DelayedUpdate {
   bool pending() const { return pending_; }
   // The caller has applied the pending update.
   void applied() { pending_ = false; }
+  // A load replaces the state the update belongs to: the pending update,
+  // and a failure of its job, are forgotten (after wait()). The load then
+  // restores one, or none.
+  void discard() {
+    error_ = nullptr;
+    pending_ = false;
+    const std::lock_guard<std::mutex> lock(progress_mu_);
+    buckets_done_ = 0;
+    job_ended_ = true;
+  }
   // A checkpoint's pending update (of optimizer step `step`) is in the
   // update buffers: the next wait() finds it pending, as after a job. No
   // job runs for it, so every piece of it counts as done: a publish that

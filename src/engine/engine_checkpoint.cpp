@@ -489,7 +489,13 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
                     " (the engine is unchanged)");
   at::NoGradGuard no_grad;
   finish_checkpoint(/*block=*/true);
-  m.delayed->wait();
+  // A delayed update that failed leaves the engine refusing to train until a
+  // load succeeds: this load goes on (the update is dropped once the checks
+  // have passed, below; a load that fails them leaves it as it was).
+  try {
+    m.delayed->wait();
+  } catch (const std::exception&) {
+  }
   detail::ParamStore& P = *m.params;
   // The host reads the partition below: the last publish's copies into it
   // (on a GPU with offload_param, the device share's update comes down on
@@ -743,6 +749,12 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
   // file damaged inside, an I/O error): the engine refuses to go on until a
   // load succeeds.
   m.damaged_by = "a failed load of checkpoint " + where;
+  // What belonged to the state being replaced goes: a delayed update still
+  // pending (or failed), and the gradients a failed step() left in the
+  // window (its next backward would add to them).
+  m.delayed->discard();
+  m.published_early = 0;
+  m.grads->abort();
   error = error_of([&] {
     for (auto& [shard, ranges] : reads) {
       const ckpt::FileRecord& f = man.files[static_cast<std::size_t>(shard)];
@@ -859,6 +871,7 @@ nlohmann::json Engine::load_checkpoint(const std::string& dir, const std::string
   stats_.step = man.engine.steps;
   stats_.skipped = man.engine.skipped;
   stats_.last_step_skipped = false;
+  stats_.consecutive_skipped = 0;
   m.optimizer_step = man.engine.optimizer_step;
   m.micro_step = 0;
   m.backward_done = false;

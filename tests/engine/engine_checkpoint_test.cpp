@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -259,6 +260,90 @@ INSTANTIATE_TEST_SUITE_P(
                       ResumeCase{"stage2_offload_dpu_bf16_published", 2, true, true, true, false, false, false, 1, false,
                                  1.0f, -1.0f, nullptr, true}),
     [](const ::testing::TestParamInfo<ResumeCase>& i) { return std::string(i.param.name); });
+
+// A load replaces the whole training state, a delayed update pending in the
+// loading engine included: an engine that trained on after the save (its
+// own update pending), or that loaded a checkpoint with one pending before,
+// continues from the loaded checkpoint exactly as a fresh engine does. (The
+// update it had pending used to survive the load and go in over the loaded
+// weights: bf16 parameters then no longer matched the master weights.)
+TEST(Resume, ALoadDropsTheUpdateTheEngineHadPending) {
+  comm::Communicator& comm = world_comm();
+  const ResumeCase c{"replace_pending", 2, true, true, true};  // offload, DPU, bf16
+  const config::Config cfg = case_config(c, comm.world_size());
+  const fs::path dir = shared_temp_dir(comm, c.name);
+  {
+    Trainer t{ModelKind::kUnitMlp, cfg};
+    std::vector<float> losses;
+    t.steps(0, 3, losses);
+    t.engine->save_checkpoint(dir.string(), "pending");  // its update pending
+    t.engine->flush();
+    t.engine->save_checkpoint(dir.string(), "clean");  // nothing pending
+  }
+  std::vector<float> fresh_losses;
+  std::vector<at::Tensor> fresh_params;
+  {
+    Trainer t{ModelKind::kUnitMlp, cfg};
+    t.engine->load_checkpoint(dir.string(), "clean");
+    t.steps(3, 6, fresh_losses);
+    fresh_params = t.final_params();
+  }
+  // Trained on past the save, then loaded; and loaded twice.
+  for (const bool load_twice : {false, true}) {
+    Trainer t{ModelKind::kUnitMlp, cfg};
+    std::vector<float> losses;
+    if (load_twice) {
+      t.engine->load_checkpoint(dir.string(), "pending");
+    } else {
+      t.steps(0, 5, losses);  // an update of its own pending
+    }
+    t.engine->load_checkpoint(dir.string(), "clean");
+    losses.clear();
+    t.steps(3, 6, losses);
+    EXPECT_EQ(losses, fresh_losses) << (load_twice ? "loaded twice" : "trained past the save");
+    expect_bitwise_equal(t.final_params(), fresh_params);
+  }
+  comm.barrier()->wait();
+  if (comm.rank() == 0) rm_tree(dir);
+}
+
+// nonfinite.policy "stop" ends a run after stop_after skipped steps in a
+// row, and its error says to resume from a checkpoint: loaded into the same
+// engine, the count starts again (a single skip after the load does not stop
+// it), as in a fresh process.
+TEST(Resume, ALoadStartsTheCountOfSkippedStepsAgain) {
+  comm::Communicator& comm = world_comm();
+  const int world = comm.world_size();
+  config::Config cfg = case_config(ResumeCase{"stop_after", 2}, world);
+  cfg.nonfinite.policy = "stop";
+  cfg.nonfinite.stop_after = 2;
+  const fs::path dir = shared_temp_dir(comm, "stop_after");
+  Trainer t{ModelKind::kUnitMlp, cfg};
+  std::vector<float> losses;
+  t.steps(0, 2, losses);
+  t.engine->save_checkpoint(dir.string(), "good");
+  auto nan_step = [&](int step) {
+    const int micro = static_cast<int>(cfg.train_micro_batch_size_per_gpu);
+    GlobalBatch gb = global_batch(t.kind, step);
+    at::Tensor loss = micro_loss(t.kind, *t.model, gb.x.narrow(0, comm.rank() * micro, micro),
+                                 gb.y.narrow(0, comm.rank() * micro, micro), t.engine->dtype());
+    t.engine->backward(loss * std::numeric_limits<float>::quiet_NaN());
+    return t.engine->step();
+  };
+  EXPECT_FALSE(nan_step(2));  // skipped, 1 in a row
+  try {
+    nan_step(3);
+    ADD_FAILURE() << "two skipped steps in a row did not stop the run";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("in 2 consecutive step(s)"), std::string::npos) << e.what();
+  }
+  t.engine->load_checkpoint(dir.string(), "good");
+  EXPECT_EQ(t.engine->stats().consecutive_skipped, 0);
+  EXPECT_FALSE(nan_step(2));  // one skip after the load: the run goes on
+  t.steps(3, 4, losses);
+  comm.barrier()->wait();
+  if (comm.rank() == 0) rm_tree(dir);
+}
 
 // A checkpoint saved with the delayed update's step pending, loaded into an
 // engine without the delayed update: the update is applied at load (read in

@@ -7,6 +7,7 @@
 // Also: the state is in the file and not in host memory (ledger, file size,
 // zero-estimate), checkpoints move between the two tiers, and bad folders
 // are named.
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -14,6 +15,7 @@
 #include <fstream>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -249,6 +251,94 @@ TEST(NvmeOffloadCheckpoint, StreamsTheStateWithoutHoldingIt) {
     engine.step();
     host.backward(other->forward(x).square().mean());
     host.step();
+  }
+  comm.barrier()->wait();
+  if (comm.rank() == 0) rm_tree(dir);
+}
+
+// This process's optimizer swap files under `dir` (unlinked, reached through
+// /proc/self/fd) set to `size` bytes; their sizes before.
+std::vector<off_t> resize_optimizer_swap(const fs::path& dir, off_t size) {
+  std::vector<off_t> before;
+  for (const auto& fd : fs::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    const std::string target = fs::read_symlink(fd.path(), ec).string();
+    // (The file itself, unlinked: not its lock file beside it.)
+    if (ec || target.rfind(dir.string(), 0) != 0 || target.find("zerocpp-optimizer-rank") == std::string::npos ||
+        target.find(".swap (deleted)") == std::string::npos) {
+      continue;
+    }
+    const int f = ::open(fd.path().c_str(), O_RDWR);
+    if (f < 0) continue;
+    before.push_back(::lseek(f, 0, SEEK_END));
+    EXPECT_EQ(::ftruncate(f, size), 0) << target;
+    ::close(f);
+  }
+  return before;
+}
+
+// A step() that fails (here the optimizer state's swap file cut short under
+// it: its reads fail) leaves the engine refusing to train, and its errors
+// say to load a checkpoint. That load, in the same process, recovers it:
+// training then goes on as after a fresh load, bit for bit. The failed
+// delayed update (its failure was rethrown by every later call, the load's
+// included) and the gradients the failed step left in the window (the next
+// window added to them) go with the state they belonged to.
+TEST(NvmeOffloadFailure, ALoadRecoversFromAFailedStep) {
+  comm::Communicator& comm = world_comm();
+  if (comm.world_size() != 1) GTEST_SKIP() << "the swap file is cut on one rank: one rank";
+  const fs::path dir = job_dir(comm, "failed_step");
+  for (const bool dpu : {false, true}) {
+    SCOPED_TRACE(dpu ? "delayed update" : "no delayed update");
+    const NvmeCase c{"failed_step", ModelKind::kMlp, 2, false, dpu, false, 1, 96, 2};
+    const config::Config cfg = make(c, 1, "nvme", dir);
+    auto one_step = [&](Engine& e, torch::nn::Module& m, int step) {
+      const GlobalBatch gb = global_batch(c.kind, step);
+      e.backward(micro_loss(c.kind, m, gb.x, gb.y, e.dtype()));
+      e.step();
+    };
+    const std::string ck = (dir / "ck").string();
+    constexpr int kSave = 3, kEnd = 7;
+    std::vector<at::Tensor> want;  // a fresh engine's, loaded from the save
+    {
+      auto model = make_model(c.kind);
+      Engine e(model, cfg, comm);
+      for (int s = 0; s < kSave; ++s) one_step(e, *model, s);
+      e.save_checkpoint(ck, "good");
+    }
+    {
+      auto model = make_model(c.kind);
+      Engine e(model, cfg, comm);
+      e.load_checkpoint(ck, "good");
+      for (int s = kSave; s < kEnd; ++s) one_step(e, *model, s);
+      e.flush();
+      want = e.gather_master_params();
+    }
+    auto model = make_model(c.kind);
+    Engine e(model, cfg, comm);
+    for (int s = 0; s < kSave; ++s) one_step(e, *model, s);
+    const std::vector<off_t> sizes = resize_optimizer_swap(dir, 0);
+    ASSERT_EQ(sizes.size(), 1u) << "not one optimizer swap file of this engine under " << dir;
+    bool failed = false;
+    for (int s = kSave; s < kEnd && !failed; ++s) {
+      try {
+        one_step(e, *model, s);
+      } catch (const std::exception& err) {
+        failed = true;
+      }
+    }
+    ASSERT_TRUE(failed) << "no step failed with the swap file cut short";
+    // The file whole again (zeros: the load rewrites the state in it).
+    resize_optimizer_swap(dir, sizes[0]);
+    e.load_checkpoint(ck, "good");
+    for (int s = kSave; s < kEnd; ++s) one_step(e, *model, s);
+    e.flush();
+    const std::vector<at::Tensor> got = e.gather_master_params();
+    ASSERT_EQ(got.size(), want.size());
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      EXPECT_TRUE(got[i].equal(want[i])) << "parameter " << i << " max diff "
+                                         << (got[i] - want[i]).abs().max().item<float>();
+    }
   }
   comm.barrier()->wait();
   if (comm.rank() == 0) rm_tree(dir);
