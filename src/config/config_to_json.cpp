@@ -107,8 +107,8 @@ json zero_json(const ZeroOptimizationConfig& z) {
       {"stage3_max_live_parameters", z.stage3_max_live_parameters},
       {"sub_group_size", z.sub_group_size},
   };
-  // Unset means "wherever it applies" (the engine's default); written only
-  // when the config said it, so that the round trip keeps that.
+  // Written only when the config said it (unset and false are both off),
+  // so that the round trip keeps whether it was said.
   if (oo.publish_in_backward) zero["offload_optimizer"]["publish_in_backward"] = *oo.publish_in_backward;
   return zero;
 }

@@ -140,9 +140,9 @@ struct StepStats {
   // Whether offload_optimizer.publish_in_backward applies to this engine
   // (set from construction: said true, with the delayed update on one rank
   // at stages 1-2 with the CPU Adam). Then, in the last step(): how many
-  // pieces of the
-  // step before's update went into the model during the backward that
-  // ended the window, out of all its pieces (the rest went in at step()).
+  // pieces of the step before's update went into the model during the
+  // backward that ended the window, out of all its pieces (the rest went in
+  // at step()).
   bool publish_in_backward = false;
   std::int64_t published_in_backward = 0;
   std::int64_t published_pieces = 0;
